@@ -1,0 +1,22 @@
+/* epfuse/epfuse.cuh — umbrella: every device header except nccl.cuh — part of epfuse v0.1
+ *
+ * What it is: one include for the building blocks. nccl.cuh (the only header that pulls in
+ * nccl_device.h) is left out so that code without NCCL can use everything else; include it
+ * separately where a team view comes from an NCCL window.
+ *
+ * Contents: config.h status.h version.h host.h ptx.cuh team.cuh signal.cuh
+ * Requirements: CUDA, sm_70+ (sm_90 / sm_100 tested).
+ */
+#ifndef EPF_EPFUSE_CUH
+#define EPF_EPFUSE_CUH
+
+#include "config.h"
+#include "status.h"
+#include "version.h"
+#include "host.h"
+#include "ptx.cuh"
+#include "team.cuh"
+#include "signal.cuh"
+
+#endif /* EPF_EPFUSE_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

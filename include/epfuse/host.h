@@ -1,0 +1,622 @@
+/* epfuse/host.h — configuration, validation and the window plan — part of epfuse v0.1
+ *
+ * What it is: the tiny host setup header. It turns an epf_config_t into an epf_plan_t: the byte
+ * offset and size of every region of one rank's slice of the symmetric window. The plan is the
+ * ONE place where epfuse does offset arithmetic; device code receives the same struct by value
+ * and reads offsets out of it (the epf_plan_*_offset accessors below index inside one region).
+ * Plain C11 (gcc -std=c11 -Wall -Wextra -Wpedantic -Werror clean), also C++17 and CUDA; it needs
+ * no CUDA and is meant for FFI (Rust, Python ctypes/cffi): fixed-width fields, no bitfields.
+ *
+ * What it does NOT do: allocate, call CUDA or NCCL, launch kernels, print, abort or exit. NCCL
+ * helpers (symmetric allocation, window registration, communicator creation with a deadline) are
+ * in host_nccl.h; the device communicator helpers in nccl.cuh.
+ *
+ * Usage (examples/04_plan_from_c has it whole):
+ *   epf_config_t cfg = EPF_CONFIG_INIT;           // zero fields mean "default"
+ *   cfg.nranks = 8; cfg.num_experts = 256; cfg.top_k = 8; cfg.hidden = 7168;
+ *   epf_plan_t plan;
+ *   epf_status_t st = epf_plan_compute(&cfg, &plan);   // resolves, validates, plans
+ *   if (st != EPF_OK) { puts(epf_status_message(st)); return 1; }
+ *   // allocate plan.total_bytes per rank (host_nccl.h: epf_nccl_window_create) and pass `plan`
+ *   // by value to kernels.
+ *
+ * COMPILE-TIME OPTIONS: see config.h (limits, EPF_ALIGN).
+ *
+ * Contents:
+ *   EPF_CONFIG_INIT, epf_config_t, epf_mode_t, epf_layout_t, epf_payload_t, epf_scale_layout_t,
+ *   EPF_FLAG_*                                             configuration
+ *   epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out_resolved)
+ *   epf_status_t epf_config_validate(const epf_config_t* resolved)
+ *   uint64_t     epf_config_hash(const epf_config_t* resolved)
+ *   int          epf_payload_vector_width(int payload)     hidden must be a multiple of this
+ *   epf_region_id_t, epf_region_t, epf_plan_t, epf_window_header_t, EPF_HEADER_BYTES
+ *   epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan)
+ *   epf_status_t epf_plan_check(const epf_plan_t* plan)    struct prefix check (host or FFI)
+ *   uint64_t     epf_plan_signal_offset(const epf_plan_t*, epf_region_id_t, int64_t index)
+ *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int expert)
+ *   uint64_t     epf_plan_recv_token_offset / _scale_offset / _meta_offset(const epf_plan_t*, int64_t row)
+ *   epf_error_record_t, epf_error_read(rec, out), epf_error_clear(rec)   host-mapped diagnostics
+ *   const char*  epf_status_name(epf_status_t), epf_status_message(epf_status_t)
+ *   int          epf_version(void)
+ *
+ * Requirements: C11 or C++17. No CUDA, no NCCL.
+ */
+#ifndef EPF_HOST_H
+#define EPF_HOST_H
+
+#include "config.h"
+#include "status.h"
+#include "version.h"
+
+EPF_BEGIN_DECLS
+
+/* ============================================================================================ */
+/* Configuration                                                                                 */
+/* ============================================================================================ */
+
+#define EPF_CONFIG_MAGIC 0x43465045u /* "EPFC" little-endian */
+#define EPF_CONFIG_VERSION 1u
+#define EPF_PLAN_MAGIC 0x4c504645u /* "EFPL" */
+#define EPF_PLAN_VERSION 1u
+
+typedef enum epf_mode {
+  EPF_MODE_DEFAULT = 0, /* -> EPF_MODE_HT */
+  EPF_MODE_HT = 1,      /* high throughput: count exchange, exact receive offsets */
+  EPF_MODE_LL = 2       /* low latency: fixed [expert][source][max_tokens] receive regions */
+} epf_mode_t;
+
+typedef enum epf_layout {
+  EPF_LAYOUT_DEFAULT = 0,      /* -> EPF_LAYOUT_EXPERT_MAJOR */
+  EPF_LAYOUT_EXPERT_MAJOR = 1, /* one copy per (token, expert), grouped by local expert */
+  EPF_LAYOUT_RANK_MAJOR = 2    /* one copy per (token, destination rank) + local expert list */
+} epf_layout_t;
+
+typedef enum epf_payload {
+  EPF_PAYLOAD_DEFAULT = 0, /* -> EPF_PAYLOAD_BF16 */
+  EPF_PAYLOAD_BF16 = 1,    /* 2 bytes per element, no scales */
+  EPF_PAYLOAD_MXFP8 = 2,   /* E4M3 bytes + one E8M0 scale byte per 32 elements */
+  EPF_PAYLOAD_FP8_128 = 3  /* E4M3 bytes + one FP32 scale per 128 elements (DeepSeek) */
+} epf_payload_t;
+
+typedef enum epf_scale_layout {
+  EPF_SCALE_LAYOUT_DEFAULT = 0,      /* -> EPF_SCALE_LAYOUT_COMPACT */
+  EPF_SCALE_LAYOUT_COMPACT = 1,      /* row-major [rows, hidden / group] */
+  EPF_SCALE_LAYOUT_SWIZZLED_128X4 = 2 /* Blackwell block-scaled GEMM atoms (MXFP8 only) */
+} epf_scale_layout_t;
+
+/* flags */
+#define EPF_FLAG_FAULT_TOLERANT 0x1u  /* bounded waits mask late peers instead of failing */
+#define EPF_FLAG_COMBINE_PUSH 0x2u    /* HT combine: expert side stores into the source's window */
+#define EPF_FLAG_SCALE_UE8M0 0x4u     /* per-128 FP8: round scales up to a power of two */
+#define EPF_FLAG_MX_SCALE_FLOOR 0x8u  /* MXFP8: OCP FLOOR scale rule instead of RCEIL */
+#define EPF_FLAGS_ALL 0xFu
+
+#define EPF_DEFAULT_NUM_EXPERTS 256
+#define EPF_DEFAULT_TOPK 8
+#define EPF_DEFAULT_HIDDEN 7168
+#define EPF_DEFAULT_TOKENS_HT 4096
+#define EPF_DEFAULT_TOKENS_LL 128
+#define EPF_DEFAULT_TIMEOUT_NS 10000000000ull /* 10 s */
+#define EPF_MAX_HIDDEN (1 << 20)
+
+/* Versioned public struct: size/magic/version first (never move), fields only ever appended.
+ * Zero in any other field means "default"; epf_config_resolve() returns the filled-in copy.
+ * Enumerations are stored as int32_t so the layout is fixed for FFI. */
+typedef struct epf_config {
+  uint32_t size;    /* sizeof(epf_config_t) as the caller compiled it */
+  uint32_t magic;   /* EPF_CONFIG_MAGIC */
+  uint32_t version; /* EPF_CONFIG_VERSION */
+  int32_t nranks;   /* LSA team size R (virtual or real); 0 -> 1 */
+  int32_t num_experts;         /* E, global; 0 -> 256; multiple of nranks */
+  int32_t top_k;               /* K; 0 -> 8 */
+  int32_t hidden;              /* H elements per token row; 0 -> 7168 */
+  int32_t max_tokens_per_rank; /* T, tokens one rank sends per call; 0 -> 4096 (HT) / 128 (LL) */
+  int32_t mode;                /* epf_mode_t */
+  int32_t layout;              /* epf_layout_t */
+  int32_t payload;             /* epf_payload_t: what dispatch delivers */
+  int32_t combine_payload;     /* epf_payload_t: BF16 or MXFP8 on the way back */
+  int32_t scale_layout;        /* epf_scale_layout_t of the receive-side scales */
+  int32_t expert_alignment;    /* pad each expert's receive segment to this many rows; 0 -> 1 */
+  uint32_t flags;              /* EPF_FLAG_* */
+  uint32_t reserved0;          /* must be 0 */
+  int64_t recv_capacity;       /* HT: rows of the receive region; 0 -> worst case. LL: must be 0 */
+  uint64_t timeout_ns;         /* bounded waits; 0 -> 10 s. Not part of the config hash. */
+} epf_config_t;
+
+/* Every field is listed so -Wextra (missing-field-initializers) stays quiet in C and C++. */
+#define EPF_CONFIG_INIT                                                                        \
+  {(uint32_t)sizeof(epf_config_t), EPF_CONFIG_MAGIC, EPF_CONFIG_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, \
+   0, 0, 0, 0u, 0u, 0, 0u}
+
+/* ============================================================================================ */
+/* Status strings and version (one X-macro list in status.h)                                      */
+/* ============================================================================================ */
+
+#define EPF__STATUS_NAME_CASE(name, value, message) \
+  case name:                                        \
+    return #name;
+#define EPF__STATUS_MESSAGE_CASE(name, value, message) \
+  case name:                                           \
+    return message;
+
+/* epf_status_name — the enumerator's name, e.g. "EPF_ERR_TOPK"; "EPF_STATUS_UNKNOWN" otherwise.
+ *   Scope: any thread, host or device. Never NULL. */
+EPF_HD const char* epf_status_name(epf_status_t status) {
+  switch (status) {
+    EPF_STATUS_LIST(EPF__STATUS_NAME_CASE)
+    default:
+      return "EPF_STATUS_UNKNOWN";
+  }
+}
+
+/* epf_status_message — one sentence that says what is wrong. Never NULL. */
+EPF_HD const char* epf_status_message(epf_status_t status) {
+  switch (status) {
+    EPF_STATUS_LIST(EPF__STATUS_MESSAGE_CASE)
+    default:
+      return "unknown status code";
+  }
+}
+
+/* epf_version — EPF_VERSION of the headers this translation unit was compiled with. */
+EPF_INLINE int epf_version(void) { return EPF_VERSION; }
+
+/* ============================================================================================ */
+/* Resolve and validate                                                                          */
+/* ============================================================================================ */
+
+/* epf_payload_vector_width — elements per vector unit of a payload: hidden must be a multiple.
+ *   BF16: 8 (one 16-byte vector), MXFP8: 32 (one scale group), FP8_128: 128. 0 if unknown. */
+EPF_HD int epf_payload_vector_width(int payload) {
+  switch (payload) {
+    case EPF_PAYLOAD_BF16: return 8;
+    case EPF_PAYLOAD_MXFP8: return 32;
+    case EPF_PAYLOAD_FP8_128: return 128;
+    default: return 0;
+  }
+}
+
+EPF_HD int epf__max_i(int a, int b) { return a > b ? a : b; }
+EPF_HD int epf__min_i(int a, int b) { return a < b ? a : b; }
+
+/* epf__check_prefix — a versioned struct's prefix: known magic, version >= 1, and at least as
+ * large as this header's definition (a larger, newer struct is accepted; its tail is ignored). */
+EPF_HD epf_status_t epf__check_prefix(uint32_t size, uint32_t magic, uint32_t version,
+                                      uint32_t want_magic, uint32_t min_size) {
+  if (magic != want_magic || version < 1u || size < min_size) return EPF_ERR_STRUCT_VERSION;
+  return EPF_OK;
+}
+
+/* epf_config_validate — check every limit of an already resolved config (no zero defaults left).
+ *   Returns the status of the first violated rule, in this order: prefix, mode, layout, payloads,
+ *   scale layout, flags, ranks, experts, divisibility, top-k, hidden, hidden alignment, tokens,
+ *   alignment, receive capacity.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
+  epf_status_t st;
+  int width;
+  if (c == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__check_prefix(c->size, c->magic, c->version, EPF_CONFIG_MAGIC,
+                         (uint32_t)sizeof(epf_config_t));
+  if (st != EPF_OK) return st;
+  if (c->reserved0 != 0u) return EPF_ERR_INVALID_ARGUMENT;
+  if (c->mode != EPF_MODE_HT && c->mode != EPF_MODE_LL) return EPF_ERR_MODE;
+  if (c->layout != EPF_LAYOUT_EXPERT_MAJOR && c->layout != EPF_LAYOUT_RANK_MAJOR)
+    return EPF_ERR_LAYOUT;
+  if (epf_payload_vector_width(c->payload) == 0) return EPF_ERR_PAYLOAD;
+  if (c->combine_payload != EPF_PAYLOAD_BF16 && c->combine_payload != EPF_PAYLOAD_MXFP8)
+    return EPF_ERR_PAYLOAD;
+  if (c->scale_layout != EPF_SCALE_LAYOUT_COMPACT &&
+      c->scale_layout != EPF_SCALE_LAYOUT_SWIZZLED_128X4)
+    return EPF_ERR_SCALE_LAYOUT;
+  if (c->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && c->payload != EPF_PAYLOAD_MXFP8)
+    return EPF_ERR_SCALE_LAYOUT;
+  if ((c->flags & ~EPF_FLAGS_ALL) != 0u) return EPF_ERR_FLAGS;
+  if (c->nranks < 1 || c->nranks > EPF_MAX_RANKS) return EPF_ERR_RANKS;
+  if (c->num_experts < 1 || c->num_experts > EPF_MAX_EXPERTS) return EPF_ERR_EXPERTS;
+  if (c->num_experts % c->nranks != 0) return EPF_ERR_EXPERTS_NOT_DIVISIBLE;
+  if (c->top_k < 1 || c->top_k > EPF_MAX_TOPK) return EPF_ERR_TOPK;
+  if (c->hidden < 1 || c->hidden > EPF_MAX_HIDDEN) return EPF_ERR_HIDDEN;
+  width = epf__max_i(epf_payload_vector_width(c->payload),
+                     epf_payload_vector_width(c->combine_payload));
+  if (c->hidden % width != 0) return EPF_ERR_HIDDEN_ALIGNMENT;
+  if (c->max_tokens_per_rank < 1 || c->max_tokens_per_rank > EPF_MAX_TOKENS_PER_RANK)
+    return EPF_ERR_TOKENS;
+  if (c->expert_alignment < 1 || c->expert_alignment > 1024 ||
+      (c->expert_alignment & (c->expert_alignment - 1)) != 0)
+    return EPF_ERR_ALIGNMENT;
+  if (c->mode == EPF_MODE_LL) {
+    if (c->recv_capacity != 0) return EPF_ERR_RECV_CAPACITY;
+  } else if (c->recv_capacity < (int64_t)c->expert_alignment || c->recv_capacity > INT32_MAX) {
+    return EPF_ERR_RECV_CAPACITY;
+  }
+  return EPF_OK;
+}
+
+/* epf_config_worst_case_rows — HT receive rows that can never overflow: every token of every
+ * source routed to this rank, min(top_k, experts per rank) copies each (EXPERT_MAJOR) or one
+ * (RANK_MAJOR), plus the alignment padding of every local expert segment. Valid fields only. */
+EPF_HD int64_t epf_config_worst_case_rows(const epf_config_t* c) {
+  int64_t local = c->num_experts / c->nranks;
+  int64_t copies = c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)epf__min_i(c->top_k, (int)local);
+  int64_t pad = c->layout == EPF_LAYOUT_RANK_MAJOR ? 0 : local * (int64_t)(c->expert_alignment - 1);
+  return (int64_t)c->nranks * (int64_t)c->max_tokens_per_rank * copies + pad;
+}
+
+/* epf_config_resolve — copy `in`, replace every zero field by its default, then validate.
+ *   out_resolved is written even on error (defaults applied as far as they go), so a caller can
+ *   print what was checked. `in` and `out_resolved` may alias.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out_resolved) {
+  epf_config_t c;
+  epf_status_t st;
+  if (in == NULL || out_resolved == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__check_prefix(in->size, in->magic, in->version, EPF_CONFIG_MAGIC,
+                         (uint32_t)sizeof(epf_config_t));
+  if (st != EPF_OK) return st;
+  c = *in; /* reads only this header's fields, also from a larger future struct */
+  c.size = (uint32_t)sizeof(epf_config_t);
+  c.version = EPF_CONFIG_VERSION;
+  if (c.nranks == 0) c.nranks = 1;
+  if (c.num_experts == 0) c.num_experts = EPF_DEFAULT_NUM_EXPERTS;
+  if (c.top_k == 0) c.top_k = EPF_DEFAULT_TOPK;
+  if (c.hidden == 0) c.hidden = EPF_DEFAULT_HIDDEN;
+  if (c.mode == EPF_MODE_DEFAULT) c.mode = EPF_MODE_HT;
+  if (c.layout == EPF_LAYOUT_DEFAULT) c.layout = EPF_LAYOUT_EXPERT_MAJOR;
+  if (c.payload == EPF_PAYLOAD_DEFAULT) c.payload = EPF_PAYLOAD_BF16;
+  if (c.combine_payload == EPF_PAYLOAD_DEFAULT) c.combine_payload = EPF_PAYLOAD_BF16;
+  if (c.scale_layout == EPF_SCALE_LAYOUT_DEFAULT) c.scale_layout = EPF_SCALE_LAYOUT_COMPACT;
+  if (c.expert_alignment == 0) c.expert_alignment = 1;
+  if (c.max_tokens_per_rank == 0)
+    c.max_tokens_per_rank = c.mode == EPF_MODE_LL ? EPF_DEFAULT_TOKENS_LL : EPF_DEFAULT_TOKENS_HT;
+  if (c.timeout_ns == 0) c.timeout_ns = EPF_DEFAULT_TIMEOUT_NS;
+  /* The worst case needs valid ranks/experts/top-k/tokens: validate first with a placeholder. */
+  if (c.mode != EPF_MODE_LL && c.recv_capacity == 0) {
+    c.recv_capacity = INT32_MAX; /* placeholder that passes the capacity check */
+    st = epf_config_validate(&c);
+    c.recv_capacity = st == EPF_OK ? epf_config_worst_case_rows(&c) : 0;
+    if (st == EPF_OK && c.recv_capacity > INT32_MAX) st = EPF_ERR_RECV_CAPACITY;
+  } else {
+    st = epf_config_validate(&c);
+  }
+  *out_resolved = c;
+  return st;
+}
+
+/* epf_config_hash — FNV-1a 64 of every field that changes the window layout or the protocol
+ * (not timeout_ns), the library's major version and EPF_CONFIG_SIGNATURE. Never 0. Ranks
+ * exchange it in the setup handshake (signal.cuh). Input: a resolved config. */
+EPF_HD uint64_t epf__fnv1a_u64(uint64_t h, uint64_t v) {
+  int i;
+  for (i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xffu;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+EPF_HD uint64_t epf_config_hash(const epf_config_t* c) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_VERSION_MAJOR);
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_CONFIG_SIGNATURE);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->nranks);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->num_experts);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->top_k);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->hidden);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->max_tokens_per_rank);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->mode);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->layout);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->payload);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->combine_payload);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->scale_layout);
+  h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->expert_alignment);
+  h = epf__fnv1a_u64(h, (uint64_t)c->flags);
+  h = epf__fnv1a_u64(h, (uint64_t)c->recv_capacity);
+  return h == 0 ? 1 : h;
+}
+
+/* ============================================================================================ */
+/* The window plan                                                                               */
+/* ============================================================================================ */
+
+/* The regions of one rank's window slice, in address order. Every rank has the same plan, so
+ * (window, offset, peer) names the same region on every peer. Signals are uint64_t words. */
+typedef enum epf_region_id {
+  EPF_REGION_HEADER = 0,       /* epf_window_header_t; offset 0, size fixed (EPF_HEADER_BYTES) */
+  EPF_REGION_SIG_COUNT,        /* [R] count-exchange arrival, one per source */
+  EPF_REGION_SIG_DISPATCH,     /* [R] HT dispatch arrival, one per source */
+  EPF_REGION_SIG_COMBINE,      /* [R] combine arrival, one per peer */
+  EPF_REGION_SIG_BARRIER,      /* [R] team barrier, one per peer */
+  EPF_REGION_SIG_LL_DISPATCH,  /* LL: [2 parity][experts_per_rank][R] epoch|count */
+  EPF_REGION_SIG_LL_COMBINE,   /* LL: [2 parity][R] */
+  EPF_REGION_COUNTS,           /* [2 parity][R source][E] uint32 per-expert counts */
+  EPF_REGION_RECV_TOKENS,      /* HT: [recv_capacity] rows; LL: [2][E_local][R][T] (EM) or [2][R][T] (RM) */
+  EPF_REGION_RECV_SCALES,      /* the rows' scales (compact or swizzled); 0 bytes for BF16 */
+  EPF_REGION_RECV_META,        /* the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row) */
+  EPF_REGION_COMBINE,          /* combine landing area at the source (push / LL); else 0 bytes */
+  EPF_REGION_COUNT
+} epf_region_id_t;
+
+typedef struct epf_region {
+  uint64_t offset; /* bytes from the start of the rank's slice; multiple of EPF_ALIGN */
+  uint64_t bytes;  /* may be 0 (region unused in this configuration) */
+} epf_region_t;
+
+/* Window header at offset 0: the setup handshake writes here. Its size does not depend on the
+ * config (it must be found before ranks know they agree). Slot s is written by rank s. */
+typedef struct epf_window_header {
+  uint64_t peer_hash[EPF_MAX_RANKS];  /* config hash of rank s (written before peer_epoch[s]) */
+  uint32_t peer_epoch[EPF_MAX_RANKS]; /* handshake epoch of rank s, release-stored */
+} epf_window_header_t;
+
+#define EPF__ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+#define EPF_HEADER_BYTES EPF__ALIGN_UP(sizeof(epf_window_header_t), EPF_ALIGN)
+
+typedef struct epf_plan {
+  uint32_t size, magic, version; /* sizeof(epf_plan_t), EPF_PLAN_MAGIC, EPF_PLAN_VERSION */
+  uint32_t flags;                /* config flags */
+  int32_t nranks, num_experts, experts_per_rank, top_k, hidden, max_tokens_per_rank;
+  int32_t mode, layout, payload, combine_payload, scale_layout, expert_alignment;
+  int64_t recv_capacity;      /* HT: rows of RECV_TOKENS; LL: rows of one parity */
+  uint32_t row_bytes;         /* bytes of one received token row (no scales) */
+  uint32_t scale_bytes_per_row; /* compact scale bytes of one row (0 for BF16) */
+  uint32_t meta_bytes_per_row;  /* bytes of one row's metadata */
+  uint32_t combine_row_bytes;   /* bytes of one combine row (elements, then MXFP8 scales) */
+  uint64_t config_hash;       /* epf_config_hash of the resolved config */
+  uint64_t timeout_ns;        /* resolved timeout */
+  uint64_t total_bytes;       /* bytes of one rank's slice; multiple of EPF_ALIGN */
+  epf_region_t region[EPF_REGION_COUNT];
+} epf_plan_t;
+
+/* Receive metadata rows. EXPERT_MAJOR: epf_recv_meta_em_t. RANK_MAJOR: epf_recv_meta_rm_t
+ * followed by top_k int32 local expert ids (-1 = none) and top_k float weights, padded to 16. */
+typedef struct epf_recv_meta_em {
+  int32_t src_token;    /* token index on the source rank; -1 = pad row */
+  int32_t src_rank;     /* source rank */
+  int32_t local_expert; /* expert index on this rank */
+  float weight;         /* topk_weights[src_token][k] */
+} epf_recv_meta_em_t;
+
+typedef struct epf_recv_meta_rm {
+  int32_t src_token;
+  int32_t src_rank;
+  int32_t num_local; /* how many of the top_k entries that follow are used */
+  int32_t reserved;
+} epf_recv_meta_rm_t;
+
+EPF_HD uint64_t epf__align_up_u64(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* checked a*b (both < 2^63); returns false on overflow */
+EPF_HD bool epf__mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
+  if (a != 0 && b > UINT64_MAX / a) return false;
+  *out = a * b;
+  return true;
+}
+
+/* epf_plan_compute — resolve + validate `cfg`, then lay out every region of one rank's window
+ *   slice, each at a multiple of EPF_ALIGN. This is the only function in epfuse that computes
+ *   region offsets. On error *out_plan is zeroed (size/magic/version still set).
+ *   Scope: any thread, host or device. Pure: no allocation, no I/O. */
+EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan) {
+  epf_config_t c;
+  epf_plan_t p;
+  epf_status_t st;
+  uint64_t R, E, EL, T, K, H, rows, sizes[EPF_REGION_COUNT], off;
+  uint64_t scale_cols, combine_rows;
+  int i;
+  if (cfg == NULL || out_plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  { /* zero-fill without memset: no <string.h>, and the same code runs on the device */
+    unsigned char* b = (unsigned char*)&p;
+    size_t n;
+    for (n = 0; n < sizeof(p); ++n) b[n] = 0;
+  }
+  p.size = (uint32_t)sizeof(epf_plan_t);
+  p.magic = EPF_PLAN_MAGIC;
+  p.version = EPF_PLAN_VERSION;
+  *out_plan = p;
+  st = epf_config_resolve(cfg, &c);
+  if (st != EPF_OK) return st;
+
+  R = (uint64_t)c.nranks;
+  E = (uint64_t)c.num_experts;
+  EL = E / R;
+  T = (uint64_t)c.max_tokens_per_rank;
+  K = (uint64_t)c.top_k;
+  H = (uint64_t)c.hidden;
+
+  p.flags = c.flags;
+  p.nranks = c.nranks;
+  p.num_experts = c.num_experts;
+  p.experts_per_rank = (int32_t)EL;
+  p.top_k = c.top_k;
+  p.hidden = c.hidden;
+  p.max_tokens_per_rank = c.max_tokens_per_rank;
+  p.mode = c.mode;
+  p.layout = c.layout;
+  p.payload = c.payload;
+  p.combine_payload = c.combine_payload;
+  p.scale_layout = c.scale_layout;
+  p.expert_alignment = c.expert_alignment;
+  p.config_hash = epf_config_hash(&c);
+  p.timeout_ns = c.timeout_ns;
+
+  /* per-row sizes (all < 2^32 by the hidden and top-k limits) */
+  p.row_bytes = (uint32_t)(c.payload == EPF_PAYLOAD_BF16 ? H * 2u : H);
+  p.scale_bytes_per_row = (uint32_t)(c.payload == EPF_PAYLOAD_MXFP8     ? H / 32u
+                                     : c.payload == EPF_PAYLOAD_FP8_128 ? H / 128u * 4u
+                                                                        : 0u);
+  p.meta_bytes_per_row = (uint32_t)(c.layout == EPF_LAYOUT_EXPERT_MAJOR
+                                        ? sizeof(epf_recv_meta_em_t)
+                                        : epf__align_up_u64(sizeof(epf_recv_meta_rm_t) + K * 8u, 16u));
+  p.combine_row_bytes = (uint32_t)(c.combine_payload == EPF_PAYLOAD_MXFP8
+                                       ? epf__align_up_u64(H + H / 32u, 16u)
+                                       : H * 2u);
+
+  /* rows of the receive region */
+  if (c.mode == EPF_MODE_LL) {
+    rows = (c.layout == EPF_LAYOUT_EXPERT_MAJOR ? EL : 1u) * R * T; /* one parity */
+    p.recv_capacity = (int64_t)rows;
+    rows *= 2u;
+  } else {
+    p.recv_capacity = c.recv_capacity;
+    rows = (uint64_t)c.recv_capacity;
+  }
+  /* combine landing rows at the source: (token, k) for EM, (token, rank) for RM */
+  combine_rows = T * (c.layout == EPF_LAYOUT_EXPERT_MAJOR ? K : R);
+  if (c.mode == EPF_MODE_LL)
+    combine_rows *= 2u;
+  else if ((c.flags & EPF_FLAG_COMBINE_PUSH) == 0u)
+    combine_rows = 0;
+
+  for (i = 0; i < EPF_REGION_COUNT; ++i) sizes[i] = 0;
+  sizes[EPF_REGION_HEADER] = EPF_HEADER_BYTES;
+  sizes[EPF_REGION_SIG_COUNT] = R * 8u;
+  sizes[EPF_REGION_SIG_DISPATCH] = R * 8u;
+  sizes[EPF_REGION_SIG_COMBINE] = R * 8u;
+  sizes[EPF_REGION_SIG_BARRIER] = R * 8u;
+  if (c.mode == EPF_MODE_LL) {
+    sizes[EPF_REGION_SIG_LL_DISPATCH] = 2u * EL * R * 8u;
+    sizes[EPF_REGION_SIG_LL_COMBINE] = 2u * R * 8u;
+  }
+  sizes[EPF_REGION_COUNTS] = 2u * R * E * 4u;
+  if (!epf__mul_ok(rows, p.row_bytes, &sizes[EPF_REGION_RECV_TOKENS])) return EPF_ERR_SIZE_OVERFLOW;
+  if (c.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4) {
+    /* 512-byte atoms of 128 rows x 4 scale columns; rows padded to 128, columns to 4 */
+    scale_cols = epf__align_up_u64(H / 32u, 4u);
+    if (!epf__mul_ok(epf__align_up_u64(rows, 128u), scale_cols, &sizes[EPF_REGION_RECV_SCALES]))
+      return EPF_ERR_SIZE_OVERFLOW;
+  } else if (!epf__mul_ok(rows, p.scale_bytes_per_row, &sizes[EPF_REGION_RECV_SCALES])) {
+    return EPF_ERR_SIZE_OVERFLOW;
+  }
+  if (!epf__mul_ok(rows, p.meta_bytes_per_row, &sizes[EPF_REGION_RECV_META])) return EPF_ERR_SIZE_OVERFLOW;
+  if (!epf__mul_ok(combine_rows, p.combine_row_bytes, &sizes[EPF_REGION_COMBINE]))
+    return EPF_ERR_SIZE_OVERFLOW;
+
+  off = 0;
+  for (i = 0; i < EPF_REGION_COUNT; ++i) {
+    uint64_t sz = epf__align_up_u64(sizes[i], EPF_ALIGN);
+    if (sz < sizes[i] || off > UINT64_MAX / 2 - sz) return EPF_ERR_SIZE_OVERFLOW;
+    p.region[i].offset = off;
+    p.region[i].bytes = sizes[i];
+    off += sz;
+  }
+  p.total_bytes = off;
+  *out_plan = p;
+  return EPF_OK;
+}
+
+/* epf_plan_check — the plan's prefix is this library's (e.g. a plan that crossed an FFI). */
+EPF_HD epf_status_t epf_plan_check(const epf_plan_t* plan) {
+  if (plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  return epf__check_prefix(plan->size, plan->magic, plan->version, EPF_PLAN_MAGIC,
+                           (uint32_t)sizeof(epf_plan_t));
+}
+
+/* ---- accessors: index inside one region (the region's base comes from the plan) ------------- */
+
+/* epf_plan_signal_offset — byte offset of uint64_t signal word `index` of a SIG_* region. */
+EPF_HD uint64_t epf_plan_signal_offset(const epf_plan_t* plan, epf_region_id_t region, int64_t index) {
+  return plan->region[region].offset + (uint64_t)index * 8u;
+}
+
+/* epf_plan_counts_offset — uint32 count of `expert` (global id) published by `src`, buffer `parity`. */
+EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int src, int expert) {
+  return plan->region[EPF_REGION_COUNTS].offset +
+         (((uint64_t)(parity & 1) * (uint64_t)plan->nranks + (uint64_t)src) * (uint64_t)plan->num_experts +
+          (uint64_t)expert) * 4u;
+}
+
+/* epf_plan_recv_token_offset / _scale_offset / _meta_offset — row `row` of the receive region
+ * (row in [0, rows of RECV_TOKENS)). The compact scale layout only; swizzled scales use
+ * epf_scale_swizzle_offset (quant.cuh) relative to the RECV_SCALES base. */
+EPF_HD uint64_t epf_plan_recv_token_offset(const epf_plan_t* plan, int64_t row) {
+  return plan->region[EPF_REGION_RECV_TOKENS].offset + (uint64_t)row * plan->row_bytes;
+}
+EPF_HD uint64_t epf_plan_recv_scale_offset(const epf_plan_t* plan, int64_t row) {
+  return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)row * plan->scale_bytes_per_row;
+}
+EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
+  return plan->region[EPF_REGION_RECV_META].offset + (uint64_t)row * plan->meta_bytes_per_row;
+}
+
+/* epf_region_name — "HEADER", "SIG_COUNT", ... for diagnostics and docs. */
+EPF_HD const char* epf_region_name(epf_region_id_t region) {
+  switch (region) {
+    case EPF_REGION_HEADER: return "HEADER";
+    case EPF_REGION_SIG_COUNT: return "SIG_COUNT";
+    case EPF_REGION_SIG_DISPATCH: return "SIG_DISPATCH";
+    case EPF_REGION_SIG_COMBINE: return "SIG_COMBINE";
+    case EPF_REGION_SIG_BARRIER: return "SIG_BARRIER";
+    case EPF_REGION_SIG_LL_DISPATCH: return "SIG_LL_DISPATCH";
+    case EPF_REGION_SIG_LL_COMBINE: return "SIG_LL_COMBINE";
+    case EPF_REGION_COUNTS: return "COUNTS";
+    case EPF_REGION_RECV_TOKENS: return "RECV_TOKENS";
+    case EPF_REGION_RECV_SCALES: return "RECV_SCALES";
+    case EPF_REGION_RECV_META: return "RECV_META";
+    case EPF_REGION_COMBINE: return "COMBINE";
+    default: return "UNKNOWN";
+  }
+}
+
+/* ============================================================================================ */
+/* The error record (device writes, host reads without a device sync)                            */
+/* ============================================================================================ */
+
+/* One per rank (or per virtual-rank group), in host-mapped memory (cudaHostAlloc with
+ * cudaHostAllocMapped; the device uses the mapped pointer). Device code records the FIRST error
+ * in full and counts all of them (signal.cuh: epf_error_report). The host reads it at any time
+ * with epf_error_read; fields other than the counters mean something only when valid == 1. */
+typedef struct epf_error_record {
+  uint32_t status;      /* epf_status_t of the first error; 0 = none. Set once (CAS from 0). */
+  uint32_t count;       /* how many errors were reported, the first included */
+  uint32_t valid;       /* 1 once the diagnostic below describes `status` (release-stored last) */
+  int32_t waiter_rank;  /* rank whose thread reported */
+  int32_t waiter_block; /* blockIdx.x of the reporting thread */
+  int32_t waiter_thread;/* threadIdx.x of the reporting thread */
+  int32_t peer;         /* the rank it waited for, or -1 */
+  uint32_t reserved;
+  uint64_t address;     /* address of the word it waited on (device virtual address) */
+  uint64_t wanted;      /* the epoch it wanted */
+  uint64_t seen;        /* the value it last saw there */
+  uint64_t elapsed_ns;  /* how long it waited */
+  uint32_t dropped_routes; /* expert ids outside [-1, E) dropped by route blocks */
+  uint32_t recv_overflow;  /* received rows dropped because recv_capacity was full */
+  uint32_t masked_ranks;   /* how many times a peer was masked after a timeout */
+  uint32_t reserved2;
+} epf_error_record_t;
+
+/* epf_error_read — copy the record the device writes, from the host, without a device sync.
+ *   rec: the host pointer of host-mapped memory. Word-by-word volatile reads; `valid` is read
+ *   first, so when out->valid == 1 the diagnostic fields belong to out->status. */
+EPF_INLINE void epf_error_read(const epf_error_record_t* rec, epf_error_record_t* out) {
+  const volatile epf_error_record_t* r = (const volatile epf_error_record_t*)rec;
+  out->valid = r->valid;
+  out->status = r->status;
+  out->count = r->count;
+  out->waiter_rank = r->waiter_rank;
+  out->waiter_block = r->waiter_block;
+  out->waiter_thread = r->waiter_thread;
+  out->peer = r->peer;
+  out->reserved = 0;
+  out->address = r->address;
+  out->wanted = r->wanted;
+  out->seen = r->seen;
+  out->elapsed_ns = r->elapsed_ns;
+  out->dropped_routes = r->dropped_routes;
+  out->recv_overflow = r->recv_overflow;
+  out->masked_ranks = r->masked_ranks;
+  out->reserved2 = 0;
+}
+
+/* epf_error_clear — zero the record from the host. Only while no kernel that may report into it
+ *   is running (after a stream or event sync). */
+EPF_INLINE void epf_error_clear(epf_error_record_t* rec) {
+  volatile unsigned char* b = (volatile unsigned char*)rec;
+  size_t n;
+  for (n = 0; n < sizeof(*rec); ++n) b[n] = 0;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_HOST_H */
+/* SPDX-License-Identifier: Apache-2.0 */

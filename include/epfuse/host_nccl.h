@@ -1,0 +1,180 @@
+/* epfuse/host_nccl.h — NCCL setup helpers: communicator with a deadline, symmetric window — part of epfuse v0.1
+ *
+ * What it is: the host side of standing up an epfuse team over NCCL, in plain C11 (also C++17 and
+ * CUDA): communicator creation in NON-BLOCKING mode that polls ncclCommGetAsyncError against a
+ * deadline and aborts on expiry (no silent hang at init), symmetric allocation + window
+ * registration (ncclMemAlloc + ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)) + teardown,
+ * and ncclResult_t -> epf_status_t with NCCL's own message. The device communicator
+ * (ncclDevCommCreate, C++ only in NCCL) is in nccl.cuh.
+ *
+ * What it does NOT do: pick devices, create unique ids, or keep global state. Every call returns
+ * an epf_status_t; on EPF_ERR_NCCL, epf_nccl_last_message() says what NCCL said.
+ *
+ * Usage:
+ *   ncclComm_t comm; epf_nccl_window_t win; epf_plan_t plan;
+ *   epf_plan_compute(&cfg, &plan);
+ *   if (epf_nccl_comm_init_rank(&comm, nranks, id, rank, 60.0) != EPF_OK) ...;
+ *   if (epf_nccl_window_create(comm, plan.total_bytes, 60.0, &win) != EPF_OK) ...;  // zeroed
+ *   ... kernels use win.window (nccl.cuh: epf_team_from_devcomm) ...
+ *   epf_nccl_window_destroy(comm, &win, 60.0);
+ *   epf_nccl_comm_destroy(comm, 60.0);
+ *
+ * Contents:
+ *   epf_status_t epf_nccl_status(ncclResult_t)
+ *   const char*  epf_nccl_last_message(ncclComm_t comm, ncclResult_t r)
+ *   epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double timeout_s)
+ *   epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks, ncclUniqueId id, int rank, double timeout_s)
+ *   epf_status_t epf_nccl_comm_destroy(ncclComm_t comm, double timeout_s)
+ *   epf_nccl_window_t
+ *   epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, double timeout_s, epf_nccl_window_t* out_win)
+ *   epf_status_t epf_nccl_window_destroy(ncclComm_t comm, epf_nccl_window_t* win, double timeout_s)
+ *
+ * Requirements: NCCL 2.28 – 2.30 headers (<nccl.h>), the CUDA runtime API, C11 (timespec_get).
+ * Collective calls (init, window create/destroy, comm destroy) must be made by every rank.
+ */
+#ifndef EPF_HOST_NCCL_H
+#define EPF_HOST_NCCL_H
+
+#include <time.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "host.h"
+
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 22800
+#error "epfuse needs NCCL >= 2.28 (symmetric windows and the device API)"
+#endif
+
+EPF_BEGIN_DECLS
+
+/* epf_nccl_status — ncclSuccess -> EPF_OK, everything else -> EPF_ERR_NCCL. */
+EPF_INLINE epf_status_t epf_nccl_status(ncclResult_t r) {
+  return r == ncclSuccess ? EPF_OK : EPF_ERR_NCCL;
+}
+
+/* epf_nccl_last_message — NCCL's words for a failure: ncclGetLastError(comm) when it says
+ *   something, else ncclGetErrorString(r). Never NULL. */
+EPF_INLINE const char* epf_nccl_last_message(ncclComm_t comm, ncclResult_t r) {
+  const char* s = comm != NULL ? ncclGetLastError(comm) : NULL;
+  if (s != NULL && s[0] != '\0') return s;
+  s = ncclGetErrorString(r);
+  return s != NULL ? s : "unknown NCCL error";
+}
+
+EPF_INLINE double epf__now_s(void) {
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* epf_nccl_wait — finish a non-blocking NCCL call: while r is ncclInProgress, poll
+ *   ncclCommGetAsyncError(comm) until it is not or timeout_s passes.
+ *   Returns EPF_OK, EPF_ERR_NCCL (the call failed), or EPF_ERR_TIMEOUT (still in progress; the
+ *   caller decides whether to ncclCommAbort). Scope: host thread owning comm. */
+EPF_INLINE epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double timeout_s) {
+  const double deadline = epf__now_s() + timeout_s;
+  while (r == ncclInProgress) {
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return EPF_ERR_NCCL;
+    if (r == ncclInProgress && epf__now_s() > deadline) return EPF_ERR_TIMEOUT;
+  }
+  return epf_nccl_status(r);
+}
+
+/* epf_nccl_comm_init_rank — ncclCommInitRankConfig in non-blocking mode, finished against a
+ *   deadline. On expiry the communicator is aborted, *out_comm = NULL and EPF_ERR_TIMEOUT is
+ *   returned (a peer that never arrives is diagnosed, not waited on forever).
+ *   Scope: host; collective over the nranks ranks of `id`. The calling thread's current CUDA
+ *   device is the rank's device. */
+EPF_INLINE epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks, ncclUniqueId id,
+                                                int rank, double timeout_s) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  ncclComm_t comm = NULL;
+  ncclResult_t r;
+  epf_status_t st;
+  if (out_comm == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  *out_comm = NULL;
+  if (nranks < 1) return EPF_ERR_RANKS;
+  if (rank < 0 || rank >= nranks) return EPF_ERR_RANK;
+  config.blocking = 0;
+  r = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    if (comm != NULL) ncclCommAbort(comm);
+    return EPF_ERR_NCCL;
+  }
+  st = epf_nccl_wait(comm, r, timeout_s);
+  if (st != EPF_OK) {
+    ncclCommAbort(comm);
+    return st;
+  }
+  *out_comm = comm;
+  return EPF_OK;
+}
+
+/* epf_nccl_comm_destroy — ncclCommFinalize (waited on against the deadline), then
+ *   ncclCommDestroy; ncclCommAbort if finalize fails or expires. Scope: host; collective. */
+EPF_INLINE epf_status_t epf_nccl_comm_destroy(ncclComm_t comm, double timeout_s) {
+  epf_status_t st;
+  if (comm == NULL) return EPF_OK;
+  st = epf_nccl_wait(comm, ncclCommFinalize(comm), timeout_s);
+  if (st != EPF_OK) {
+    ncclCommAbort(comm);
+    return st;
+  }
+  return epf_nccl_status(ncclCommDestroy(comm));
+}
+
+/* A registered symmetric window and the memory behind it. */
+typedef struct epf_nccl_window {
+  void* ptr;           /* this rank's slice (ncclMemAlloc), zero-filled at creation */
+  size_t bytes;        /* its size: use epf_plan_t.total_bytes */
+  ncclWindow_t window; /* handle for ncclGetLsaPointer / epf_team_from_devcomm */
+} epf_nccl_window_t;
+
+/* epf_nccl_window_create — ncclMemAlloc(bytes), zero it (cudaMemset, synchronous: epochs start at
+ *   0), then ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), finished against the deadline.
+ *   On failure nothing stays allocated. Scope: host; collective (same bytes on every rank). */
+EPF_INLINE epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, double timeout_s,
+                                               epf_nccl_window_t* out_win) {
+  epf_status_t st;
+  if (comm == NULL || out_win == NULL || bytes == 0) return EPF_ERR_INVALID_ARGUMENT;
+  out_win->ptr = NULL;
+  out_win->bytes = 0;
+  out_win->window = NULL;
+  if (ncclMemAlloc(&out_win->ptr, bytes) != ncclSuccess) return EPF_ERR_NCCL;
+  if (cudaMemset(out_win->ptr, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    ncclMemFree(out_win->ptr);
+    out_win->ptr = NULL;
+    return EPF_ERR_CUDA;
+  }
+  st = epf_nccl_wait(comm,
+                     ncclCommWindowRegister(comm, out_win->ptr, bytes, &out_win->window,
+                                            NCCL_WIN_COLL_SYMMETRIC),
+                     timeout_s);
+  if (st != EPF_OK) {
+    ncclMemFree(out_win->ptr);
+    out_win->ptr = NULL;
+    out_win->window = NULL;
+    return st;
+  }
+  out_win->bytes = bytes;
+  return EPF_OK;
+}
+
+/* epf_nccl_window_destroy — deregister (finished against the deadline), then ncclMemFree.
+ *   Scope: host; collective. Safe on a zeroed struct. */
+EPF_INLINE epf_status_t epf_nccl_window_destroy(ncclComm_t comm, epf_nccl_window_t* win,
+                                                double timeout_s) {
+  epf_status_t st = EPF_OK;
+  if (win == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (win->window != NULL) st = epf_nccl_wait(comm, ncclCommWindowDeregister(comm, win->window), timeout_s);
+  if (win->ptr != NULL && ncclMemFree(win->ptr) != ncclSuccess && st == EPF_OK) st = EPF_ERR_NCCL;
+  win->ptr = NULL;
+  win->window = NULL;
+  win->bytes = 0;
+  return st;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_HOST_NCCL_H */
+/* SPDX-License-Identifier: Apache-2.0 */

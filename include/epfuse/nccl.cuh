@@ -1,0 +1,98 @@
+/* epfuse/nccl.cuh — team views from NCCL windows and device communicators — part of epfuse v0.1
+ *
+ * What it is: the ONLY epfuse header that includes nccl_device.h. It turns an NCCL symmetric
+ * window (ncclWindow_t) and device communicator (ncclDevComm) into an epf_team_t, so every other
+ * block runs unchanged over NCCL, virtual ranks or a foreign transport. It also wraps the NCCL
+ * LSA barrier (a C++ template in NCCL) behind a plain function, and creates the device
+ * communicator on the host for both NCCL 2.28 (no requirements initializer) and 2.29+ (the
+ * initializer is required).
+ *
+ * What it does NOT do: allocate windows (host_nccl.h does), or use GIN/network transports: epfuse
+ * moves data over LSA (NVLink) only.
+ *
+ * Usage (tests/gpu/test_nccl.cu has it whole):
+ *   ncclDevComm_t dev;
+ *   epf_nccl_devcomm_create(comm, nblocks, 60.0, &dev);          // host, collective
+ *   __global__ void k(ncclDevComm_t dev, ncclWindow_t win, epf_plan_t plan) {
+ *     epf_team_t team = epf_team_from_devcomm(&dev, win);
+ *     epf_lsa_barrier_sync_block(&dev, blockIdx.x);
+ *   }
+ *
+ * Contents:
+ *   epf_team_t   epf_team_from_window(ncclWindow_t win, int lsa_rank, int lsa_size)   [device]
+ *   epf_team_t   epf_team_from_devcomm(const ncclDevComm_t* comm, ncclWindow_t win)  [device]
+ *   void         epf_lsa_barrier_sync_block(const ncclDevComm_t* comm, uint32_t index) [collective:block]
+ *   epf_status_t epf_nccl_devcomm_create(ncclComm_t, int lsa_barrier_count, double timeout_s, ncclDevComm_t* out)
+ *   epf_status_t epf_nccl_devcomm_destroy(ncclComm_t, const ncclDevComm_t* dev)
+ *
+ * Requirements: CUDA (C++), NCCL 2.28 – 2.30 with the device API (nccl_device.h), sm_70+.
+ */
+#ifndef EPF_NCCL_CUH
+#define EPF_NCCL_CUH
+
+#include "config.h"
+
+#if !EPF_IS_CUDA
+#error "epfuse/nccl.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#endif
+
+#include <string.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include "host_nccl.h"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* epf_team_from_window — team view of an NCCL symmetric window, through ncclGetLsaPointer. NCCL's
+ *   LSA mapping is affine (peer p at lsaFlatBase + p * stride), so the view stores the base and
+ *   stride and never calls back into NCCL. Scope: any thread; cheap (two pointer queries). */
+EPF_DEVICE_INLINE epf_team_t epf_team_from_window(ncclWindow_t win, int lsa_rank, int lsa_size) {
+  char* p0 = (char*)ncclGetLsaPointer(win, 0, 0);
+  uint64_t stride = lsa_size > 1 ? (uint64_t)((char*)ncclGetLsaPointer(win, 0, 1) - p0) : 0u;
+  return epf_team_affine(p0, stride, lsa_rank, lsa_size);
+}
+
+/* epf_team_from_devcomm — the same, with rank and size from the device communicator's LSA team. */
+EPF_DEVICE_INLINE epf_team_t epf_team_from_devcomm(const ncclDevComm_t* comm, ncclWindow_t win) {
+  return epf_team_from_window(win, comm->lsaRank, comm->lsaSize);
+}
+
+/* epf_lsa_barrier_sync_block — NCCL's LSA barrier (ncclLsaBarrierSession<ncclCoopCta>::sync with
+ *   acquire-release order) behind a plain function.
+ *   Scope: [collective:block] every thread; one block per `index` per rank, index <
+ *   lsa_barrier_count given to epf_nccl_devcomm_create. Blocking: yes (NCCL 2.28 has no timeout;
+ *   use epf_barrier_block from signal.cuh where a bounded wait is needed). */
+EPF_DEVICE_INLINE void epf_lsa_barrier_sync_block(const ncclDevComm_t* comm, uint32_t index) {
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), *comm, ncclTeamLsa(*comm), comm->lsaBarrier,
+                                         index);
+  bar.sync(ncclCoopCta(), cuda::memory_order_acq_rel);
+}
+
+/* epf_nccl_devcomm_create — ncclDevCommCreate with `lsa_barrier_count` LSA barriers, for NCCL 2.28
+ *   (requirements zero-filled) and 2.29+ (NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER), finished
+ *   against the deadline on a non-blocking communicator. Scope: host; collective. */
+EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier_count,
+                                                double timeout_s, ncclDevComm_t* out_dev) {
+#ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
+  ncclDevCommRequirements_t reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
+#else
+  ncclDevCommRequirements_t reqs;
+  memset(&reqs, 0, sizeof(reqs));
+#endif
+  if (comm == NULL || out_dev == NULL || lsa_barrier_count < 0) return EPF_ERR_INVALID_ARGUMENT;
+  reqs.lsaBarrierCount = lsa_barrier_count;
+  return epf_nccl_wait(comm, ncclDevCommCreate(comm, &reqs, out_dev), timeout_s);
+}
+
+/* epf_nccl_devcomm_destroy — ncclDevCommDestroy. Scope: host; collective. */
+EPF_INLINE epf_status_t epf_nccl_devcomm_destroy(ncclComm_t comm, const ncclDevComm_t* dev) {
+  if (comm == NULL || dev == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  return epf_nccl_status(ncclDevCommDestroy(comm, dev));
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_NCCL_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

@@ -1,0 +1,70 @@
+/* epfuse/status.h — the status codes every epfuse function returns — part of epfuse v0.1
+ *
+ * What it is: one X-macro list, EPF_STATUS_LIST, that produces the epf_status_t enum here and the
+ * name and message tables in host.h (epf_status_name, epf_status_message). Device code returns
+ * the same codes and records them in the host-mapped error record (signal.cuh).
+ *
+ * What it does NOT do: print, abort or keep a "last error" global.
+ *
+ * Usage:
+ *   epf_status_t st = epf_config_resolve(&cfg, &resolved);
+ *   if (st != EPF_OK) fprintf(stderr, "%s: %s\n", epf_status_name(st), epf_status_message(st));
+ *
+ * Contents:
+ *   EPF_STATUS_LIST(X)   X(name, value, message) for every status
+ *   epf_status_t         enum; EPF_OK == 0; values are stable ABI (only ever appended)
+ *   EPF_STATUS_COUNT     one past the largest value
+ *
+ * Requirements: any C or C++ compiler.
+ */
+#ifndef EPF_STATUS_H
+#define EPF_STATUS_H
+
+/* X(name, value, message). Values are ABI: append only, never renumber. */
+#define EPF_STATUS_LIST(X)                                                                      \
+  X(EPF_OK, 0, "success")                                                                       \
+  X(EPF_ERR_INVALID_ARGUMENT, 1, "a required pointer is NULL or an argument is malformed")     \
+  X(EPF_ERR_STRUCT_VERSION, 2,                                                                  \
+    "struct prefix (size, magic, version) is wrong: initialize it with its *_INIT macro")       \
+  X(EPF_ERR_RANKS, 3, "nranks must be in [1, EPF_MAX_RANKS]")                                   \
+  X(EPF_ERR_RANK, 4, "rank must be in [0, nranks)")                                             \
+  X(EPF_ERR_EXPERTS, 5, "num_experts must be in [1, EPF_MAX_EXPERTS]")                          \
+  X(EPF_ERR_EXPERTS_NOT_DIVISIBLE, 6, "num_experts must be a multiple of nranks")               \
+  X(EPF_ERR_TOPK, 7, "top_k must be in [1, EPF_MAX_TOPK]")                                      \
+  X(EPF_ERR_HIDDEN, 8, "hidden must be positive and at most 1 << 20")                           \
+  X(EPF_ERR_HIDDEN_ALIGNMENT, 9,                                                                \
+    "hidden is not a multiple of the payload's vector width (8 for BF16, 32 for MXFP8, "        \
+    "128 for per-128 FP8)")                                                                     \
+  X(EPF_ERR_TOKENS, 10, "max_tokens_per_rank must be in [1, EPF_MAX_TOKENS_PER_RANK]")         \
+  X(EPF_ERR_RECV_CAPACITY, 11,                                                                  \
+    "recv_capacity is too small for one aligned row per local expert, or too large")            \
+  X(EPF_ERR_ALIGNMENT, 12,                                                                      \
+    "expert_alignment must be a power of two in [1, 1024], or a pointer is misaligned")         \
+  X(EPF_ERR_PAYLOAD, 13, "unknown payload or combine payload")                                  \
+  X(EPF_ERR_LAYOUT, 14, "unknown layout, or a layout the chosen mode does not support")         \
+  X(EPF_ERR_MODE, 15, "unknown mode")                                                           \
+  X(EPF_ERR_SCALE_LAYOUT, 16, "unknown scale layout, or one the payload does not support")      \
+  X(EPF_ERR_FLAGS, 17, "unknown bits in flags")                                                 \
+  X(EPF_ERR_SIZE_OVERFLOW, 18, "the window plan does not fit in 64-bit byte offsets")           \
+  X(EPF_ERR_WINDOW_TOO_SMALL, 19, "the window is smaller than the plan's total_bytes")          \
+  X(EPF_ERR_CONFIG_MISMATCH, 20,                                                                \
+    "ranks of the team were set up with different configurations (config hash differs)")        \
+  X(EPF_ERR_TIMEOUT, 21, "a bounded wait expired: a peer did not signal in time")               \
+  X(EPF_ERR_ABORTED, 22, "the operation was aborted through the abort word")                    \
+  X(EPF_ERR_PEER_MASKED, 23, "the peer is masked out of the team (active mask)")                \
+  X(EPF_ERR_CUDA, 24, "a CUDA runtime call failed")                                             \
+  X(EPF_ERR_NCCL, 25, "an NCCL call failed")                                                    \
+  X(EPF_ERR_NOT_SUPPORTED, 26, "not supported on this device, architecture or NCCL version")  \
+  X(EPF_ERR_CO_RESIDENCY, 27,                                                                   \
+    "the virtual-rank grid cannot be co-resident on this device (too many blocks)")             \
+  X(EPF_ERR_ROUTE_DROPPED, 28, "expert ids outside [-1, num_experts) were dropped and counted") \
+  X(EPF_ERR_RECV_OVERFLOW, 29, "received rows exceeded recv_capacity; they were dropped and counted")
+
+#define EPF__STATUS_ENUM_ITEM(name, value, message) name = value,
+
+typedef enum epf_status {
+  EPF_STATUS_LIST(EPF__STATUS_ENUM_ITEM) EPF_STATUS_COUNT
+} epf_status_t;
+
+#endif /* EPF_STATUS_H */
+/* SPDX-License-Identifier: Apache-2.0 */

@@ -1,0 +1,79 @@
+/* test_abi — freezes the layout of every struct that crosses host -> device or an FFI boundary.
+ * Compiling this file is the test (C11 and, as test_abi.cpp, C++17). A layout change fails here
+ * and must come with a version bump of the struct. */
+#include <stddef.h>
+
+#include "epfuse/host.h"
+
+#define EPF_ABI(cond) EPF_STATIC_ASSERT(cond, #cond)
+
+/* epf_config_t v1 */
+EPF_ABI(offsetof(epf_config_t, size) == 0);
+EPF_ABI(offsetof(epf_config_t, magic) == 4);
+EPF_ABI(offsetof(epf_config_t, version) == 8);
+EPF_ABI(offsetof(epf_config_t, nranks) == 12);
+EPF_ABI(offsetof(epf_config_t, num_experts) == 16);
+EPF_ABI(offsetof(epf_config_t, top_k) == 20);
+EPF_ABI(offsetof(epf_config_t, hidden) == 24);
+EPF_ABI(offsetof(epf_config_t, max_tokens_per_rank) == 28);
+EPF_ABI(offsetof(epf_config_t, mode) == 32);
+EPF_ABI(offsetof(epf_config_t, layout) == 36);
+EPF_ABI(offsetof(epf_config_t, payload) == 40);
+EPF_ABI(offsetof(epf_config_t, combine_payload) == 44);
+EPF_ABI(offsetof(epf_config_t, scale_layout) == 48);
+EPF_ABI(offsetof(epf_config_t, expert_alignment) == 52);
+EPF_ABI(offsetof(epf_config_t, flags) == 56);
+EPF_ABI(offsetof(epf_config_t, reserved0) == 60);
+EPF_ABI(offsetof(epf_config_t, recv_capacity) == 64);
+EPF_ABI(offsetof(epf_config_t, timeout_ns) == 72);
+EPF_ABI(sizeof(epf_config_t) == 80);
+
+/* epf_plan_t v1 */
+EPF_ABI(offsetof(epf_plan_t, size) == 0);
+EPF_ABI(offsetof(epf_plan_t, magic) == 4);
+EPF_ABI(offsetof(epf_plan_t, version) == 8);
+EPF_ABI(offsetof(epf_plan_t, flags) == 12);
+EPF_ABI(offsetof(epf_plan_t, nranks) == 16);
+EPF_ABI(offsetof(epf_plan_t, expert_alignment) == 60);
+EPF_ABI(offsetof(epf_plan_t, recv_capacity) == 64);
+EPF_ABI(offsetof(epf_plan_t, row_bytes) == 72);
+EPF_ABI(offsetof(epf_plan_t, combine_row_bytes) == 84);
+EPF_ABI(offsetof(epf_plan_t, config_hash) == 88);
+EPF_ABI(offsetof(epf_plan_t, timeout_ns) == 96);
+EPF_ABI(offsetof(epf_plan_t, total_bytes) == 104);
+EPF_ABI(offsetof(epf_plan_t, region) == 112);
+EPF_ABI(EPF_REGION_COUNT == 12);
+EPF_ABI(sizeof(epf_region_t) == 16);
+EPF_ABI(sizeof(epf_plan_t) == 112 + 16 * 12);
+
+/* window header: fixed for a given EPF_MAX_RANKS, independent of the config */
+EPF_ABI(offsetof(epf_window_header_t, peer_hash) == 0);
+EPF_ABI(offsetof(epf_window_header_t, peer_epoch) == 8 * EPF_MAX_RANKS);
+EPF_ABI(EPF_HEADER_BYTES % EPF_ALIGN == 0);
+
+/* receive metadata rows */
+EPF_ABI(sizeof(epf_recv_meta_em_t) == 16);
+EPF_ABI(sizeof(epf_recv_meta_rm_t) == 16);
+
+/* host-mapped error record */
+EPF_ABI(offsetof(epf_error_record_t, status) == 0);
+EPF_ABI(offsetof(epf_error_record_t, count) == 4);
+EPF_ABI(offsetof(epf_error_record_t, valid) == 8);
+EPF_ABI(offsetof(epf_error_record_t, peer) == 24);
+EPF_ABI(offsetof(epf_error_record_t, address) == 32);
+EPF_ABI(offsetof(epf_error_record_t, wanted) == 40);
+EPF_ABI(offsetof(epf_error_record_t, seen) == 48);
+EPF_ABI(offsetof(epf_error_record_t, elapsed_ns) == 56);
+EPF_ABI(offsetof(epf_error_record_t, dropped_routes) == 64);
+EPF_ABI(offsetof(epf_error_record_t, recv_overflow) == 68);
+EPF_ABI(offsetof(epf_error_record_t, masked_ranks) == 72);
+EPF_ABI(sizeof(epf_error_record_t) == 80);
+
+/* status values are ABI: spot-check the ends of the list */
+EPF_ABI(EPF_OK == 0);
+EPF_ABI(EPF_ERR_CONFIG_MISMATCH == 20);
+EPF_ABI(EPF_ERR_TIMEOUT == 21);
+EPF_ABI(EPF_STATUS_COUNT == 30);
+
+int epf_abi_test_anchor(void);
+int epf_abi_test_anchor(void) { return 0; }

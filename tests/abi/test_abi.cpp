@@ -1,0 +1,2 @@
+/* test_abi.cpp — the same layout checks compiled as C++17. */
+#include "test_abi.c"

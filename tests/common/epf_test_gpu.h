@@ -1,0 +1,57 @@
+/* epf_test_gpu.h — shared helpers of the GPU test programs (not part of the library).
+ *   EPF_CHECK_CUDA(call)       fail the current cmocka test on any CUDA error, with file:line
+ *   EPF_CHECK_LAUNCH()         cudaGetLastError + cudaDeviceSynchronize after a launch
+ *   epf_test_gpus_or_skip(n)   77 when fewer than n GPUs are usable (CTest: "Not Run"), else 0
+ *   epf_test_seed()            fresh seed per run (time-based, or EPF_TEST_SEED), printed
+ */
+#ifndef EPF_TEST_GPU_H
+#define EPF_TEST_GPU_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+#define EPF_CHECK_CUDA(call)                                                                  \
+  do {                                                                                        \
+    cudaError_t epf_e_ = (call);                                                              \
+    if (epf_e_ != cudaSuccess)                                                                \
+      fail_msg("%s:%d: %s -> %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorName(epf_e_),   \
+               cudaGetErrorString(epf_e_));                                                   \
+  } while (0)
+
+#define EPF_CHECK_LAUNCH()                   \
+  do {                                       \
+    EPF_CHECK_CUDA(cudaGetLastError());      \
+    EPF_CHECK_CUDA(cudaDeviceSynchronize()); \
+  } while (0)
+
+static inline int epf_test_gpus_or_skip(int need) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < need) {
+    printf("SKIP: needs %d GPU(s), found %d (%s)\n", need, e == cudaSuccess ? n : 0,
+           e == cudaSuccess ? "ok" : cudaGetErrorString(e));
+    return 77;
+  }
+  return 0;
+}
+
+static inline uint64_t epf_test_seed(void) {
+  const char* s = getenv("EPF_TEST_SEED");
+  uint64_t seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) * 2654435761ull) ^ (uint64_t)clock();
+  printf("EPF_TEST_SEED=%llu\n", (unsigned long long)seed);
+  return seed;
+}
+
+/* splitmix64 */
+static inline uint64_t epf_test_rand(uint64_t* s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+#endif /* EPF_TEST_GPU_H */

@@ -1,0 +1,37 @@
+# cmake -DINCLUDE_DIR=<include> -P check_headers.cmake
+# Rules for every public header (STYLE.md §3, §4, §8):
+#  - no templates, namespaces, references-to-C++ constructs that would break the C/template-free API
+#  - the header guard is built mechanically from the path: include/epfuse/foo/bar.cuh -> EPF_FOO_BAR_CUH
+#  - the file opens with its manual ("<path> — ... — part of epfuse") and carries an SPDX line
+file(GLOB_RECURSE headers "${INCLUDE_DIR}/epfuse/*.h" "${INCLUDE_DIR}/epfuse/*.cuh")
+set(errors "")
+foreach(h IN LISTS headers)
+  file(RELATIVE_PATH rel "${INCLUDE_DIR}" "${h}")
+  file(READ "${h}" text)
+  # strip comments before looking for constructs
+  string(REGEX REPLACE "/\\*([^*]|\\*+[^*/])*\\*+/" "" code "${text}")
+  string(REGEX REPLACE "//[^\n]*" "" code "${code}")
+  foreach(bad "template[ \t]*<" "namespace[ \t]" "constexpr" "static_cast<" "reinterpret_cast<")
+    if(code MATCHES "${bad}")
+      list(APPEND errors "${rel}: contains '${bad}'")
+    endif()
+  endforeach()
+  string(REGEX REPLACE "^epfuse/" "" guard_path "${rel}")
+  string(TOUPPER "EPF_${guard_path}" guard)
+  string(REGEX REPLACE "[^A-Z0-9]" "_" guard "${guard}")
+  if(NOT text MATCHES "#ifndef ${guard}\n#define ${guard}\n")
+    list(APPEND errors "${rel}: header guard must be ${guard}")
+  endif()
+  if(NOT text MATCHES "^/\\* ${rel} — [^\n]* — part of epfuse")
+    list(APPEND errors "${rel}: must open with '/* ${rel} — <purpose> — part of epfuse vX.Y'")
+  endif()
+  if(NOT text MATCHES "SPDX-License-Identifier")
+    list(APPEND errors "${rel}: no SPDX line")
+  endif()
+endforeach()
+list(LENGTH headers n)
+if(errors)
+  string(JOIN "\n  " msg ${errors})
+  message(FATAL_ERROR "header rules violated:\n  ${msg}")
+endif()
+message(STATUS "${n} headers follow the rules")
