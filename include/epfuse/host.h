@@ -33,7 +33,7 @@
  *   epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan)
  *   epf_status_t epf_plan_check(const epf_plan_t* plan)    struct prefix check (host or FFI)
  *   uint64_t     epf_plan_signal_offset(const epf_plan_t*, epf_region_id_t, int64_t index)
- *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int expert)
+ *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int index)
  *   uint64_t     epf_plan_recv_token_offset / _scale_offset / _meta_offset(const epf_plan_t*, int64_t row)
  *   epf_error_record_t, epf_error_read(rec, out), epf_error_clear(rec)   host-mapped diagnostics
  *   const char*  epf_status_name(epf_status_t), epf_status_message(epf_status_t)
@@ -329,7 +329,7 @@ typedef enum epf_region_id {
   EPF_REGION_SIG_BARRIER,      /* [R] team barrier, one per peer */
   EPF_REGION_SIG_LL_DISPATCH,  /* LL: [2 parity][experts_per_rank][R] epoch|count */
   EPF_REGION_SIG_LL_COMBINE,   /* LL: [2 parity][R] */
-  EPF_REGION_COUNTS,           /* [2 parity][R source][E] uint32 per-expert counts */
+  EPF_REGION_COUNTS,           /* [2 parity][R source][E + R] uint32: per-expert, then per-rank counts */
   EPF_REGION_RECV_TOKENS,      /* HT: [recv_capacity] rows; LL: [2][E_local][R][T] (EM) or [2][R][T] (RM) */
   EPF_REGION_RECV_SCALES,      /* the rows' scales (compact or swizzled); 0 bytes for BF16 */
   EPF_REGION_RECV_META,        /* the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row) */
@@ -478,7 +478,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
     sizes[EPF_REGION_SIG_LL_DISPATCH] = 2u * EL * R * 8u;
     sizes[EPF_REGION_SIG_LL_COMBINE] = 2u * R * 8u;
   }
-  sizes[EPF_REGION_COUNTS] = 2u * R * E * 4u;
+  sizes[EPF_REGION_COUNTS] = 2u * R * (E + R) * 4u;
   if (!epf__mul_ok(rows, p.row_bytes, &sizes[EPF_REGION_RECV_TOKENS])) return EPF_ERR_SIZE_OVERFLOW;
   if (c.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4) {
     /* 512-byte atoms of 128 rows x 4 scale columns; rows padded to 128, columns to 4 */
@@ -519,11 +519,13 @@ EPF_HD uint64_t epf_plan_signal_offset(const epf_plan_t* plan, epf_region_id_t r
   return plan->region[region].offset + (uint64_t)index * 8u;
 }
 
-/* epf_plan_counts_offset — uint32 count of `expert` (global id) published by `src`, buffer `parity`. */
-EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int src, int expert) {
+/* epf_plan_counts_offset — uint32 count number `index` published by `src` into buffer `parity`:
+ *   index in [0, E) is the (token, k) count of global expert `index`; index in [E, E + R) is the
+ *   deduplicated token count for destination rank `index - E`. */
+EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int src, int index) {
+  const uint64_t row = (uint64_t)plan->num_experts + (uint64_t)plan->nranks;
   return plan->region[EPF_REGION_COUNTS].offset +
-         (((uint64_t)(parity & 1) * (uint64_t)plan->nranks + (uint64_t)src) * (uint64_t)plan->num_experts +
-          (uint64_t)expert) * 4u;
+         (((uint64_t)(parity & 1) * (uint64_t)plan->nranks + (uint64_t)src) * row + (uint64_t)index) * 4u;
 }
 
 /* epf_plan_recv_token_offset / _scale_offset / _meta_offset — row `row` of the receive region

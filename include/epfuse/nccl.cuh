@@ -24,6 +24,7 @@
  *   void         epf_lsa_barrier_sync_block(const ncclDevComm_t* comm, uint32_t index) [collective:block]
  *   epf_status_t epf_nccl_devcomm_create(ncclComm_t, int lsa_barrier_count, double timeout_s, ncclDevComm_t* out)
  *   epf_status_t epf_nccl_devcomm_destroy(ncclComm_t, const ncclDevComm_t* dev)
+ *   epf_status_t epf_nccl_team_query(const ncclDevComm_t* dev, ncclWindow_t win, cudaStream_t, epf_team_t* out)
  *
  * Requirements: CUDA (C++), NCCL 2.28 – 2.30 with the device API (nccl_device.h), sm_70+.
  */
@@ -90,6 +91,29 @@ EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier
 EPF_INLINE epf_status_t epf_nccl_devcomm_destroy(ncclComm_t comm, const ncclDevComm_t* dev) {
   if (comm == NULL || dev == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf_nccl_status(ncclDevCommDestroy(comm, dev));
+}
+
+/* Reads the LSA base and stride of a window on the device (ncclGetLsaPointer is device-only). */
+static __global__ void epf__nccl_team_query_kernel(ncclDevComm_t dev, ncclWindow_t win, epf_team_t* out) {
+  *out = epf_team_from_devcomm(&dev, win);
+}
+
+/* epf_nccl_team_query — the window's team view as a host value, so host launchers of ready-made
+ *   kernels can pass it by value (the LSA mapping does not change while the window lives).
+ *   Launches one 1-thread kernel on `stream` and waits for it. Scope: host, outside graph
+ *   capture, once per window. Returns EPF_OK or EPF_ERR_CUDA. */
+EPF_INLINE epf_status_t epf_nccl_team_query(const ncclDevComm_t* dev, ncclWindow_t win, cudaStream_t stream,
+                                            epf_team_t* out_team) {
+  epf_team_t* d_team = NULL;
+  cudaError_t e;
+  if (dev == NULL || out_team == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (cudaMalloc((void**)&d_team, sizeof(epf_team_t)) != cudaSuccess) return EPF_ERR_CUDA;
+  epf__nccl_team_query_kernel<<<1, 1, 0, stream>>>(*dev, win, d_team);
+  e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpyAsync(out_team, d_team, sizeof(epf_team_t), cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  cudaFree(d_team);
+  return e == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
 }
 
 EPF_END_DECLS

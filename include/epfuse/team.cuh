@@ -29,6 +29,7 @@
  *   epf_team_t epf_team_from_table(void* const* peers, int rank, int nranks)            [EPF_HD]
  *   void*      epf_peer_ptr(epf_team_t team, uint64_t offset, int peer)                 [EPF_HD]
  *   void*      epf_local_ptr(epf_team_t team, uint64_t offset)                          [EPF_HD]
+ *   epf_team_t epf_team_for_block(epf_team_t team, int virtual_ranks, int blocks_per_rank) [device]
  *   epf_status_t epf_virtual_grid_check(const void* kernel, int block_threads,
  *                                       size_t dynamic_smem, int grid_blocks, int device) [host]
  *
@@ -99,6 +100,16 @@ EPF_HD void* epf_local_ptr(epf_team_t team, uint64_t offset) {
 }
 
 #if EPF_IS_CUDA
+/* epf_team_for_block — the team view this block plays in a ready-made kernel. One kernel serves
+ *   both launch kinds: a real rank (virtual_ranks == 0: `team` as given, e.g. from
+ *   epf_nccl_team_query) and VIRTUAL RANKS (virtual_ranks != 0: `team` is the affine view of one
+ *   local allocation of team.nranks slices and this block plays rank blockIdx.x / blocks_per_rank).
+ *   Scope: any thread. */
+EPF_DEVICE_INLINE epf_team_t epf_team_for_block(epf_team_t team, int virtual_ranks, int blocks_per_rank) {
+  if (virtual_ranks) team.rank = (int32_t)(blockIdx.x / (unsigned)blocks_per_rank);
+  return team;
+}
+
 /* epf_virtual_grid_check — can a grid of `grid_blocks` blocks of `kernel` be co-resident on
  *   `device`? Virtual ranks spin on each other inside one launch, so a block that is not resident
  *   would never run and its peers would time out. Returns EPF_OK, EPF_ERR_CO_RESIDENCY, or

@@ -119,6 +119,15 @@ static void test_one_rank_window(void** state) {
   EPF_CHECK_CUDA(cudaMemcpy(host_words, (char*)win.ptr + epf_plan_recv_token_offset(&plan, 0), WORDS * 4,
                             cudaMemcpyDeviceToHost));
   for (int i = 0; i < WORDS; ++i) assert_int_equal(host_words[i], (uint32_t)i * 2654435761u ^ salt);
+  /* the host-side team view matches what the kernel built */
+  {
+    epf_team_t team;
+    assert_int_equal(epf_nccl_team_query(&dev, win.window, 0, &team), EPF_OK);
+    assert_int_equal(team.rank, 0);
+    assert_int_equal(team.nranks, 1);
+    assert_null(team.peers);
+    assert_true((uint64_t)(uintptr_t)epf_peer_ptr(team, epf_plan_recv_token_offset(&plan, 0), 0) == probe.peer_ptr);
+  }
   /* the handshake left this rank's hash in its own header */
   {
     epf_window_header_t hdr;
