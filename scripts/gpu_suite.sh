@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# gpu_suite.sh — build and run the GPU suite and the benchmarks on a GPU machine that has no
+# network (the lent H200). Everything it needs travels with the tree:
+#   .deps/cmocka   Debian's libcmocka0 + libcmocka-dev unpacked (scripts/fetch_deps.sh makes it)
+#   NCCL           from the machine's Python environment (site-packages/nvidia/nccl), or NCCL_ROOT
+# Usage: scripts/gpu_suite.sh [build] [test] [bench] [torch] [sanitize]   (default: all but sanitize)
+# Logs go to $OUT (or ./gpu-out): configure.log build.log ctest-gpu.log bench.log torch.log.
+set -u -o pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+OUT=${OUT:-$root/gpu-out}
+mkdir -p "$OUT"
+stages=${*:-build test bench torch}
+has() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+CMOCKA_ROOT=${CMOCKA_ROOT:-$root/.deps/cmocka/usr}
+if [ -z "${NCCL_ROOT:-}" ]; then
+  NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+fi
+export LD_LIBRARY_PATH="$CMOCKA_ROOT/lib/x86_64-linux-gnu:${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}"
+B=${BUILD_DIR:-build-gpu}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+
+if has build; then
+  gen=""; command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
+  cmake -S . -B "$B" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DCMOCKA_ROOT="$CMOCKA_ROOT" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} >"$OUT/configure.log" 2>&1 \
+    || { tail -30 "$OUT/configure.log"; exit 1; }
+  grep -E "NCCL|cmocka" "$OUT/configure.log" | head -5
+  cmake --build "$B" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+  echo "build: ok"
+fi
+if has test; then
+  ctest --test-dir "$B" -L gpu --output-on-failure --timeout 900 2>&1 | tee "$OUT/ctest-gpu.log" | grep -vE "^\s*$" | tail -40
+fi
+if has sanitize; then
+  for t in ${SANITIZE_TESTS:-}; do
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$t" 2>&1 | tail -8 | tee -a "$OUT/sanitize.log"
+    done
+  done
+fi
+if has bench; then
+  : >"$OUT/bench.log"
+  for b in "$B"/tests/bench/bench_*; do
+    [ -x "$b" ] || continue
+    echo "== $(basename "$b")" | tee -a "$OUT/bench.log"
+    "$b" 2>&1 | tee -a "$OUT/bench.log"
+  done
+fi
+if has torch; then
+  : >"$OUT/torch.log"
+  for s in scripts/check_*_torch.py scripts/bench_*_torch.py; do
+    [ -f "$s" ] || continue
+    echo "== $s" | tee -a "$OUT/torch.log"
+    python3 "$s" --build "$B" 2>&1 | tee -a "$OUT/torch.log"
+  done
+fi
