@@ -67,17 +67,21 @@ EPF_INLINE double epf__now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* epf_nccl_wait — finish a non-blocking NCCL call: while r is ncclInProgress, poll
- *   ncclCommGetAsyncError(comm) until it is not or timeout_s passes.
+/* epf_nccl_wait — finish a call on a non-blocking communicator: unless the call already failed,
+ *   poll ncclCommGetAsyncError(comm) until the communicator leaves ncclInProgress or timeout_s
+ *   passes. (A non-blocking call may return ncclSuccess while its work is still in progress; the
+ *   next call on the communicator would then fail, so the state is always polled.)
  *   Returns EPF_OK, EPF_ERR_NCCL (the call failed), or EPF_ERR_TIMEOUT (still in progress; the
  *   caller decides whether to ncclCommAbort). Scope: host thread owning comm. */
 EPF_INLINE epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double timeout_s) {
   const double deadline = epf__now_s() + timeout_s;
-  while (r == ncclInProgress) {
+  if (r != ncclSuccess && r != ncclInProgress) return EPF_ERR_NCCL;
+  if (comm == NULL) return epf_nccl_status(r);
+  for (;;) {
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return EPF_ERR_NCCL;
-    if (r == ncclInProgress && epf__now_s() > deadline) return EPF_ERR_TIMEOUT;
+    if (r != ncclInProgress) return epf_nccl_status(r);
+    if (epf__now_s() > deadline) return EPF_ERR_TIMEOUT;
   }
-  return epf_nccl_status(r);
 }
 
 /* epf_nccl_comm_init_rank — ncclCommInitRankConfig in non-blocking mode, finished against a
