@@ -33,7 +33,9 @@ if has build; then
   echo "build: ok"
 fi
 if has test; then
-  ctest --test-dir "$B" -L gpu --output-on-failure --timeout 900 2>&1 | tee "$OUT/ctest-gpu.log" | grep -vE "^\s*$" | tail -40
+  # full output of every test in the log; the summary and failures on the terminal
+  ctest --test-dir "$B" -L gpu -V --timeout 900 >"$OUT/ctest-gpu.log" 2>&1
+  grep -E "Test +#|tests passed|FAILED|Failed|Timeout|Not Run|\[  FAILED|ERROR|error:" "$OUT/ctest-gpu.log" | tail -60
 fi
 if has sanitize; then
   for t in ${SANITIZE_TESTS:-}; do
