@@ -334,6 +334,9 @@ typedef enum epf_region_id {
   EPF_REGION_RECV_SCALES,      /* the rows' scales (compact or swizzled); 0 bytes for BF16 */
   EPF_REGION_RECV_META,        /* the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row) */
   EPF_REGION_COMBINE,          /* combine landing area at the source (push / LL); else 0 bytes */
+  EPF_REGION_EXPERT_OUT,       /* HT pull combine: BF16/MXFP8 expert outputs in the receive row
+                                  order, when the dispatch rows are too small to hold them in place
+                                  (quantized dispatch); 0 bytes when RECV_TOKENS is reused in place */
   EPF_REGION_COUNT
 } epf_region_id_t;
 
@@ -372,7 +375,8 @@ typedef struct epf_plan {
  * followed by top_k int32 local expert ids (-1 = none) and top_k float weights, padded to 16. */
 typedef struct epf_recv_meta_em {
   int32_t src_token;    /* token index on the source rank; -1 = pad row */
-  int32_t src_rank;     /* source rank */
+  int16_t src_rank;     /* source rank */
+  int16_t k;            /* which of the token's top_k entries this copy is */
   int32_t local_expert; /* expert index on this rank */
   float weight;         /* topk_weights[src_token][k] */
 } epf_recv_meta_em_t;
@@ -491,6 +495,9 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   if (!epf__mul_ok(rows, p.meta_bytes_per_row, &sizes[EPF_REGION_RECV_META])) return EPF_ERR_SIZE_OVERFLOW;
   if (!epf__mul_ok(combine_rows, p.combine_row_bytes, &sizes[EPF_REGION_COMBINE]))
     return EPF_ERR_SIZE_OVERFLOW;
+  if (c.mode == EPF_MODE_HT && (c.flags & EPF_FLAG_COMBINE_PUSH) == 0u && p.row_bytes < p.combine_row_bytes &&
+      !epf__mul_ok(rows, p.combine_row_bytes, &sizes[EPF_REGION_EXPERT_OUT]))
+    return EPF_ERR_SIZE_OVERFLOW;
 
   off = 0;
   for (i = 0; i < EPF_REGION_COUNT; ++i) {
@@ -556,6 +563,7 @@ EPF_HD const char* epf_region_name(epf_region_id_t region) {
     case EPF_REGION_RECV_SCALES: return "RECV_SCALES";
     case EPF_REGION_RECV_META: return "RECV_META";
     case EPF_REGION_COMBINE: return "COMBINE";
+    case EPF_REGION_EXPERT_OUT: return "EXPERT_OUT";
     default: return "UNKNOWN";
   }
 }

@@ -42,9 +42,9 @@ EPF_ABI(offsetof(epf_plan_t, config_hash) == 88);
 EPF_ABI(offsetof(epf_plan_t, timeout_ns) == 96);
 EPF_ABI(offsetof(epf_plan_t, total_bytes) == 104);
 EPF_ABI(offsetof(epf_plan_t, region) == 112);
-EPF_ABI(EPF_REGION_COUNT == 12);
+EPF_ABI(EPF_REGION_COUNT == 13);
 EPF_ABI(sizeof(epf_region_t) == 16);
-EPF_ABI(sizeof(epf_plan_t) == 112 + 16 * 12);
+EPF_ABI(sizeof(epf_plan_t) == 112 + 16 * 13);
 
 /* window header: fixed for a given EPF_MAX_RANKS, independent of the config */
 EPF_ABI(offsetof(epf_window_header_t, peer_hash) == 0);
@@ -53,6 +53,8 @@ EPF_ABI(EPF_HEADER_BYTES % EPF_ALIGN == 0);
 
 /* receive metadata rows */
 EPF_ABI(sizeof(epf_recv_meta_em_t) == 16);
+EPF_ABI(offsetof(epf_recv_meta_em_t, k) == 6);
+EPF_ABI(offsetof(epf_recv_meta_em_t, weight) == 12);
 EPF_ABI(sizeof(epf_recv_meta_rm_t) == 16);
 
 /* host-mapped error record */
