@@ -35,6 +35,7 @@
  *   uint64_t     epf_plan_signal_offset(const epf_plan_t*, epf_region_id_t, int64_t index)
  *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int index)
  *   uint64_t     epf_plan_recv_token_offset / _scale_offset / _meta_offset(const epf_plan_t*, int64_t row)
+ *   uint64_t     epf_plan_expert_out_offset / epf_plan_combine_offset(const epf_plan_t*, int64_t row)
  *   epf_error_record_t, epf_error_read(rec, out), epf_error_clear(rec)   host-mapped diagnostics
  *   const char*  epf_status_name(epf_status_t), epf_status_message(epf_status_t)
  *   int          epf_version(void)
@@ -372,7 +373,9 @@ typedef struct epf_plan {
 } epf_plan_t;
 
 /* Receive metadata rows. EXPERT_MAJOR: epf_recv_meta_em_t. RANK_MAJOR: epf_recv_meta_rm_t
- * followed by top_k int32 local expert ids (-1 = none) and top_k float weights, padded to 16. */
+ * followed by top_k int32 local expert ids (-1 = none), top_k float weights and top_k int32
+ * expert-major slots (the copy's rank within its (source, expert) group, so a local `expand` can
+ * place it without a scan), padded to 16 bytes. Entries [0, num_local) are used, in k order. */
 typedef struct epf_recv_meta_em {
   int32_t src_token;    /* token index on the source rank; -1 = pad row */
   int16_t src_rank;     /* source rank */
@@ -451,7 +454,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
                                                                         : 0u);
   p.meta_bytes_per_row = (uint32_t)(c.layout == EPF_LAYOUT_EXPERT_MAJOR
                                         ? sizeof(epf_recv_meta_em_t)
-                                        : epf__align_up_u64(sizeof(epf_recv_meta_rm_t) + K * 8u, 16u));
+                                        : epf__align_up_u64(sizeof(epf_recv_meta_rm_t) + K * 12u, 16u));
   p.combine_row_bytes = (uint32_t)(c.combine_payload == EPF_PAYLOAD_MXFP8
                                        ? epf__align_up_u64(H + H / 32u, 16u)
                                        : H * 2u);
@@ -546,6 +549,20 @@ EPF_HD uint64_t epf_plan_recv_scale_offset(const epf_plan_t* plan, int64_t row) 
 }
 EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
   return plan->region[EPF_REGION_RECV_META].offset + (uint64_t)row * plan->meta_bytes_per_row;
+}
+
+/* epf_plan_expert_out_offset — where the expert output of receive row `row` lives for an HT pull
+ *   combine: in EXPERT_OUT (combine_row_bytes per row) when the plan has that region, else in
+ *   place over the received row in RECV_TOKENS (row_bytes per row, which then is large enough). */
+EPF_HD uint64_t epf_plan_expert_out_offset(const epf_plan_t* plan, int64_t row) {
+  if (plan->region[EPF_REGION_EXPERT_OUT].bytes != 0)
+    return plan->region[EPF_REGION_EXPERT_OUT].offset + (uint64_t)row * plan->combine_row_bytes;
+  return plan->region[EPF_REGION_RECV_TOKENS].offset + (uint64_t)row * plan->row_bytes;
+}
+
+/* epf_plan_combine_offset — row `row` of the COMBINE landing region (push / LL combine). */
+EPF_HD uint64_t epf_plan_combine_offset(const epf_plan_t* plan, int64_t row) {
+  return plan->region[EPF_REGION_COMBINE].offset + (uint64_t)row * plan->combine_row_bytes;
 }
 
 /* epf_region_name — "HEADER", "SIG_COUNT", ... for diagnostics and docs. */

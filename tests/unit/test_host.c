@@ -274,7 +274,7 @@ static void expected_sizes(const epf_config_t* r, uint64_t* s) {
   uint64_t rows = ll ? 2 * (em ? EL : 1) * R * T : (uint64_t)r->recv_capacity;
   uint64_t row_bytes = r->payload == EPF_PAYLOAD_BF16 ? 2 * H : H;
   uint64_t scale = r->payload == EPF_PAYLOAD_MXFP8 ? H / 32 : r->payload == EPF_PAYLOAD_FP8_128 ? H / 32 : 0;
-  uint64_t meta = em ? 16 : (16 + 8 * K + 15) / 16 * 16;
+  uint64_t meta = em ? 16 : (16 + 12 * K + 15) / 16 * 16;
   uint64_t crow = r->combine_payload == EPF_PAYLOAD_MXFP8 ? (H + H / 32 + 15) / 16 * 16 : 2 * H;
   uint64_t crows = T * (em ? K : R) * (ll ? 2 : ((r->flags & EPF_FLAG_COMBINE_PUSH) ? 1 : 0));
   int i;
@@ -338,6 +338,11 @@ static void test_plan_random(void** state) {
                   p.region[EPF_REGION_RECV_TOKENS].offset + p.region[EPF_REGION_RECV_TOKENS].bytes);
       assert_true(epf_plan_recv_meta_offset(&p, last) + p.meta_bytes_per_row ==
                   p.region[EPF_REGION_RECV_META].offset + p.region[EPF_REGION_RECV_META].bytes);
+      if (p.region[EPF_REGION_EXPERT_OUT].bytes)
+        assert_true(epf_plan_expert_out_offset(&p, last) + p.combine_row_bytes ==
+                    p.region[EPF_REGION_EXPERT_OUT].offset + p.region[EPF_REGION_EXPERT_OUT].bytes);
+      else
+        assert_true(epf_plan_expert_out_offset(&p, last) == epf_plan_recv_token_offset(&p, last));
       if (r.scale_layout == EPF_SCALE_LAYOUT_COMPACT)
         assert_true(epf_plan_recv_scale_offset(&p, last) + p.scale_bytes_per_row ==
                     p.region[EPF_REGION_RECV_SCALES].offset + p.region[EPF_REGION_RECV_SCALES].bytes);
