@@ -1,0 +1,169 @@
+/* epfuse/combine.cuh — high-throughput combine blocks: weighted FP32 reduction in k order — part of epfuse v0.1
+ *
+ * What it is: the way back of high-throughput (HT) EP. Expert outputs (BF16, one row per received
+ * row, in the receive order) return to their source rank, which weights them by topk_weights,
+ * reduces in FP32 **in k order** with fused multiply-adds (acc = fma(w_k, y_k, acc), k ascending,
+ * from acc = 0), and writes one BF16 row per token — bitwise deterministic, and equal to the CPU
+ * reference that does the same fmaf sequence. Two transports over LSA:
+ *   - PULL (default): the source loads each copy's output straight from the expert rank's window
+ *     (epf_plan_expert_out_offset) — no landing buffer, no extra pass.
+ *   - PUSH (EPF_FLAG_COMBINE_PUSH): the expert rank stores each output row into the source's
+ *     COMBINE region row (token, k); the source then reduces locally.
+ *   Readiness: the expert side signals SIG_COMBINE[rank] in every peer with the epoch
+ *   (epf_combine_signal_block) once its outputs are in place (pull) or pushed (push); the source
+ *   waits for all peers (epf_combine_wait_block) before it reads.
+ *
+ * What it does NOT do: run the experts, pick routes, or protect the receive region against the
+ * next dispatch: a rank may overwrite its peers' receive regions again only after the next count
+ * exchange (route update), which every rank enters after finishing its combine.
+ *
+ * Usage (a fused epilogue; kernels_ht.cuh has ready-made kernels):
+ *   // source rank, one warp per token t; lane j < K holds copy j
+ *   epf_combine_pull_row_warp(team, &plan, dst_rank_j, dst_row_j, w_j, K, out + t * H);
+ *
+ * Contents:
+ *   void epf_combine_pull_row_warp(team, plan, int src_rank, int64_t src_row, float weight, int ncopies, void* out_row)
+ *   void epf_combine_reduce_local_warp(const void* rows, uint64_t row_stride, const float* w, int ncopies, int hidden, void* out_row)
+ *   void epf_combine_push_row_warp(team, plan, const void* expert_out_row, int dst_rank, int64_t combine_row)
+ *   void epf_combine_signal_block(team, plan, uint32_t epoch)                     [collective:block]
+ *   epf_status_t epf_combine_wait_block(team, plan, uint32_t epoch, epf_wait_t w) [collective:block]
+ *   void epf_bf16x8_fma(float acc[8], uint4 v, float w)   one 16-byte BF16 vector into FP32 accumulators
+ *   uint4 epf_bf16x8_from_f32(const float acc[8])          RNE back to BF16
+ *
+ * Requirements: CUDA, sm_80+ for the BF16 conversions (sm_90 / sm_100 tested).
+ */
+#ifndef EPF_COMBINE_CUH
+#define EPF_COMBINE_CUH
+
+#include <cuda_bf16.h>
+
+#include "config.h"
+#include "host.h"
+#include "ptx.cuh"
+#include "signal.cuh"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* epf_bf16x8_fma — acc[i] = fma(w, bf16 element i of v, acc[i]) for the 8 BF16 values of v.
+ *   Scope: any thread. Exact: BF16 -> FP32 is exact; one rounding per fma. */
+EPF_DEVICE_INLINE void epf_bf16x8_fma(float* acc, uint4 v, float w) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  int i;
+#pragma unroll
+  for (i = 0; i < 4; ++i) {
+    acc[2 * i] = __fmaf_rn(w, __uint_as_float(words[i] << 16), acc[2 * i]);
+    acc[2 * i + 1] = __fmaf_rn(w, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+  }
+}
+
+/* epf_bf16x8_from_f32 — 8 FP32 values to 8 BF16 (round to nearest even; NaN -> 0x7fff). */
+EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
+  uint32_t words[4];
+  int i;
+#pragma unroll
+  for (i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    words[i] = *(const uint32_t*)&h;
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+/* epf_combine_pull_row_warp — reduce one token's expert outputs, loading them from the peers.
+ *   Scope:    [collective:warp] every lane, converged; ncopies, out_row uniform.
+ *   Input:    lane j < ncopies holds copy j in k order: the rank that received it (src_rank < 0:
+ *             not routed, skipped), its receive row there (src_row; outside [0, recv_capacity):
+ *             dropped at dispatch, skipped) and its weight. The outputs are BF16 rows at
+ *             epf_plan_expert_out_offset(plan, src_row) of that rank's window.
+ *   Does:     out[h] = BF16_RNE(fma(w_{j_n}, y_{j_n}[h], ... fma(w_{j_0}, y_{j_0}[h], 0))) over the
+ *             present copies in ascending j; a token with no present copy gets zeros.
+ *   Memory:   plain loads from peers (call after epf_combine_wait_block); plain local stores. */
+EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan_t* plan, int src_rank,
+                                                 int64_t src_row, float weight, int ncopies, void* out_row) {
+  const int lane = epf_lane_id();
+  const int nvec = plan->hidden >> 3;
+  const bool ok = lane < ncopies && src_rank >= 0 && src_rank < team.nranks && src_row >= 0 &&
+                  src_row < plan->recv_capacity;
+  const uint4* my_src = ok ? (const uint4*)epf_peer_ptr(team, epf_plan_expert_out_offset(plan, src_row), src_rank)
+                           : (const uint4*)0;
+  const uint32_t present = __ballot_sync(0xffffffffu, ok);
+  uint4* out = (uint4*)out_row;
+  int i;
+  for (i = lane; i < nvec; i += 32) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    uint32_t m;
+    for (m = present; m != 0u; m &= m - 1u) {
+      const int j = __ffs((int)m) - 1;
+      const uint4* s = (const uint4*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_src, j);
+      const float w = __shfl_sync(0xffffffffu, weight, j);
+      epf_bf16x8_fma(acc, epf_ld_v4_u32(s + i), w);
+    }
+    epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
+  }
+}
+
+/* epf_combine_reduce_local_warp — the same reduction over local rows (push combine, LL combine).
+ *   Scope:    [collective:warp] [uniform-args].
+ *   Input:    rows: ncopies BF16 rows of `hidden` elements, row j at rows + j * row_stride bytes,
+ *             w[j] its weight. Every row j < ncopies is used, in ascending j: the caller passes
+ *             the present copies only, compacted, keeping their k order.
+ *   Memory:   plain loads and stores. */
+EPF_DEVICE_INLINE void epf_combine_reduce_local_warp(const void* rows, uint64_t row_stride, const float* w,
+                                                     int ncopies, int hidden, void* out_row) {
+  const int nvec = hidden >> 3;
+  uint4* out = (uint4*)out_row;
+  int i, j;
+  for (i = epf_lane_id(); i < nvec; i += 32) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (j = 0; j < ncopies; ++j)
+      epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)((const char*)rows + (uint64_t)j * row_stride) + i), w[j]);
+    epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
+  }
+}
+
+/* epf_combine_push_row_warp — store one expert output row into the source's COMBINE region.
+ *   Scope: [collective:warp] [uniform-args]. combine_row: the row of the source's COMBINE region
+ *   (EXPERT_MAJOR: token * top_k + k). dst_rank < 0 or a row outside the region: no-op.
+ *   Memory: plain stores to the peer; publish with epf_arrive_last_block + epf_combine_signal_block. */
+EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan_t* plan, const void* expert_out_row,
+                                                 int dst_rank, int64_t combine_row) {
+  const uint64_t rows = plan->combine_row_bytes ? plan->region[EPF_REGION_COMBINE].bytes / plan->combine_row_bytes : 0;
+  const uint4* s = (const uint4*)expert_out_row;
+  uint4* d;
+  int i;
+  const int nvec = (int)(plan->combine_row_bytes >> 4);
+  if (dst_rank < 0 || dst_rank >= team.nranks || combine_row < 0 || (uint64_t)combine_row >= rows) return;
+  d = (uint4*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank);
+  for (i = epf_lane_id(); i < nvec; i += 32) epf_st_v4_u32(d + i, epf_ld_v4_u32(s + i));
+}
+
+/* epf_combine_signal_block — publish combine readiness of `epoch` to every peer: thread p
+ *   release-stores (epoch, 0) into SIG_COMBINE[team.rank] of peer p.
+ *   Scope: [collective:block]; for push, by the block epf_arrive_last_block chose; for pull, after
+ *   the expert outputs are complete (e.g. at the end of the expert kernel, or a separate launch). */
+EPF_DEVICE_INLINE void epf_combine_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
+  const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_COMBINE, team.rank);
+  int p;
+  __syncthreads();
+  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x)
+    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team, off, p), epoch, 0u);
+}
+
+/* epf_combine_wait_block — wait until every peer signalled combine `epoch`.
+ *   Scope: [collective:block] [blocking]. Result: [result:all] as epf_dispatch_wait_block. */
+EPF_DEVICE_INLINE epf_status_t epf_combine_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
+                                                      epf_wait_t w) {
+  epf_status_t st = EPF_OK;
+  int p;
+  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x) {
+    const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_COMBINE, p);
+    const epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
+    if (s != EPF_OK && st == EPF_OK) st = s;
+  }
+  return epf__block_status(st);
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_COMBINE_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

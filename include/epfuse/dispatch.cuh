@@ -1,0 +1,189 @@
+/* epfuse/dispatch.cuh — high-throughput dispatch blocks: rows straight into their final slots — part of epfuse v0.1
+ *
+ * What it is: the send and receive halves of high-throughput (HT) dispatch as device functions.
+ *   - Send: one warp copies one token row from local memory into its FINAL slot in every
+ *     destination's receive region (epf_peer_ptr + the plan's RECV_TOKENS offset), with 16-byte
+ *     stores, reading the row once and writing it once per copy: no ring buffer, no second copy.
+ *     The warp holds the token's copies in its lanes ("lane-held copy list": lane j < ncopies holds
+ *     copy j's destination), so one call serves EXPERT_MAJOR (a copy per (token, expert)) and
+ *     RANK_MAJOR (a copy per (token, destination rank)). Metadata rows travel beside the data.
+ *     Rows whose slot is outside [0, recv_capacity) are dropped and counted, never written.
+ *   - Completion: every block of a rank arrives on a per-rank counter (epf_arrive_last_block); the
+ *     last one release-signals SIG_DISPATCH[rank] in every peer with the epoch.
+ *   - Receive: one block per rank waits for every peer's SIG_DISPATCH (bounded; masked peers are
+ *     skipped), after which the receive region holds every row in its final place.
+ *   Where the slots come from is the route's business (route.cuh); these blocks take them as input.
+ *
+ * What it does NOT do: compute routes or offsets, allocate, launch, or order anything beyond what
+ * each contract says. Quantizing sends (MXFP8 / per-128 FP8 on the way) are in dispatch_quant
+ * functions built on quant.cuh.
+ *
+ * Usage (a fused router kernel; kernels_ht.cuh has the ready-made version):
+ *   // lane j < K: copy j of token t
+ *   int e = lane < K ? topk[t * K + lane] : -1;
+ *   int dst = e >= 0 ? e / plan.experts_per_rank : -1;
+ *   int64_t row = e >= 0 ? send_base[e] + slot[t * K + lane] : -1;
+ *   epf_dispatch_send_row_warp(team, &plan, x + t * H, dst, row, K);
+ *   epf_dispatch_meta_em(team, &plan, dst, row, t, lane, e % plan.experts_per_rank, w);  // lanes < K
+ *   ...
+ *   if (epf_arrive_last_block(&counters[rank], gridDim_per_rank, epoch))
+ *     epf_dispatch_signal_block(team, &plan, epoch);
+ *
+ * Contents:
+ *   uint32_t epf_dispatch_send_row_warp(team, plan, const void* src_row, int dst_rank, int64_t dst_row, int ncopies)
+ *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
+ *   bool     epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round)     [collective:block]
+ *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
+ *   epf_status_t epf_dispatch_wait_block(team, plan, uint32_t epoch, epf_wait_t w)             [collective:block]
+ *   void     epf_copy_row_warp(void* dst, const void* src, uint32_t bytes)                    [collective:warp]
+ *
+ * Requirements: CUDA, sm_70+. Rows 16-byte aligned (row_bytes is a multiple of 16 by the plan's
+ * hidden-size rules).
+ */
+#ifndef EPF_DISPATCH_CUH
+#define EPF_DISPATCH_CUH
+
+#include "config.h"
+#include "host.h"
+#include "ptx.cuh"
+#include "signal.cuh"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* Rows are moved in chunks of EPF_COPY_UNROLL 16-byte vectors per lane: that many loads are in
+ * flight before the first store. */
+#ifndef EPF_COPY_UNROLL
+#define EPF_COPY_UNROLL 4
+#endif
+
+/* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses.
+ *   Scope: [collective:warp] [uniform-args]. Memory: plain loads and stores, no ordering. */
+EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t bytes) {
+  const uint4* s = (const uint4*)src;
+  uint4* d = (uint4*)dst;
+  const int nvec = (int)(bytes >> 4);
+  int i;
+  for (i = epf_lane_id(); i < nvec; i += 32) epf_st_v4_u32(d + i, epf_ld_v4_u32(s + i));
+}
+
+/* epf__row_dst — this lane's destination row pointer in `region`, or NULL when the copy is absent
+ *   (dst_rank < 0) or its slot is outside [0, recv_capacity). */
+EPF_DEVICE_INLINE char* epf__row_dst(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row) {
+  if (dst_rank < 0 || dst_rank >= team.nranks || dst_row < 0 || dst_row >= plan->recv_capacity) return NULL;
+  return (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, dst_row), dst_rank);
+}
+
+/* epf_dispatch_send_row_warp — copy one token row into up to 32 destination slots.
+ *   Scope:    [collective:warp] every lane, converged; src_row and ncopies uniform.
+ *   Input:    lane j < ncopies holds copy j: (dst_rank, dst_row) = destination rank and row of the
+ *             destination's RECV_TOKENS region (dst_rank < 0: no copy). Lanes >= ncopies ignored.
+ *             src_row: plan->row_bytes bytes, 16-byte aligned, local memory, not written during
+ *             the call.
+ *   Does:     reads the row once (EPF_COPY_UNROLL 16-byte vectors per lane in flight) and stores it
+ *             into every present copy. A copy whose dst_row is outside [0, recv_capacity) is
+ *             dropped (never written).
+ *   Result:   [result:all] the number of dropped copies (the caller counts them, e.g. with
+ *             epf_error_count_add(&rec->recv_overflow, n) from lane 0).
+ *   Memory:   plain stores to peers; nothing is published: signal after the copies (see
+ *             epf_arrive_last_block + epf_dispatch_signal_block). */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                      int dst_rank, int64_t dst_row, int ncopies) {
+  const int lane = epf_lane_id();
+  const int nvec = (int)(plan->row_bytes >> 4);
+  const uint4* src = (const uint4*)src_row;
+  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
+  const uint32_t dropped =
+      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
+  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
+  int base;
+  if (present == 0u) return dropped;
+  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
+    uint4 v[EPF_COPY_UNROLL];
+    int u;
+    uint32_t m;
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      if (i < nvec) v[u] = epf_ld_nc_v4_u32(src + i);
+    }
+    for (m = present; m != 0u; m &= m - 1u) {
+      const int j = __ffs((int)m) - 1;
+      uint4* d = (uint4*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
+#pragma unroll
+      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+        const int i = base + u * 32 + lane;
+        if (i < nvec) epf_st_v4_u32(d + i, v[u]);
+      }
+    }
+  }
+  return dropped;
+}
+
+/* epf_dispatch_meta_em — write one EXPERT_MAJOR metadata row (epf_recv_meta_em_t) beside a copy.
+ *   Scope: any single thread (typically lane j for copy j). Skips absent / out-of-range copies,
+ *   exactly as epf_dispatch_send_row_warp does. Memory: one 16-byte plain store to the peer. */
+EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row,
+                                            int src_token, int k, int local_expert, float weight) {
+  uint4 v;
+  if (dst_rank < 0 || dst_rank >= team.nranks || dst_row < 0 || dst_row >= plan->recv_capacity) return;
+  v.x = (uint32_t)src_token;
+  v.y = ((uint32_t)(uint16_t)team.rank) | ((uint32_t)(uint16_t)k << 16);
+  v.z = (uint32_t)local_expert;
+  v.w = __float_as_uint(weight);
+  epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank), v);
+}
+
+/* epf_arrive_last_block — completion of a multi-block phase without a grid barrier.
+ *   Scope:    [collective:block] every thread of each of the `nblocks` blocks that share `counter`
+ *             calls it once per round, after its work.
+ *   Result:   [result:all] true in exactly one block, the last to arrive; that block may publish
+ *             the whole group's work: what every block wrote before its arrival (to local or
+ *             peer memory) happens before anything the last block does after the call.
+ *   Memory:   counter is a monotone uint32 in device memory (never reset: round r completes when
+ *             it reaches r * nblocks; start at 0 with round 1). __syncthreads, then thread 0's
+ *             .sys acq_rel atomic add (cumulative over the block's writes).
+ *   Limits:   the same nblocks every round; rounds of one counter must not overlap. */
+EPF_DEVICE_INLINE bool epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round) {
+  int last = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t old = epf_atom_add_acq_rel_sys_u32(counter, 1u);
+    last = old + 1u == round * nblocks;
+  }
+  return __syncthreads_or(last) != 0;
+}
+
+/* epf_dispatch_signal_block — publish this rank's dispatch of `epoch` to every peer: thread p
+ *   release-stores (epoch, 0) into SIG_DISPATCH[team.rank] of peer p.
+ *   Scope: [collective:block], called by the block that epf_arrive_last_block chose.
+ *   Memory: .sys release; ordered after everything the rank's blocks wrote before arriving. */
+EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
+  const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_DISPATCH, team.rank);
+  int p;
+  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x)
+    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team, off, p), epoch, 0u);
+}
+
+/* epf_dispatch_wait_block — the receive half: wait until every peer published dispatch `epoch`.
+ *   Scope:    [collective:block] [blocking]; any number of blocks of a rank may call it.
+ *   Result:   [result:all] EPF_OK, or the first failure by priority (TIMEOUT, ABORTED,
+ *             PEER_MASKED: a masked peer sent nothing this round).
+ *   Memory:   .sys acquire per peer, then __syncthreads: after OK every thread of the block may read
+ *             the receive region. */
+EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
+                                                       epf_wait_t w) {
+  epf_status_t st = EPF_OK;
+  int p;
+  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x) {
+    const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_DISPATCH, p);
+    const epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
+    if (s != EPF_OK && st == EPF_OK) st = s;
+  }
+  return epf__block_status(st);
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_DISPATCH_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */
