@@ -335,9 +335,9 @@ typedef enum epf_region_id {
   EPF_REGION_RECV_SCALES,      /* the rows' scales (compact or swizzled); 0 bytes for BF16 */
   EPF_REGION_RECV_META,        /* the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row) */
   EPF_REGION_COMBINE,          /* combine landing area at the source (push / LL); else 0 bytes */
-  EPF_REGION_EXPERT_OUT,       /* HT pull combine: BF16/MXFP8 expert outputs in the receive row
-                                  order, when the dispatch rows are too small to hold them in place
-                                  (quantized dispatch); 0 bytes when RECV_TOKENS is reused in place */
+  EPF_REGION_EXPERT_OUT,       /* HT pull combine: expert outputs (combine_payload rows) in the
+                                  receive row order, unless both directions are BF16 (then the
+                                  outputs overwrite RECV_TOKENS in place and this is 0 bytes) */
   EPF_REGION_COUNT
 } epf_region_id_t;
 
@@ -498,7 +498,11 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   if (!epf__mul_ok(rows, p.meta_bytes_per_row, &sizes[EPF_REGION_RECV_META])) return EPF_ERR_SIZE_OVERFLOW;
   if (!epf__mul_ok(combine_rows, p.combine_row_bytes, &sizes[EPF_REGION_COMBINE]))
     return EPF_ERR_SIZE_OVERFLOW;
-  if (c.mode == EPF_MODE_HT && (c.flags & EPF_FLAG_COMBINE_PUSH) == 0u && p.row_bytes < p.combine_row_bytes &&
+  /* pull combine reads expert outputs from the window: in place over BF16 dispatch rows when both
+   * directions are BF16, else from EXPERT_OUT (quantized rows are too small, and an MXFP8 combine
+   * row written over the BF16 row it is read from would clobber unread elements) */
+  if (c.mode == EPF_MODE_HT && (c.flags & EPF_FLAG_COMBINE_PUSH) == 0u &&
+      (c.payload != EPF_PAYLOAD_BF16 || c.combine_payload != EPF_PAYLOAD_BF16) &&
       !epf__mul_ok(rows, p.combine_row_bytes, &sizes[EPF_REGION_EXPERT_OUT]))
     return EPF_ERR_SIZE_OVERFLOW;
 
@@ -553,7 +557,7 @@ EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
 
 /* epf_plan_expert_out_offset — where the expert output of receive row `row` lives for an HT pull
  *   combine: in EXPERT_OUT (combine_row_bytes per row) when the plan has that region, else in
- *   place over the received row in RECV_TOKENS (row_bytes per row, which then is large enough). */
+ *   place over the received BF16 row in RECV_TOKENS (both directions BF16). */
 EPF_HD uint64_t epf_plan_expert_out_offset(const epf_plan_t* plan, int64_t row) {
   if (plan->region[EPF_REGION_EXPERT_OUT].bytes != 0)
     return plan->region[EPF_REGION_EXPERT_OUT].offset + (uint64_t)row * plan->combine_row_bytes;

@@ -291,7 +291,10 @@ static void expected_sizes(const epf_config_t* r, uint64_t* s) {
                                   : rows * scale;
   s[EPF_REGION_RECV_META] = rows * meta;
   s[EPF_REGION_COMBINE] = crows * crow;
-  s[EPF_REGION_EXPERT_OUT] = (!ll && !(r->flags & EPF_FLAG_COMBINE_PUSH) && row_bytes < crow) ? rows * crow : 0;
+  s[EPF_REGION_EXPERT_OUT] = (!ll && !(r->flags & EPF_FLAG_COMBINE_PUSH) &&
+                              (r->payload != EPF_PAYLOAD_BF16 || r->combine_payload != EPF_PAYLOAD_BF16))
+                                 ? rows * crow
+                                 : 0;
 }
 
 static void test_plan_random(void** state) {
