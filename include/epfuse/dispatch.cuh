@@ -140,9 +140,11 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* p
  *   Result:   [result:all] true in exactly one block, the last to arrive; that block may publish
  *             the whole group's work: what every block wrote before its arrival (to local or
  *             peer memory) happens before anything the last block does after the call.
- *   Memory:   counter is a monotone uint32 in device memory (never reset: round r completes when
- *             it reaches r * nblocks; start at 0 with round 1). __syncthreads, then thread 0's
- *             .sys acq_rel atomic add (cumulative over the block's writes).
+ *   Memory:   counter is a uint32 in device memory: round r completes when it reaches r * nblocks
+ *             (start at 0 with round 1). Either keep counting rounds, or — what the ready-made
+ *             kernels do — have the last block store 0 back (all blocks have arrived by then) and
+ *             always pass round 1. __syncthreads, then thread 0's .sys acq_rel atomic add
+ *             (cumulative over the block's writes).
  *   Limits:   the same nblocks every round; rounds of one counter must not overlap. */
 EPF_DEVICE_INLINE bool epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round) {
   int last = 0;
