@@ -48,8 +48,18 @@ if has bench; then
   : >"$OUT/bench.log"
   for b in "$B"/tests/bench/bench_*; do
     [ -x "$b" ] || continue
-    echo "== $(basename "$b")" | tee -a "$OUT/bench.log"
-    "$b" 2>&1 | tee -a "$OUT/bench.log"
+    args_file="tests/bench/$(basename "$b").args" # one argument set per line; none: defaults only
+    if [ -f "$args_file" ]; then
+      while IFS= read -r args; do
+        case "$args" in "#"*|"") continue ;; esac
+        echo "== $(basename "$b") $args" | tee -a "$OUT/bench.log"
+        # shellcheck disable=SC2086
+        "$b" $args 2>&1 | tee -a "$OUT/bench.log"
+      done <"$args_file"
+    else
+      echo "== $(basename "$b")" | tee -a "$OUT/bench.log"
+      "$b" 2>&1 | tee -a "$OUT/bench.log"
+    fi
   done
 fi
 if has torch; then
