@@ -1,0 +1,273 @@
+/* bench_route — route update latency (kernels_route.cuh) on one GPU, and the count-exchange round
+ * trip among 8 virtual ranks. A program, not a test.
+ *
+ *   ./bench_route [reps]          (default 2000)
+ *
+ * Rows printed (median of `reps` launches, each bracketed by CUDA events, and the per-update time
+ * of a CUDA graph of 100 back-to-back updates, which removes launch gaps):
+ *   - full update (count + slots + count exchange + wait + offsets), 1 rank (virtual team of one),
+ *     T = 4096 and T = 128, E = 256, K = 8, int64 ids, blocks per rank swept;
+ *   - local-only update (no exchange: DeepEP get_dispatch_layout's job plus slots);
+ *   - full update with 8 virtual ranks (T per rank as above);
+ *   - the count exchange alone among 8 virtual ranks: one kernel, one block per rank, N rounds of
+ *     publish (E + R counts into every peer, release signal) + wait for every peer, per round.
+ * Targets (issue #4): T = 4096 <= 10 us, T = 128 <= 5 us (PyTorch eager ~500 us:
+ * scripts/bench_route_torch.py prints the baseline at the same shapes).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "epfuse/epfuse.cuh"
+#include "epfuse/kernels_route.cuh"
+#include "epfuse/route.cuh"
+
+#define CK(call)                                                                                       \
+  do {                                                                                                 \
+    cudaError_t e_ = (call);                                                                           \
+    if (e_ != cudaSuccess) {                                                                           \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));         \
+      exit(1);                                                                                         \
+    }                                                                                                  \
+  } while (0)
+#define CKS(call)                                                                                      \
+  do {                                                                                                 \
+    epf_status_t s_ = (call);                                                                          \
+    if (s_ != EPF_OK) {                                                                                \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, epf_status_name(s_));            \
+      exit(1);                                                                                         \
+    }                                                                                                  \
+  } while (0)
+
+static uint64_t g_rng = 0x1234567ull;
+static uint64_t rnd(void) {
+  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct Setup {
+  epf_plan_t plan;
+  epf_route_t route;
+  char* window;
+  void* route_buf;
+  int64_t* topk;
+  epf_error_record_t* rec;
+  int R, T;
+};
+
+static void setup(Setup& s, int R, int E, int K, int T, uint32_t flags) {
+  epf_config_t c = EPF_CONFIG_INIT;
+  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+  uint64_t bytes;
+  c.nranks = R;
+  c.num_experts = E;
+  c.top_k = K;
+  c.hidden = 7168;
+  c.max_tokens_per_rank = T;
+  CKS(epf_plan_compute(&c, &s.plan));
+  rc.index_type = EPF_INDEX_INT64;
+  rc.flags = flags;
+  rc.max_blocks = 32;
+  CKS(epf_route_size(&s.plan, &rc, &bytes));
+  /* the window: only the signal / count regions matter here, but allocate the whole plan */
+  CK(cudaMalloc(&s.window, (size_t)R * s.plan.total_bytes));
+  CK(cudaMemset(s.window, 0, (size_t)R * s.plan.total_bytes));
+  CK(cudaMalloc(&s.route_buf, (size_t)R * bytes));
+  CK(cudaMalloc(&s.topk, (size_t)R * T * K * 8));
+  CK(cudaMalloc(&s.rec, sizeof(epf_error_record_t)));
+  CK(cudaMemset(s.rec, 0, sizeof(epf_error_record_t)));
+  CKS(epf_route_init(&s.plan, &rc, s.route_buf, (uint64_t)R * bytes, R, 0u, 0, &s.route));
+  { /* DeepSeek-like routing: K distinct experts per token, uniform */
+    std::vector<int64_t> h((size_t)R * T * K);
+    for (size_t t = 0; t < (size_t)R * T; ++t)
+      for (int k = 0; k < K; ++k) {
+        int64_t e;
+        bool dup;
+        do {
+          e = (int64_t)(rnd() % (uint64_t)E);
+          dup = false;
+          for (int q = 0; q < k; ++q) dup |= h[t * K + q] == e;
+        } while (dup);
+        h[t * K + k] = e;
+      }
+    CK(cudaMemcpy(s.topk, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+  }
+  s.R = R;
+  s.T = T;
+  CK(cudaDeviceSynchronize());
+}
+
+static void teardown(Setup& s) {
+  CK(cudaFree(s.window));
+  CK(cudaFree(s.route_buf));
+  CK(cudaFree(s.topk));
+  CK(cudaFree(s.rec));
+}
+
+static double median(std::vector<float>& v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (double)v[v.size() / 2];
+}
+
+/* returns {median per-launch us, graph per-update us} */
+static void time_update(Setup& s, int B, int reps, double* out_event_us, double* out_graph_us) {
+  cudaStream_t st;
+  cudaEvent_t a, b;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  std::vector<float> ms;
+  const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
+  epf_route_step_t step = epf_route_step_make(s.topk, s.T, epf_wait_make(s.plan.timeout_ns, s.rec, NULL, 0));
+  step.blocks_per_rank = B;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 50; ++i) CKS(epf_route_update(&s.route, team, &s.plan, &step, st));
+  CK(cudaStreamSynchronize(st));
+  for (int i = 0; i < reps; ++i) {
+    float t;
+    CK(cudaEventRecord(a, st));
+    CKS(epf_route_update(&s.route, team, &s.plan, &step, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  *out_event_us = median(ms) * 1e3;
+  /* graph of 100 updates */
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 100; ++i) CKS(epf_route_update(&s.route, team, &s.plan, &step, st));
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, st));
+  CK(cudaStreamSynchronize(st));
+  ms.clear();
+  for (int i = 0; i < 20; ++i) {
+    float t;
+    CK(cudaEventRecord(a, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / 100.0f);
+  }
+  *out_graph_us = median(ms) * 1e3;
+  {
+    epf_error_record_t rec;
+    CK(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
+    if (rec.count != 0) {
+      fprintf(stderr, "device reported %u errors (first: %s)\n", rec.count, epf_status_name((epf_status_t)rec.status));
+      exit(1);
+    }
+  }
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  CK(cudaStreamDestroy(st));
+}
+
+/* The count exchange alone: block r plays rank r; `rounds` rounds of publish + wait. */
+__global__ void exchange_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, int rounds, uint32_t epoch0,
+                                epf_error_record_t* rec, int* status) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t me = epf_team_for_block(team, 1, 1);
+  epf_route_ctx_t c = epf_route_ctx_make(&route, me.rank, me.rank, NULL, 0, 0, 1, NULL, smem);
+  const epf_wait_t w = epf_wait_make(plan.timeout_ns, rec, NULL, me.rank);
+  epf_status_t st = EPF_OK;
+  for (int x = (int)threadIdx.x; x <= c.num_experts + c.nranks; x += (int)blockDim.x) c.tot[x] = x + me.rank;
+  __syncthreads();
+  for (int i = 0; i < rounds && st == EPF_OK; ++i) {
+    c.epoch = epoch0 + (uint32_t)i;
+    epf_route_publish_block(&c, me, &plan);
+    st = epf_route_wait_counts_block(&c, me, &plan, w);
+  }
+  if (threadIdx.x == 0) status[me.rank] = st;
+}
+
+static double time_exchange(int R, int E, int rounds) {
+  Setup s;
+  int* d_status;
+  cudaEvent_t a, b;
+  float ms;
+  std::vector<int> status(R);
+  setup(s, R, E, 8, 128, 0u);
+  const int threads = 256;
+  const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
+  CKS(epf_virtual_grid_check((const void*)exchange_kernel, threads, smem, R, 0));
+  CK(cudaMalloc(&d_status, R * sizeof(int)));
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, R);
+  exchange_kernel<<<R, threads, smem>>>(s.route, team, s.plan, 100, 1u, s.rec, d_status); /* warm-up */
+  CK(cudaEventRecord(a));
+  exchange_kernel<<<R, threads, smem>>>(s.route, team, s.plan, rounds, 101u, s.rec, d_status);
+  CK(cudaEventRecord(b));
+  CK(cudaEventSynchronize(b));
+  CK(cudaGetLastError());
+  CK(cudaEventElapsedTime(&ms, a, b));
+  CK(cudaMemcpy(status.data(), d_status, R * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < R; ++r)
+    if (status[r] != EPF_OK) {
+      fprintf(stderr, "exchange: rank %d %s\n", r, epf_status_name((epf_status_t)status[r]));
+      exit(1);
+    }
+  CK(cudaFree(d_status));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  teardown(s);
+  return (double)ms * 1e3 / rounds;
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? atoi(argv[1]) : 2000;
+  int ndev = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    printf("bench_route: no GPU\n");
+    return 77;
+  }
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("bench_route on %s (%d SMs), median of %d launches; graph = per update in a graph of 100\n", prop.name,
+         prop.multiProcessorCount, reps);
+  printf("E = 256, K = 8, int64 topk_idx, uniform routing (8 distinct experts per token)\n\n");
+  printf("| case                                   | ranks | T/rank | blocks/rank | threads | event us | graph us |\n");
+  printf("|----------------------------------------|-------|--------|-------------|---------|----------|----------|\n");
+  struct { const char* name; int R, T; uint32_t flags; } cases[] = {
+      {"full update (exchange + offsets)", 1, 4096, 0u},
+      {"full update (exchange + offsets)", 1, 128, 0u},
+      {"local only (layout + slots)", 1, 4096, EPF_ROUTE_FLAG_LOCAL_ONLY},
+      {"local only (layout + slots)", 1, 128, EPF_ROUTE_FLAG_LOCAL_ONLY},
+      {"full update, 8 virtual ranks", 8, 4096, 0u},
+      {"full update, 8 virtual ranks", 8, 128, 0u},
+  };
+  static const int blocks[] = {0, 1, 2, 4, 8, 16};
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
+    Setup s;
+    setup(s, cases[ci].R, 256, 8, cases[ci].T, cases[ci].flags);
+    for (size_t bi = 0; bi < sizeof(blocks) / sizeof(blocks[0]); ++bi) {
+      const int B = blocks[bi] != 0 ? blocks[bi] : epf_route_blocks_per_rank(&s.route, s.T);
+      double ev, gr;
+      if (blocks[bi] > 1 && (int64_t)s.T * 8 / B < 1024) continue; /* fewer than 1024 entries a block */
+      if ((int64_t)B * s.route.count > s.route.resident_blocks) continue;
+      time_update(s, B, reps, &ev, &gr);
+      printf("| %-38s | %5d | %6d | %8d%s | %7d | %8.2f | %8.2f |\n", cases[ci].name, s.R, s.T, B,
+             blocks[bi] == 0 ? "(d)" : "   ", epf_route_block_threads(&s.route.layout), ev, gr);
+    }
+    teardown(s);
+  }
+  printf("\n(d) = the launcher's default blocks per rank (epf_route_blocks_per_rank)\n\n");
+  printf("| count exchange round trip (publish E + R counts to every peer, signal, wait all) | ranks | us/round |\n");
+  printf("|------------------------------------------------------------------------------------|-------|----------|\n");
+  for (int R = 2; R <= 8; R *= 2)
+    printf("| one block per virtual rank, E = 256, 10000 rounds in one kernel                    | %5d | %8.2f |\n", R,
+           time_exchange(R, 256, 10000));
+  return 0;
+}
+/* SPDX-License-Identifier: Apache-2.0 */
