@@ -1,0 +1,283 @@
+/* epfuse/combine_ll.cuh — low-latency combine: push half and reduce half as block functions — part of epfuse v0.1
+ *
+ * What it is: the way back of LL EP. The expert rank pushes each output row to its source; the
+ * source weights and reduces in FP32 in k order, bitwise deterministic.
+ *   SEND (epf_ll_combine_send_block; never waits): for every row the dispatch receive of this
+ *     round counted (recv_counts), one warp per (row, 256-element chunk) reads the expert output
+ *     (a caller buffer in the FIXED or PACKED order, or IN_PLACE over the receive rows) and
+ *     stores it into row epf_ll_combine_row(plan, epoch, src_token, k) of the SOURCE's COMBINE
+ *     region (src_token and k come from the row's metadata). The last block of the rank to finish
+ *     release-stores (epoch, 0) into SIG_LL_COMBINE[parity][rank] of every active source — also of
+ *     sources it had no rows for, so every source can wait for every rank.
+ *   RECV (epf_ll_combine_recv_block; bounded waits): every block waits for the combine signal of
+ *     every rank, then one warp per (token, 256-element chunk) computes
+ *       out[t][h] = BF16_RNE( fma(w_{k_n}, y_{k_n}[h], ... fma(w_{k_0}, y_{k_0}[h], 0.0f)) )
+ *     over the token's present entries k_0 < k_1 < ... (acc starts at +0.0f; one rounding per
+ *     fma; BF16 -> FP32 is exact). An entry is present when its expert id is in [0, E) and its
+ *     rank signalled this round. A repeated expert id of a token reads the output of its first
+ *     occurrence (the dispatch sent it once) with its own weight.
+ *   MXFP8 on the way back (plan.combine_payload): the expert side quantizes each 32-element group
+ *     of y (quant.cuh lane8 block; landing row = hidden E4M3 bytes, then hidden / 32 scale
+ *     bytes), the source uses y = dequantize (exact in FP32) and the same fma chain
+ *     (epf_mxfp8_dequantize_accumulate8 = epf_mxfp8_dequantize_accumulate_ref).
+ *
+ * What masked / late ranks become: the contribution of every expert on a rank that is masked or
+ * did not signal in time is ZERO (skipped in the sum, so it cannot inject NaN or stale data); a
+ * token whose every entry is absent, -1 or dropped gets a row of +0.0 BF16. Rows [0, num_tokens)
+ * of `out` are always written; rows beyond are untouched.
+ *
+ * What it does NOT do: run the experts, allocate or launch.
+ *
+ * Usage (kernels_ll.cuh: epf_ll_combine_kernel):
+ *   epf_ll_combine_send_block(&plan, ctx, &cargs, smem);   // expert side, after the experts ran
+ *   __syncthreads();
+ *   epf_ll_combine_recv_block(&plan, ctx, &cargs, smem);   // source side
+ *
+ * Contents:
+ *   bool         epf_ll_combine_payload_supported(int payload)                           [EPF_HD]
+ *   void         epf_ll_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   epf_status_t epf_ll_combine_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *
+ * Requirements: CUDA, sm_80+ (BF16 conversions), sm_90 / sm_100 tested.
+ */
+#ifndef EPF_COMBINE_LL_CUH
+#define EPF_COMBINE_LL_CUH
+
+#include "combine.cuh"
+#include "config.h"
+#include "host.h"
+#include "ll.cuh"
+#include "ptx.cuh"
+#include "quant.cuh"
+#include "signal.cuh"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* epf_ll_combine_payload_supported — what the LL combine carries back: BF16, or MXFP8 (the
+ *   expert side quantizes with quant.cuh's lane8 block, rule by EPF_FLAG_MX_SCALE_FLOOR; the
+ *   source dequantizes inside the k-order FP32 sum). */
+EPF_HD bool epf_ll_combine_payload_supported(int payload) {
+  return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8;
+}
+
+/* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
+#ifndef EPF_LL_COMBINE_BATCH
+#define EPF_LL_COMBINE_BATCH 8
+#endif
+
+/* epf_ll_combine_send_block — the expert side: push this round's expert outputs to their sources.
+ *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
+ *             the rank, once per round, after the dispatch receive of the same round completed
+ *             (an earlier launch) and after the experts wrote y.
+ *   Input:    a->recv_counts [EL][R] as the dispatch receive wrote them; a->y and a->y_layout
+ *             (epf_ll_y_layout_t; IN_PLACE needs the BF16 dispatch payload).
+ *   Does:     round c = state.epoch[COMBINE_SEND] + 1 (it must equal the dispatch round: the
+ *             halves run in lockstep, one combine per dispatch; otherwise EPF_ERR_INVALID_ARGUMENT
+ *             is recorded, nothing is pushed and nobody is signalled: the sources time out and
+ *             count this rank's experts as absent instead of reading stale rows). Sources that
+ *             are masked now, or whose dispatch of this round the receive missed
+ *             (state.dispatch_fail), get neither rows nor the signal, for the same reason.
+ *             Metadata rows that do not name a valid (token < T, k < K, source) are skipped.
+ *             The last block signals every other source and sets state.epoch[COMBINE_SEND] = c.
+ *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
+ *   Memory:   plain 16-byte stores to peers; .sys release of the signal words after every block
+ *             arrived. Blocking: no. */
+EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                 const epf_ll_combine_args_t* a, void* smem) {
+  const epf_team_t team = ctx.team;
+  const int R = team.nranks, rank = team.rank;
+  const int Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts, H = plan->hidden;
+  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
+  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_SEND);
+  const uint32_t drecv = epf_ld_relaxed_gpu_u32(&ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV]);
+  const bool in_place = a->y_layout == EPF_LL_Y_IN_PLACE;
+  const bool ok_round = drecv == epoch && a->recv_counts != NULL && (a->y != NULL || in_place) &&
+                        (!in_place || plan->payload == EPF_PAYLOAD_BF16) &&
+                        (a->y_layout == EPF_LL_Y_FIXED || a->y_layout == EPF_LL_Y_PACKED || in_place);
+  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
+  uint32_t* mask = (uint32_t*)smem;
+  void* ws = (char*)smem + EPF__LL_MASK_BYTES;
+  uint32_t* pre = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [E + 1], group g = le * R + src */
+  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
+  const int mx_rule = epf_mx_rule_from_flags(plan->flags);
+  int64_t u, units;
+  int g;
+
+  epf__ll_snapshot_mask_block(plan, ctx, mask);
+  /* sources whose dispatch of this round we missed get nothing, not even the signal */
+  for (g = (int)threadIdx.x; g < R; g += (int)blockDim.x)
+    if (epf_ld_relaxed_gpu_u32(&ctx.state->dispatch_fail[g]) == epoch) atomicAnd(&mask[g >> 5], ~(1u << (g & 31)));
+  __syncthreads();
+  if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
+    epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
+                     epoch, drecv, 0);
+  for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
+    const int s = g % R;
+    int32_t n = ok_round && epf__ll_active(mask, s) ? a->recv_counts[g] : 0;
+    pre[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
+  }
+  epf__ll_scan_block(pre, E, ws);
+  units = (int64_t)pre[E] * nchunks;
+
+  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+    const uint32_t r = (uint32_t)(u / nchunks);
+    const int c = (int)(u - (int64_t)r * nchunks);
+    const int gi = epf__ll_find_group(pre, E, r);
+    const int le = gi / R, s = gi - le * R;
+    const int j = (int)(r - pre[gi]);
+    const int64_t fixed = ((int64_t)le * R + s) * Tmax + j;
+    const uint4 meta = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, pbase + fixed)));
+    const int t = (int)meta.x, src_rank = (int)(int16_t)(meta.y & 0xffffu), k = (int)(int16_t)(meta.y >> 16);
+    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
+    const char* src;
+    char* dst;
+    if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
+    if (in_place)
+      src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, pbase + fixed));
+    else if (a->y_layout == EPF_LL_Y_PACKED)
+      src = (const char*)a->y + epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j) * (int64_t)H * 2;
+    else
+      src = (const char*)a->y + fixed * (int64_t)H * 2;
+    dst = (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
+    if (!mx) {
+      if (col < H)
+        epf_st_v4_u32(dst + (int64_t)col * 2,
+                      in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2));
+    } else { /* landing row: hidden E4M3 bytes, then hidden / 32 E8M0 bytes */
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      uint8_t sb = 0;
+      uint2 q;
+      if (col < H) v = in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2);
+      q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb); /* all lanes, converged */
+      if (col < H) {
+        *(uint2*)(dst + col) = q;
+        if ((lane & 3) == 0) ((uint8_t*)dst)[H + col / EPF_MXFP8_GROUP] = sb;
+      }
+    }
+  }
+
+  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_SEND)) {
+    for (g = (int)threadIdx.x; g < R && ok_round; g += (int)blockDim.x) {
+      if (!epf__ll_active(mask, g)) continue;
+      epf_signal_set_sys(
+          (uint64_t*)epf_peer_ptr(team,
+                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
+                                                         epf_ll_combine_signal_index(plan, epoch, rank)),
+                                  g),
+          epoch, 0u);
+    }
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
+  }
+}
+
+/* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
+ *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
+ *             ctx.nblocks blocks of the rank, once per round.
+ *   Input:    a->topk_idx / a->topk_weights / a->num_tokens: exactly what this rank dispatched
+ *             with in this round; a->out [num_tokens][hidden] BF16.
+ *   Does:     round c = state.epoch[COMBINE_RECV] + 1; waits (bounded; masked ranks skipped) for
+ *             SIG_LL_COMBINE[c & 1][d] of every rank d; writes out (see the file manual); the last
+ *             block sets state.epoch[COMBINE_RECV] = c.
+ *   Result:   [result:all] EPF_OK, or the block's first failure by priority (TIMEOUT, ABORTED,
+ *             PEER_MASKED). A rank that failed contributes zero to this block's tokens.
+ *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
+ *   Memory:   .sys acquire per rank, __syncthreads, then plain loads of the own COMBINE region.
+ *   Co-residency: waits on the combine send halves of every rank; in one launch with them
+ *             [needs-co-residency]. */
+EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                         const epf_ll_combine_args_t* a, void* smem) {
+  const epf_team_t team = ctx.team;
+  const int R = team.nranks, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank, H = plan->hidden;
+  const int T = a->num_tokens;
+  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
+  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_RECV);
+  const epf_wait_t w = epf_ll_wait(plan, ctx);
+  uint32_t* present = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [EPF_MASK_WORDS] */
+  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int64_t units = (int64_t)T * nchunks;
+  const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
+  epf_status_t mine = EPF_OK, res;
+  int64_t u;
+  int i;
+
+  for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) present[i] = 0u;
+  __syncthreads();
+  for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
+    const uint64_t off =
+        epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE, epf_ll_combine_signal_index(plan, epoch, i));
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, NULL);
+    if (st == EPF_OK)
+      atomicOr(&present[i >> 5], 1u << (i & 31));
+    else if (mine == EPF_OK)
+      mine = st;
+  }
+  res = epf__block_status(mine); /* __syncthreads: present[] complete, landing rows acquired */
+
+  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
+    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
+    const bool on = col < H;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int kb;
+    for (kb = 0; kb < K; kb += 32) {
+      const int k = kb + lane;
+      const char* src = NULL;
+      float wk = 0.f;
+      uint32_t m;
+      if (k < K) {
+        int first_k;
+        const int e = epf__ll_route(a->topk_idx, a->topk_int64, t, k, K, E, &first_k);
+        if (e >= 0 && epf__ll_active(present, e / EL)) {
+          src = (const char*)epf_local_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
+          wk = a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+        }
+      }
+      m = __ballot_sync(0xffffffffu, src != NULL);
+      while (m != 0u) { /* batches of up to EPF_LL_COMBINE_BATCH rows: loads first, fmas in k order */
+        uint4 v[EPF_LL_COMBINE_BATCH];
+        float wv[EPF_LL_COMBINE_BATCH];
+        int n = 0, b;
+#pragma unroll
+        for (b = 0; b < EPF_LL_COMBINE_BATCH; ++b) {
+          v[b] = make_uint4(0u, 0u, 0u, 0u);
+          wv[b] = 0.f;
+          if (m != 0u) { /* warp-uniform */
+            const int j = __ffs((int)m) - 1;
+            const char* sj = (const char*)epf__ll_shfl_ptr((void*)src, j);
+            m &= m - 1u;
+            wv[b] = __shfl_sync(0xffffffffu, wk, j);
+            if (on) {
+              if (!mx) {
+                v[b] = epf_ld_v4_u32(sj + (int64_t)col * 2);
+              } else { /* x, y: the 8 E4M3 bytes; z: the group's E8M0 byte */
+                const uint2 q = *(const uint2*)(sj + col);
+                v[b] = make_uint4(q.x, q.y, (uint32_t)((const uint8_t*)sj)[H + col / EPF_MXFP8_GROUP], 0u);
+              }
+            }
+            n = b + 1;
+          }
+        }
+#pragma unroll
+        for (b = 0; b < EPF_LL_COMBINE_BATCH; ++b) {
+          if (b >= n) continue;
+          if (!mx)
+            epf_bf16x8_fma(acc, v[b], wv[b]);
+          else
+            epf_mxfp8_dequantize_accumulate8(make_uint2(v[b].x, v[b].y), (uint8_t)v[b].z, wv[b], acc);
+        }
+      }
+    }
+    if (on) epf_st_v4_u32((char*)a->out + ((int64_t)t * H + col) * 2, epf_bf16x8_from_f32(acc));
+  }
+
+  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_RECV))
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_RECV, epoch);
+  return res;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_COMBINE_LL_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

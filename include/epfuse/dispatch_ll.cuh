@@ -1,0 +1,387 @@
+/* epfuse/dispatch_ll.cuh — low-latency dispatch: send half and receive half as block functions — part of epfuse v0.1
+ *
+ * What it is: decode-time dispatch into the FIXED LL layout (ll.cuh): no count exchange, no
+ * second copy, deterministic order, CUDA-graph friendly.
+ *   SEND (epf_ll_dispatch_send_block; never waits):
+ *     1. every block of the rank computes, from topk_idx alone, the slot of every (token, k) pair:
+ *        its rank among this source's pairs routed to the same expert, in (token, k) order
+ *        (match_any inside warps + per-segment histograms scanned over segments) — the same on
+ *        every run, so received rows [0, count) of (expert, source) are packed in token order;
+ *     2. one warp per (token, 256-element chunk) reads the chunk once (16 bytes per lane),
+ *        quantizes it once if the payload asks (MXFP8: E4M3 + one E8M0 byte per 32, rule RCEIL or
+ *        FLOOR by EPF_FLAG_MX_SCALE_FLOOR; per-128 FP8: E4M3 + one FP32 scale per 128, UE8M0 by
+ *        EPF_FLAG_SCALE_UE8M0 — quant.cuh's lane8 blocks, bit-identical to its scalar
+ *        references) and stores it into the slot of every destination, with the compact scales
+ *        beside it in RECV_SCALES and a metadata row (src_token, src_rank, k, local_expert,
+ *        weight);
+ *     3. the last block of the rank to finish (epf_arrive_last_block) release-stores one signal
+ *        word per (destination, local expert): (epoch << 32) | rows, into
+ *        SIG_LL_DISPATCH[parity][le][rank] of the destination, and advances the state's epoch.
+ *   RECV (epf_ll_dispatch_recv_block; bounded waits):
+ *     block b of the rank waits for the signal words of its local experts (le = b, b + nblocks,
+ *     ...) from every source, writes the row counts ([EL][R] and per expert: DeepEP's masked_m)
+ *     and, if asked, copies the rows into a packed per-expert layout (rows of source 0, then 1,
+ *     ...) with their metadata and scales. Without the packed copy it is ZERO COPY: the rows stay
+ *     in the window at epf_ll_recv_row(plan, round, le, src, slot), slot < count.
+ *   The two halves are independent: run them in one launch (co-resident blocks) or in two launches
+ *   with other work in between (NCCL EP's send_only + complete, DeepEP's receive hook).
+ *
+ * Semantics worth knowing:
+ *   - topk_idx -1 = not routed. Ids outside [-1, E) are dropped and counted
+ *     (record->dropped_routes, once per rank). A token that names the same expert twice is sent
+ *     ONCE, with the first k; the combine weights every occurrence with that one output.
+ *   - So a source sends at most T rows per (expert): no overflow is possible.
+ *   - Fault tolerance (EPF_FLAG_FAULT_TOLERANT): nothing is sent to a masked destination; a masked
+ *     or late source (timeout -> masked) counts 0 rows. Without the flag a late source times out
+ *     (recorded), counts 0 rows for this round, and is waited for again next round.
+ *
+ * Scales: the window always holds COMPACT scales ([row][hidden / group]); with
+ * EPF_SCALE_LAYOUT_SWIZZLED_128X4 (MXFP8) the packed copy writes them swizzled, row = packed row
+ * (each expert's segment of R * T rows starts a new 128-row atom when R * T % 128 == 0).
+ *
+ * What it does NOT do: allocate, launch, or run RANK_MAJOR (refused by epf_ll_plan_check).
+ *
+ * Usage (kernels_ll.cuh: epf_ll_dispatch_kernel is exactly this):
+ *   extern __shared__ uint4 smem[];   // epf_ll_smem_bytes(&plan, blockDim.x) bytes
+ *   epf_ll_ctx_t ctx = epf_ll_ctx_make(team, state, rec, NULL, blockIdx.x % bpr, bpr);
+ *   epf_ll_dispatch_send_block(&plan, ctx, &args, smem);
+ *   __syncthreads();                  // [smem-reuse]
+ *   epf_status_t st = epf_ll_dispatch_recv_block(&plan, ctx, &args, smem);
+ *
+ * Contents:
+ *   bool         epf_ll_payload_supported(int payload)                                   [EPF_HD]
+ *   void         epf_ll_dispatch_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
+ *   epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
+ *
+ * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 / sm_100 tested.
+ */
+#ifndef EPF_DISPATCH_LL_CUH
+#define EPF_DISPATCH_LL_CUH
+
+#include "config.h"
+#include "host.h"
+#include "ll.cuh"
+#include "ptx.cuh"
+#include "quant.cuh"
+#include "signal.cuh"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* epf_ll_payload_supported — payloads the LL dispatch moves: BF16, and MXFP8 / per-128 FP8
+ *   quantized on the fly by the sender (quant.cuh lane8 blocks: once per token, then stored into
+ *   every copy). */
+EPF_HD bool epf_ll_payload_supported(int payload) {
+  return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8 || payload == EPF_PAYLOAD_FP8_128;
+}
+
+/* epf__ll_send_layout — smem carve-up of the send half (after the common header). */
+EPF_HD uint32_t* epf__ll_send_code(void* smem) { return (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); }
+EPF_HD uint32_t* epf__ll_send_hist(void* smem, const epf_plan_t* plan) {
+  return (uint32_t*)((char*)epf__ll_send_code(smem) +
+                     epf__ll_align16((size_t)plan->max_tokens_per_rank * (size_t)plan->top_k * 4u));
+}
+
+/* epf__ll_slots_block — the send half's slot table. After it returns (all threads):
+ *   code[i] for pair i = t * K + k (t < num_tokens): EPF__LL_CODE_NONE (no copy: -1, dropped id,
+ *   or a repeated expert of the token) or (expert << 16) | slot-within-segment;
+ *   hist[seg * E + e]: slots of expert e in segments before `seg` (exclusive prefix);
+ *   cnt[e]: this rank's copies to expert e (<= num_tokens).
+ * The slot of pair i is (code[i] & 0xffff) + hist[(i / seg_len) * E + (code[i] >> 16)].
+ * [collective:block] */
+EPF_DEVICE_INLINE void epf__ll_slots_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
+                                           uint32_t* code, uint32_t* hist, uint32_t* cnt, int seg_len, int nseg) {
+  const int K = plan->top_k, E = plan->num_experts;
+  const int TK = a->num_tokens * K;
+  const int lane = epf_lane_id(), warp = epf_warp_id();
+  int i;
+  for (i = (int)threadIdx.x; i < nseg * E; i += (int)blockDim.x) hist[i] = 0u;
+  __syncthreads();
+  if (warp < nseg) {
+    const int lo = warp * seg_len;
+    const int hi = lo + seg_len < TK ? lo + seg_len : TK;
+    uint32_t* h = hist + warp * E;
+    int base;
+    for (base = lo; base < hi; base += 32) { /* warp-uniform bounds */
+      const int p = base + lane;
+      int e = -1;
+      uint32_t peers, before, cur = 0u;
+      if (p < hi) {
+        const int t = p / K, k = p - t * K;
+        int first_k;
+        e = epf__ll_route(a->topk_idx, a->topk_int64, t, k, K, E, &first_k);
+        if (e >= 0 && first_k != k) e = -1; /* repeated expert of the token: one copy */
+      }
+      {
+        const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
+        if (dropped != 0u && lane == 0 && ctx.block == 0 && ctx.record != NULL)
+          epf_error_count_add(&ctx.record->dropped_routes, (uint32_t)__popc(dropped));
+      }
+      peers = __match_any_sync(0xffffffffu, e);
+      before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
+      if (e >= 0) {
+        cur = h[e];
+        code[p] = ((uint32_t)e << 16) | (cur + before);
+      } else if (p < hi) {
+        code[p] = EPF__LL_CODE_NONE;
+      }
+      __syncwarp();
+      if (e >= 0 && before == 0u) h[e] = cur + (uint32_t)__popc(peers);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  for (i = (int)threadIdx.x; i < E; i += (int)blockDim.x) {
+    uint32_t acc = 0u;
+    int s;
+    for (s = 0; s < nseg; ++s) {
+      const uint32_t v = hist[s * E + i];
+      hist[s * E + i] = acc;
+      acc += v;
+    }
+    cnt[i] = acc;
+  }
+  __syncthreads();
+}
+
+/* epf_ll_dispatch_send_block — the send half of LL dispatch for one rank.
+ *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
+ *             the rank calls it once per round, converged, with the same plan and args.
+ *   Input:    a->x [num_tokens][hidden] BF16 (16-byte aligned), a->topk_idx [num_tokens][K],
+ *             a->topk_weights (or NULL: 1.0f), a->num_tokens in [0, plan->max_tokens_per_rank]
+ *             (checked on the host: epf_ll_tokens_check). Local memory, not written during the call.
+ *   Does:     see the file manual; round epoch e = state.epoch[DISPATCH_SEND] + 1, parity e & 1.
+ *             Rows land at epf_ll_recv_row(plan, e, le, rank, slot) in the destination's window
+ *             with their metadata row (epf_recv_meta_em_t, k = the first k naming the expert).
+ *   Result:   none. The last block to finish publishes (epoch e, rows) for every (destination,
+ *             local expert) that is active in the rank's mask (all of them without fault
+ *             tolerance), rows = copies sent there, and sets state.epoch[DISPATCH_SEND] = e.
+ *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes, 16-byte aligned.
+ *             [smem-reuse]
+ *   Memory:   plain 16-byte stores to peers; .sys release of the signal words after every block
+ *             arrived (epf_arrive_last_block). Never waits: no co-residency needed.
+ *   Limits:   plan checked with epf_ll_plan_check; payload epf_ll_payload_supported.
+ *             Blocking: no. */
+EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                  const epf_ll_dispatch_args_t* a, void* smem) {
+  const epf_team_t team = ctx.team;
+  const int R = team.nranks, rank = team.rank;
+  const int T = a->num_tokens, Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts;
+  const int EL = plan->experts_per_rank, H = plan->hidden;
+  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
+  const int nseg = epf__ll_segments((int)blockDim.x);
+  const int TK = T * K;
+  const int seg_len = TK > 0 ? ((((TK + nseg - 1) / nseg) + 31) & ~31) : 32;
+  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_SEND);
+  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
+  uint32_t* mask = (uint32_t*)smem;
+  uint32_t* code = epf__ll_send_code(smem);
+  uint32_t* hist = epf__ll_send_hist(smem, plan);
+  uint32_t* cnt = hist + epf__ll_align16((size_t)nseg * (size_t)E * 4u) / 4u;
+  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int64_t units = (int64_t)T * nchunks;
+  const int payload = plan->payload;
+  const int mx_rule = epf_mx_rule_from_flags(plan->flags);
+  const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
+  int64_t u;
+
+  epf__ll_snapshot_mask_block(plan, ctx, mask);
+  epf__ll_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg);
+
+  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
+    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
+    const bool on = col < H;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    uint2 q = make_uint2(0u, 0u);
+    uint32_t sbits = 0u; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
+    int kb;
+    if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
+    if (payload == EPF_PAYLOAD_MXFP8) { /* warp-uniform; lanes past the row end quantize zeros */
+      uint8_t sb = 0;
+      q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb);
+      sbits = sb;
+    } else if (payload == EPF_PAYLOAD_FP8_128) {
+      float sf = 0.f;
+      q = epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
+      sbits = __float_as_uint(sf);
+    }
+    for (kb = 0; kb < K; kb += 32) {
+      const int k = kb + lane;
+      char* dst = NULL;
+      char* sdst = NULL;
+      int64_t row = -1;
+      int d = -1, le = 0;
+      uint32_t present;
+      if (k < K) {
+        const int p = t * K + k;
+        const uint32_t cd = code[p];
+        if (cd != EPF__LL_CODE_NONE) {
+          const int ex = (int)(cd >> 16);
+          const uint32_t slot = (cd & 0xffffu) + hist[(p / seg_len) * E + ex];
+          d = ex / EL;
+          le = ex - d * EL;
+          if (slot < (uint32_t)Tmax && epf__ll_active(mask, d)) {
+            row = pbase + ((int64_t)le * R + rank) * Tmax + slot;
+            dst = (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, row), d);
+            sdst = (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, row), d);
+          }
+        }
+      }
+      present = __ballot_sync(0xffffffffu, dst != NULL);
+      while (present != 0u) {
+        const int j = __ffs((int)present) - 1;
+        char* dj = (char*)epf__ll_shfl_ptr(dst, j);
+        present &= present - 1u;
+        if (payload == EPF_PAYLOAD_BF16) {
+          if (on) epf_st_v4_u32(dj + (int64_t)col * 2, v);
+        } else {
+          char* sj = (char*)epf__ll_shfl_ptr(sdst, j);
+          if (on) {
+            *(uint2*)(dj + col) = q;
+            if (payload == EPF_PAYLOAD_MXFP8 && (lane & 3) == 0)
+              ((uint8_t*)sj)[col / EPF_MXFP8_GROUP] = (uint8_t)sbits;
+            else if (payload == EPF_PAYLOAD_FP8_128 && (lane & 15) == 0)
+              ((float*)sj)[col / EPF_FP8_128_GROUP] = __uint_as_float(sbits);
+          }
+        }
+      }
+      if (c == 0 && dst != NULL) {
+        uint4 m;
+        m.x = (uint32_t)t;
+        m.y = (uint32_t)(uint16_t)rank | ((uint32_t)(uint16_t)k << 16);
+        m.z = (uint32_t)le;
+        m.w = __float_as_uint(a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f);
+        epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), d), m);
+      }
+    }
+  }
+
+  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_SEND)) {
+    int g;
+    for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
+      const int d = g / EL, le = g - d * EL;
+      const uint32_t n = cnt[g] < (uint32_t)Tmax ? cnt[g] : (uint32_t)Tmax;
+      if (!epf__ll_active(mask, d)) continue;
+      epf_signal_set_sys((uint64_t*)epf_peer_ptr(team,
+                                                 epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_DISPATCH,
+                                                                        epf_ll_dispatch_signal_index(plan, epoch, le, rank)),
+                                                 d),
+                         epoch, n);
+    }
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_SEND, epoch);
+  }
+}
+
+/* epf_ll_dispatch_recv_block — the receive half of LL dispatch for one rank.
+ *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
+ *             ctx.nblocks blocks of the rank, once per round. Block b serves local experts
+ *             b, b + nblocks, ... (blocks beyond E_local only take part in the completion).
+ *   Does:     waits (bounded; masked sources skipped) for (epoch e, rows) of every (local expert,
+ *             source), e = state.epoch[DISPATCH_RECV] + 1; writes a->recv_counts[le * R + src]
+ *             (0 for a masked, late or aborted source), a->expert_counts[le] (if not NULL), and
+ *             with a->packed_x / packed_meta / packed_scales (each optional) copies the rows to
+ *             row epf_ll_packed_row(plan, le, pos) of those buffers, pos = rows of sources < src
+ *             + slot. The last block to finish writes *a->round = e (if not NULL) and sets
+ *             state.epoch[DISPATCH_RECV] = e.
+ *   Result:   [result:all] EPF_OK, or the block's first failure by priority (EPF_ERR_TIMEOUT,
+ *             EPF_ERR_ABORTED, EPF_ERR_PEER_MASKED); every failure is also in the error record
+ *             except PEER_MASKED (a known-absent peer is not an error).
+ *   After:    the rows of round e are valid until this rank's combine send of round e returns
+ *             (or, without a combine, until its dispatch receive of round e + 1 returns).
+ *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
+ *   Memory:   .sys acquire per signal word, then __syncthreads before any row is read.
+ *   Co-residency: waits only on the send halves of the peers (and of this rank). In one launch
+ *             with the send half, every block of the grid must be resident [needs-co-residency];
+ *             in a later launch, nothing is needed. */
+EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                          const epf_ll_dispatch_args_t* a, void* smem) {
+  const epf_team_t team = ctx.team;
+  const int R = team.nranks, Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank;
+  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_RECV);
+  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
+  const int nmy = ctx.block < EL ? (EL - 1 - ctx.block) / ctx.nblocks + 1 : 0;
+  const int G = nmy * R;
+  const epf_wait_t w = epf_ll_wait(plan, ctx);
+  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
+  void* ws = (char*)smem + EPF__LL_MASK_BYTES;
+  uint32_t* cnt = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [G + 1] */
+  epf_status_t mine = EPF_OK, res;
+  int i;
+
+  for (i = (int)threadIdx.x; i < G; i += (int)blockDim.x) {
+    const int m = i / R, s = i - m * R, le = ctx.block + m * ctx.nblocks;
+    const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_DISPATCH,
+                                                epf_ll_dispatch_signal_index(plan, epoch, le, s));
+    uint32_t v = 0u;
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, s, &v);
+    const uint32_t n = st == EPF_OK ? (v < (uint32_t)Tmax ? v : (uint32_t)Tmax) : 0u;
+    if (st != EPF_OK) {
+      if (mine == EPF_OK) mine = st;
+      epf_st_relaxed_gpu_u32(&ctx.state->dispatch_fail[s], epoch);
+    }
+    cnt[i] = n;
+    if (a->recv_counts != NULL) a->recv_counts[le * R + s] = (int32_t)n;
+  }
+  res = epf__block_status(mine); /* includes __syncthreads: cnt[] complete, rows acquired */
+
+  if (a->expert_counts != NULL) {
+    for (i = (int)threadIdx.x; i < nmy; i += (int)blockDim.x) {
+      uint32_t sum = 0u;
+      int s;
+      for (s = 0; s < R; ++s) sum += cnt[i * R + s];
+      a->expert_counts[ctx.block + i * ctx.nblocks] = (int32_t)sum;
+    }
+  }
+
+  if (a->packed_x != NULL || a->packed_meta != NULL || a->packed_scales != NULL) {
+    const int nch = (int)((plan->row_bytes + 511u) / 512u); /* 512-byte chunks: 16 bytes per lane */
+    const bool swizzled = plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && plan->payload == EPF_PAYLOAD_MXFP8;
+    uint32_t total;
+    int64_t u, units;
+    epf__ll_scan_block(cnt, G, ws); /* cnt becomes the exclusive prefix; cnt[G] = total */
+    total = cnt[G];
+    units = (int64_t)total * nch;
+    for (u = (int64_t)warp; u < units; u += nwarps) {
+      const uint32_t r = (uint32_t)(u / nch);
+      const int c = (int)(u - (int64_t)r * nch);
+      const int gi = epf__ll_find_group(cnt, G, r);
+      const int m = gi / R, s = gi - m * R, le = ctx.block + m * ctx.nblocks;
+      const int j = (int)(r - cnt[gi]);
+      const int pos = (int)(cnt[gi] - cnt[m * R]) + j;
+      const int64_t src_row = pbase + ((int64_t)le * R + s) * Tmax + j;
+      const int64_t dst_row = epf_ll_packed_row(plan, le, pos);
+      const uint32_t off = (uint32_t)c * 512u + (uint32_t)lane * 16u;
+      if (a->packed_x != NULL && off < plan->row_bytes)
+        epf_st_v4_u32((char*)a->packed_x + dst_row * plan->row_bytes + off,
+                      epf_ld_v4_u32((const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, src_row)) + off));
+      if (c == 0) {
+        if (a->packed_meta != NULL && lane == 0)
+          epf_st_v4_u32(a->packed_meta + dst_row, epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, src_row))));
+        if (a->packed_scales != NULL) {
+          const unsigned char* ss =
+              (const unsigned char*)epf_local_ptr(team, epf_plan_recv_scale_offset(plan, src_row));
+          uint32_t b;
+          if (swizzled) { /* MXFP8 only: one byte per 32 elements, 128x4 atoms */
+            for (b = (uint32_t)lane; b < plan->scale_bytes_per_row; b += 32u)
+              ((unsigned char*)a->packed_scales)[epf_scale_swizzle_offset(dst_row, (int)b, (int)plan->scale_bytes_per_row)] = ss[b];
+          } else {
+            unsigned char* ds = (unsigned char*)a->packed_scales + dst_row * plan->scale_bytes_per_row;
+            for (b = (uint32_t)lane; b < plan->scale_bytes_per_row; b += 32u) ds[b] = ss[b];
+          }
+        }
+      }
+    }
+  }
+
+  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_RECV)) {
+    if (threadIdx.x == 0 && a->round != NULL) *a->round = epoch;
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_RECV, epoch);
+  }
+  return res;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_DISPATCH_LL_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

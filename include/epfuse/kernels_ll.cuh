@@ -1,0 +1,381 @@
+/* epfuse/kernels_ll.cuh — ready-made low-latency kernels and their host launchers — part of epfuse v0.1
+ *
+ * What it is: the easy path (and the benchmark path) of LL EP, composed only from the blocks of
+ * dispatch_ll.cuh, combine_ll.cuh and ll.cuh. One kernel per operation serves both launch kinds:
+ *   - a REAL rank (virtual_ranks = 0): `team` from epf_nccl_team_query (or a table / IPC view), the
+ *     grid is this rank's blocks;
+ *   - VIRTUAL RANKS (virtual_ranks != 0): `team` is epf_team_virtual(base, plan.total_bytes, 0, R)
+ *     over one allocation of R slices; block b plays rank b / blocks_per_rank; `state` and every
+ *     operand pointer are arrays of R per-rank buffers (epf_ll_rank_bytes strides).
+ * Each call takes `halves`: EPF_LL_SEND, EPF_LL_RECV or EPF_LL_BOTH (fused in one launch). Split
+ * halves let the caller run other work between them; the fused launch needs every block resident
+ * at once, which the launcher checks (EPF_ERR_CO_RESIDENCY).
+ *
+ * Everything a launcher does is capturable in a CUDA graph: argument checks, an occupancy query
+ * and one kernel launch (cudaFuncSetAttribute only when more than 48 KiB of shared memory is
+ * needed). The epochs live in the device state, so a captured graph replays with no host work;
+ * write new routing into the captured buffers between replays and launch the graph again.
+ *
+ * What it does NOT do: allocate, synchronise, or create NCCL objects (host_nccl.h, nccl.cuh).
+ *
+ * Usage (8 virtual ranks on one GPU; tests/gpu/test_ll.cu has it whole):
+ *   epf_plan_t plan;  epf_plan_compute(&cfg, &plan);          // cfg.mode = EPF_MODE_LL
+ *   cudaMalloc(&win, R * plan.total_bytes); cudaMemset(win, 0, R * plan.total_bytes);
+ *   cudaMalloc(&state, R * sizeof(epf_ll_state_t));
+ *   epf_ll_launch_t L = epf_ll_launch_make(&plan, epf_team_virtual(win, plan.total_bytes, 0, R),
+ *                                          state, err_dev, 1);
+ *   epf_ll_state_reset(&L, stream);
+ *   epf_ll_dispatch(&L, &dargs, EPF_LL_BOTH, stream);          // rows + counts
+ *   ... experts write y ...
+ *   epf_ll_combine(&L, &cargs, EPF_LL_BOTH, stream);           // out = sum_k w_k y_k
+ *
+ * Contents:
+ *   epf_ll_launch_t
+ *   epf_ll_launch_t epf_ll_launch_make(const epf_plan_t*, epf_team_t, epf_ll_state_t*, epf_error_record_t*, int virtual_ranks)
+ *   epf_status_t epf_ll_dispatch(const epf_ll_launch_t*, const epf_ll_dispatch_args_t*, int halves, cudaStream_t)
+ *   epf_status_t epf_ll_combine(const epf_ll_launch_t*, const epf_ll_combine_args_t*, int halves, cudaStream_t)
+ *   epf_status_t epf_ll_state_reset(const epf_ll_launch_t*, cudaStream_t)
+ *   epf_status_t epf_ll_mask_query_async(const epf_ll_launch_t*, uint32_t* out_masks, cudaStream_t)
+ *   epf_status_t epf_ll_mask_update(const epf_ll_launch_t*, const uint32_t* host_mask, cudaStream_t)
+ *   epf_status_t epf_ll_mask_clean(const epf_ll_launch_t*, cudaStream_t)
+ *   epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cudaStream_t)
+ *   int          epf_ll_blocks_per_rank(const epf_ll_launch_t*, int num_tokens, int is_combine)
+ *   kernels (static __global__): epf_ll_dispatch_kernel, epf_ll_combine_kernel, epf_ll_clean_kernel,
+ *   epf_ll_state_kernel, epf_ll_error_clear_kernel
+ *   Host-side error reading: epf_error_read (host.h) on the host-mapped record, no device sync.
+ *
+ * Requirements: CUDA runtime API, sm_80+ (sm_90 / sm_100 tested).
+ */
+#ifndef EPF_KERNELS_LL_CUH
+#define EPF_KERNELS_LL_CUH
+
+#include <cuda_runtime_api.h>
+
+#include "combine_ll.cuh"
+#include "config.h"
+#include "dispatch_ll.cuh"
+#include "host.h"
+#include "ll.cuh"
+#include "signal.cuh"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+#define EPF_LL_DEFAULT_THREADS 512
+#define EPF_LL_CLEAN_THREADS 128
+
+/* What a launcher needs besides the operands. Fill with epf_ll_launch_make, then adjust. */
+typedef struct epf_ll_launch {
+  epf_plan_t plan;             /* an LL plan (epf_ll_plan_check) */
+  epf_team_t team;             /* real: the rank's view; virtual: the affine view of R slices */
+  epf_ll_state_t* state;       /* device: 1 state (real) or R states (virtual) */
+  epf_error_record_t* record;  /* device pointer of the host-mapped error record, or NULL */
+  const uint32_t* abort_word;  /* device-visible abort word, or NULL */
+  int32_t virtual_ranks;       /* 0: one real rank; nonzero: all team.nranks ranks in the launch */
+  int32_t blocks_per_rank;     /* 0: chosen per call (epf_ll_blocks_per_rank) */
+  int32_t threads;             /* threads per block; 0: EPF_LL_DEFAULT_THREADS (multiple of 32) */
+  int32_t device;              /* CUDA device of the launches (co-residency check) */
+} epf_ll_launch_t;
+
+/* ---- kernels -------------------------------------------------------------------------------- */
+
+/* One rank's context in a ready-made kernel: team, state, block index within the rank. */
+EPF_DEVICE_INLINE epf_ll_ctx_t epf__ll_kernel_ctx(epf_team_t team, epf_ll_state_t* state, epf_error_record_t* record,
+                                                  const uint32_t* abort_word, int virtual_ranks, int bpr) {
+  const epf_team_t t = epf_team_for_block(team, virtual_ranks, bpr);
+  return epf_ll_ctx_make(t, virtual_ranks ? state + t.rank : state, record, abort_word,
+                         virtual_ranks ? (int)(blockIdx.x % (unsigned)bpr) : (int)blockIdx.x, bpr);
+}
+
+/* epf_ll_dispatch_kernel — grid = ranks_in_launch * bpr blocks; dynamic smem epf_ll_smem_bytes. */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                              epf_error_record_t* record, const uint32_t* abort_word,
+                                              int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_dispatch_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+/* epf_ll_combine_kernel — grid = ranks_in_launch * bpr blocks; dynamic smem epf_ll_smem_bytes. */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                             epf_error_record_t* record, const uint32_t* abort_word,
+                                             int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_combine_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_combine_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+/* epf_ll_clean_kernel — one block per rank of the launch. */
+static __global__ void epf_ll_clean_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                           epf_error_record_t* record, const uint32_t* abort_word, int virtual_ranks) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, 1);
+  (void)epf_ll_mask_clean_block(&plan, ctx, epf__ll_smem);
+}
+
+/* The mask words of one rank, by value (kernel parameter). */
+typedef struct epf_ll_mask_words {
+  uint32_t w[EPF_MASK_WORDS];
+} epf_ll_mask_words_t;
+
+#define EPF__LL_STATE_RESET 0
+#define EPF__LL_STATE_QUERY 1
+#define EPF__LL_STATE_UPDATE 2
+
+/* epf_ll_state_kernel — state maintenance for `count` states: reset, mask query, mask update. */
+static __global__ void epf_ll_state_kernel(epf_ll_state_t* state, int count, int nranks, int op,
+                                           epf_ll_mask_words_t mask, uint32_t* out_masks) {
+  const int r = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= count) return;
+  if (op == EPF__LL_STATE_RESET) {
+    epf_ll_state_t s;
+    epf_ll_state_init(&s, nranks);
+    state[r] = s;
+  } else if (op == EPF__LL_STATE_QUERY) {
+    epf_ll_mask_query(state + r, out_masks + (int64_t)r * EPF_MASK_WORDS);
+  } else {
+    epf_ll_mask_set(state + r, mask.w);
+  }
+}
+
+/* epf_ll_error_clear_kernel — zero an error record, stream-ordered. */
+static __global__ void epf_ll_error_clear_kernel(epf_error_record_t* record) {
+  uint32_t* w = (uint32_t*)record;
+  const int n = (int)(sizeof(epf_error_record_t) / 4u);
+  int i;
+  for (i = (int)threadIdx.x; i < n; i += (int)blockDim.x) epf_st_relaxed_sys_u32(w + i, 0u);
+}
+
+/* ---- host launchers ------------------------------------------------------------------------- */
+
+/* epf_ll_launch_make — a launch description with defaults (blocks chosen per call, 512 threads,
+ *   the current device). virtual_ranks != 0: team is the affine view of all R slices and state
+ *   points at R states. Scope: host. */
+EPF_INLINE epf_ll_launch_t epf_ll_launch_make(const epf_plan_t* plan, epf_team_t team, epf_ll_state_t* state,
+                                              epf_error_record_t* record, int virtual_ranks) {
+  epf_ll_launch_t L;
+  int dev = 0;
+  L.plan = *plan;
+  L.team = team;
+  L.state = state;
+  L.record = record;
+  L.abort_word = NULL;
+  L.virtual_ranks = virtual_ranks ? 1 : 0;
+  L.blocks_per_rank = 0;
+  L.threads = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  L.device = dev;
+  return L;
+}
+
+EPF_INLINE int epf__ll_threads(const epf_ll_launch_t* L) {
+  return L->threads > 0 ? L->threads : EPF_LL_DEFAULT_THREADS;
+}
+EPF_INLINE int epf__ll_ranks_in_launch(const epf_ll_launch_t* L) { return L->virtual_ranks ? L->team.nranks : 1; }
+
+/* epf__ll_launch_check — the launch description itself. */
+EPF_INLINE epf_status_t epf__ll_launch_check(const epf_ll_launch_t* L) {
+  epf_status_t st;
+  int threads;
+  if (L == NULL || L->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf_ll_plan_check(&L->plan);
+  if (st != EPF_OK) return st;
+  if (L->team.nranks != L->plan.nranks) return EPF_ERR_RANKS;
+  if (!L->virtual_ranks && (L->team.rank < 0 || L->team.rank >= L->team.nranks)) return EPF_ERR_RANK;
+  if (L->team.base == NULL && L->team.peers == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  threads = epf__ll_threads(L);
+  if (threads < 32 || threads > 1024 || threads % 32 != 0 || L->blocks_per_rank < 0) return EPF_ERR_INVALID_ARGUMENT;
+  return EPF_OK;
+}
+
+/* epf__ll_capacity — how many blocks of `kernel` can be resident at once on the device. */
+EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t smem, int device, int* out) {
+  int per_sm = 0, sms = 0;
+  if (smem > 48u * 1024u &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+    return EPF_ERR_CUDA;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return EPF_ERR_CUDA;
+  *out = per_sm * sms;
+  return *out > 0 ? EPF_OK : EPF_ERR_CO_RESIDENCY;
+}
+
+/* epf_ll_blocks_per_rank — the launchers' choice when L->blocks_per_rank is 0: enough warps for
+ *   one (token or row, 256-element chunk) unit each (dispatch: num_tokens units per chunk column;
+ *   combine: num_tokens * top_k), at most the resident capacity divided by the ranks of the
+ *   launch, at least 1. Scope: host. Returns 1 if the occupancy query fails. */
+EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
+  const int threads = epf__ll_threads(L);
+  const size_t smem = epf_ll_smem_bytes(&L->plan, threads);
+  const void* kernel = is_combine ? (const void*)epf_ll_combine_kernel : (const void*)epf_ll_dispatch_kernel;
+  const int64_t nchunks = (L->plan.hidden + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int64_t units = (int64_t)(num_tokens > 0 ? num_tokens : 1) * (is_combine ? L->plan.top_k : 1) * nchunks;
+  const int64_t want = (units + threads / 32 - 1) / (threads / 32);
+  int cap = 0, ranks = epf__ll_ranks_in_launch(L);
+  int64_t bpr;
+  if (L->blocks_per_rank > 0) return L->blocks_per_rank;
+  if (epf__ll_capacity(kernel, threads, smem, L->device, &cap) != EPF_OK) return 1;
+  bpr = cap / ranks;
+  if (bpr > want) bpr = want;
+  if (bpr < 1) bpr = 1;
+  return (int)bpr;
+}
+
+/* epf__ll_launch_op — common part of epf_ll_dispatch / epf_ll_combine. */
+EPF_INLINE epf_status_t epf__ll_grid(const epf_ll_launch_t* L, const void* kernel, int halves, int num_tokens,
+                                     int is_combine, int* out_bpr, int* out_grid, size_t* out_smem) {
+  const int threads = epf__ll_threads(L);
+  const size_t smem = epf_ll_smem_bytes(&L->plan, threads);
+  const int ranks = epf__ll_ranks_in_launch(L);
+  const int bpr = epf_ll_blocks_per_rank(L, num_tokens, is_combine);
+  int cap = 0;
+  epf_status_t st = epf__ll_capacity(kernel, threads, smem, L->device, &cap);
+  if (st != EPF_OK) return st;
+  /* fused halves wait on blocks of the same launch: all of them must be resident */
+  if (halves == EPF_LL_BOTH && (int64_t)bpr * ranks > cap) return EPF_ERR_CO_RESIDENCY;
+  *out_bpr = bpr;
+  *out_grid = bpr * ranks;
+  *out_smem = smem;
+  return EPF_OK;
+}
+
+EPF_INLINE bool epf__ll_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0u; }
+
+/* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
+ *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
+ *   plan, EPF_ERR_LAYOUT for RANK_MAJOR; EPF_ERR_RANKS / EPF_ERR_RANK for the team), halves,
+ *   payload (EPF_ERR_NOT_SUPPORTED: this build moves BF16), tokens (EPF_ERR_TOKENS), operands
+ *   (EPF_ERR_INVALID_ARGUMENT: send needs x and topk_idx unless num_tokens == 0, receive needs
+ *   recv_counts; EPF_ERR_ALIGNMENT: x, packed_x, packed_meta not 16-byte aligned), then the grid
+ *   (EPF_ERR_CO_RESIDENCY for a fused launch that cannot be resident) and the launch
+ *   (EPF_ERR_CUDA). Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
+                                        cudaStream_t stream) {
+  int bpr = 0, grid = 0;
+  size_t smem = 0;
+  epf_status_t st = epf__ll_launch_check(L);
+  if (st != EPF_OK) return st;
+  if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
+  if (!epf_ll_payload_supported(L->plan.payload)) return EPF_ERR_NOT_SUPPORTED;
+  st = epf_ll_tokens_check(&L->plan, args->num_tokens);
+  if (st != EPF_OK) return st;
+  if (halves & EPF_LL_SEND) {
+    if (args->num_tokens > 0 && (args->x == NULL || args->topk_idx == NULL)) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->x)) return EPF_ERR_ALIGNMENT;
+  }
+  if (halves & EPF_LL_RECV) {
+    if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
+  }
+  st = epf__ll_grid(L, (const void*)epf_ll_dispatch_kernel, halves, args->num_tokens, 0, &bpr, &grid, &smem);
+  if (st != EPF_OK) return st;
+  epf_ll_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                      L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                      *args);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+/* epf_ll_combine — launch the LL combine: push half, reduce half, or both fused.
+ *   Checks as epf_ll_dispatch, plus: combine_payload BF16 (EPF_ERR_NOT_SUPPORTED otherwise in
+ *   this build); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
+ *   payload: EPF_ERR_PAYLOAD) and a known y_layout; receive needs topk_idx (num_tokens > 0) and
+ *   a 16-byte aligned out. Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
+                                       cudaStream_t stream) {
+  int bpr = 0, grid = 0;
+  size_t smem = 0;
+  epf_status_t st = epf__ll_launch_check(L);
+  if (st != EPF_OK) return st;
+  if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
+  if (!epf_ll_combine_payload_supported(L->plan.combine_payload)) return EPF_ERR_NOT_SUPPORTED;
+  st = epf_ll_tokens_check(&L->plan, args->num_tokens);
+  if (st != EPF_OK) return st;
+  if (halves & EPF_LL_SEND) {
+    if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
+    if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && args->y_layout != EPF_LL_Y_IN_PLACE)
+      return EPF_ERR_INVALID_ARGUMENT;
+    if (args->y_layout == EPF_LL_Y_IN_PLACE && L->plan.payload != EPF_PAYLOAD_BF16) return EPF_ERR_PAYLOAD;
+    if (args->y_layout != EPF_LL_Y_IN_PLACE && args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->y)) return EPF_ERR_ALIGNMENT;
+  }
+  if (halves & EPF_LL_RECV) {
+    if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
+  }
+  st = epf__ll_grid(L, (const void*)epf_ll_combine_kernel, halves, args->num_tokens, 1, &bpr, &grid, &smem);
+  if (st != EPF_OK) return st;
+  epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                     L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                     *args);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const uint32_t* host_mask,
+                                         uint32_t* out_masks, cudaStream_t stream) {
+  epf_ll_mask_words_t m;
+  const int count = epf__ll_ranks_in_launch(L);
+  int i;
+  if (L == NULL || L->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  for (i = 0; i < EPF_MASK_WORDS; ++i) m.w[i] = host_mask != NULL ? host_mask[i] : 0u;
+  epf_ll_state_kernel<<<(count + 127) / 128, 128, 0, stream>>>(L->state, count, L->plan.nranks, op, m, out_masks);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+/* epf_ll_state_reset — stream-ordered epf_ll_state_init of every state of the launch (epochs 0,
+ *   everyone active). Only between rounds, and only together with a zeroed window (the signal
+ *   words must not hold epochs ahead of 0), or right after epf_ll_mask_clean on all ranks. */
+EPF_INLINE epf_status_t epf_ll_state_reset(const epf_ll_launch_t* L, cudaStream_t stream) {
+  return epf__ll_state_op(L, EPF__LL_STATE_RESET, NULL, NULL, stream);
+}
+
+/* epf_ll_mask_query_async — copy each rank's active mask into out_masks (device or host-mapped
+ *   memory, [ranks of the launch][EPF_MASK_WORDS] uint32). Stream-ordered, no allocation, no sync:
+ *   capturable. */
+EPF_INLINE epf_status_t epf_ll_mask_query_async(const epf_ll_launch_t* L, uint32_t* out_masks, cudaStream_t stream) {
+  if (out_masks == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  return epf__ll_state_op(L, EPF__LL_STATE_QUERY, NULL, out_masks, stream);
+}
+
+/* epf_ll_mask_update — set the active mask of every rank of the launch to host_mask
+ *   (EPF_MASK_WORDS words of host memory, read at the call: they travel as a kernel argument).
+ *   Stream-ordered between LL calls. Masking a rank that is alive only makes both sides skip each
+ *   other (see docs/low-latency.md); re-admission of a masked rank needs epf_ll_mask_clean. */
+EPF_INLINE epf_status_t epf_ll_mask_update(const epf_ll_launch_t* L, const uint32_t* host_mask, cudaStream_t stream) {
+  if (host_mask == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  return epf__ll_state_op(L, EPF__LL_STATE_UPDATE, host_mask, NULL, stream);
+}
+
+/* epf_ll_mask_clean — launch epf_ll_mask_clean_block, one block per rank of the launch (virtual:
+ *   all R, co-resident). Collective: every rank that should (re)join calls it. Stream-ordered. */
+EPF_INLINE epf_status_t epf_ll_mask_clean(const epf_ll_launch_t* L, cudaStream_t stream) {
+  const size_t smem = epf_ll_smem_bytes(&L->plan, EPF_LL_CLEAN_THREADS);
+  int cap = 0;
+  epf_status_t st = epf__ll_launch_check(L);
+  if (st != EPF_OK) return st;
+  st = epf__ll_capacity((const void*)epf_ll_clean_kernel, EPF_LL_CLEAN_THREADS, smem, L->device, &cap);
+  if (st != EPF_OK) return st;
+  if (epf__ll_ranks_in_launch(L) > cap) return EPF_ERR_CO_RESIDENCY;
+  epf_ll_clean_kernel<<<epf__ll_ranks_in_launch(L), EPF_LL_CLEAN_THREADS, smem, stream>>>(
+      L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+/* epf_ll_error_clear_async — zero the error record (device pointer of the host-mapped record),
+ *   stream-ordered: unlike epf_error_clear it needs no sync with kernels before it. */
+EPF_INLINE epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cudaStream_t stream) {
+  if (record == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  epf_ll_error_clear_kernel<<<1, 32, 0, stream>>>(record);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_KERNELS_LL_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

@@ -1,0 +1,1117 @@
+/* test_ll — low-latency dispatch and combine (ll.cuh, dispatch_ll.cuh, combine_ll.cuh,
+ * kernels_ll.cuh) on one GPU, against a CPU reference written here:
+ *   - the matrix: virtual ranks R in {1, 2, 4, 8} x T in {1, 7, 128, 256} x hidden in {2880, 7168}
+ *     x top-k in {1, 8}, E = 64 or 256; random routing with -1 entries, repeated experts and (in
+ *     some cases) ids outside [-1, E); two back-to-back rounds per case (both parities); fused and
+ *     split halves (with other work between the halves); fixed (zero-copy) and packed outputs; y
+ *     in the fixed, packed and in-place orders; int32 and int64 topk; identity experts
+ *     (combine(dispatch(x)) = sum_k w_k x) and a per-expert affine transform. Checked bit-exact:
+ *     every received row and metadata row, counts per (expert, source) and per expert, the packed
+ *     copy, the dropped-route counter, and the combine output against an FP32 k-order fmaf
+ *     reference;
+ *   - refusals with a clear status (mode, layout, tokens, payloads, hidden alignment of per-128
+ *     FP8, co-residency);
+ *   - 1000 CUDA-graph replays of dispatch -> experts -> combine with fresh routing, weights and
+ *     inputs written into the captured buffers between replays (counts checked every replay, the
+ *     combine output every 10th and the last, the received rows every 100th and the last);
+ *   - fault injection: a virtual rank stops taking part; with EPF_FLAG_FAULT_TOLERANT the others
+ *     finish within the timeout, the error record and the masks show it, the next round skips it
+ *     at once; after epf_ll_mask_clean it is re-admitted and the next round is exact again.
+ *     Without the flag: timeouts recorded, results as if absent, clean re-synchronises;
+ *   - a real 1-rank NCCL window (when epfuse::nccl exists).
+ * Every output is poisoned before every round; every CUDA call is checked.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "epf_cmocka.h"
+
+#include "epf_test_gpu.h"
+#include "epfuse/epfuse.cuh"
+#include "epfuse/kernels_ll.cuh"
+#if defined(EPF_TEST_WITH_NCCL)
+#include "epfuse/nccl.cuh"
+#endif
+
+static uint64_t g_seed;
+
+/* ============================================================================================ */
+/* helpers: BF16, experts                                                                        */
+/* ============================================================================================ */
+
+__host__ __device__ static inline float bf2f(uint16_t b) {
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = (uint32_t)b << 16;
+  return v.f;
+}
+
+__host__ __device__ static inline uint16_t f2bf(float f) { /* round to nearest even, NaN -> 0x7fff */
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* the test's experts: identity, or y = bf16(fma(x, a_e, b_e)) with constants per global expert
+ * (x: the received element as FP32: BF16, or the dequantized FP8 payload) */
+__host__ __device__ static inline uint16_t expert_apply(int e, float x, int identity) {
+  if (identity) return f2bf(x);
+  return f2bf(fmaf(x, 1.0f + (float)(e % 7) * 0.125f, (float)(e % 5 - 2) * 0.0625f));
+}
+
+static uint16_t rand_bf16(uint64_t* s) { /* finite values in about [-4, 4] */
+  const uint64_t r = epf_test_rand(s);
+  return f2bf(((float)(r & 0xffffff) / 8388608.0f - 1.0f) * (float)(1 << ((r >> 24) & 3)));
+}
+
+/* ============================================================================================ */
+/* the case fixture: window, states, operands (device), inputs (host)                            */
+/* ============================================================================================ */
+
+typedef struct {
+  int R, Tmax, T, H, K, E, EL, topk64;
+  int payload, cpayload, mx_rule, ue8m0, sbytes; /* sbytes: compact scale bytes per row */
+  epf_plan_t plan;
+  char* win;
+  epf_ll_state_t* state;
+  epf_error_record_t* rec_h;
+  epf_error_record_t* rec_d;
+  epf_ll_launch_t L;
+  /* device operands, [R] per-rank buffers each */
+  uint16_t* x;
+  void* topk;
+  float* w;
+  int32_t* recv_counts;
+  int32_t* expert_counts;
+  void* packed_x;
+  void* packed_scales;
+  epf_recv_meta_em_t* packed_meta;
+  uint32_t* round;
+  uint16_t* y;
+  uint16_t* out;
+  /* host inputs of the current round */
+  uint16_t* hx;    /* [R][Tmax][H] */
+  int64_t* htopk;  /* [R][Tmax][K] */
+  float* hw;       /* [R][Tmax][K] */
+  uint8_t* hq;     /* FP8 payloads: [R][Tmax][H] E4M3 bytes of x (scalar reference) */
+  uint8_t* hs;     /* FP8 payloads: [R][Tmax][sbytes] compact scales */
+} fix_t;
+
+static epf_status_t make_plan_full(int R, int Tmax, int H, int K, int E, int payload, int cpayload, int scale_layout,
+                                   uint32_t flags, uint64_t timeout_ns, epf_plan_t* out) {
+  epf_config_t c = EPF_CONFIG_INIT;
+  c.nranks = R;
+  c.num_experts = E;
+  c.top_k = K;
+  c.hidden = H;
+  c.max_tokens_per_rank = Tmax;
+  c.mode = EPF_MODE_LL;
+  c.payload = payload;
+  c.combine_payload = cpayload;
+  c.scale_layout = scale_layout;
+  c.flags = flags;
+  c.timeout_ns = timeout_ns;
+  return epf_plan_compute(&c, out);
+}
+
+static epf_status_t make_plan(int R, int Tmax, int H, int K, int E, int payload, uint32_t flags, uint64_t timeout_ns,
+                              epf_plan_t* out) {
+  return make_plan_full(R, Tmax, H, K, E, payload, EPF_PAYLOAD_BF16, 0, flags, timeout_ns, out);
+}
+
+/* payload / cpayload: dispatch and combine payloads; scale_layout of the packed MXFP8 scales */
+static void fix_init_q(fix_t* f, int R, int Tmax, int H, int K, int E, int topk64, uint32_t flags,
+                       uint64_t timeout_ns, int payload, int cpayload, int scale_layout) {
+  size_t n;
+  memset(f, 0, sizeof(*f));
+  f->R = R;
+  f->Tmax = Tmax;
+  f->H = H;
+  f->K = K;
+  f->E = E;
+  f->EL = E / R;
+  f->topk64 = topk64;
+  f->payload = payload;
+  f->cpayload = cpayload;
+  f->mx_rule = epf_mx_rule_from_flags(flags);
+  f->ue8m0 = epf_fp8_128_ue8m0_from_flags(flags);
+  assert_int_equal(make_plan_full(R, Tmax, H, K, E, payload, cpayload, scale_layout, flags, timeout_ns, &f->plan),
+                   EPF_OK);
+  f->sbytes = (int)f->plan.scale_bytes_per_row;
+  EPF_CHECK_CUDA(cudaMalloc(&f->win, (size_t)R * f->plan.total_bytes));
+  EPF_CHECK_CUDA(cudaMemset(f->win, 0, (size_t)R * f->plan.total_bytes));
+  EPF_CHECK_CUDA(cudaMalloc(&f->state, (size_t)R * sizeof(epf_ll_state_t)));
+  EPF_CHECK_CUDA(cudaHostAlloc(&f->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped));
+  EPF_CHECK_CUDA(cudaHostGetDevicePointer(&f->rec_d, f->rec_h, 0));
+  epf_error_clear(f->rec_h);
+  f->L = epf_ll_launch_make(&f->plan, epf_team_virtual(f->win, f->plan.total_bytes, 0, R), f->state, f->rec_d, 1);
+  assert_int_equal(epf_ll_state_reset(&f->L, 0), EPF_OK);
+#define ALLOC_RANKS(ptr, which) \
+  EPF_CHECK_CUDA(cudaMalloc((void**)&(ptr), (size_t)R * epf_ll_rank_bytes(&f->plan, which, topk64)))
+  ALLOC_RANKS(f->x, EPF_LL_BUF_X);
+  ALLOC_RANKS(f->topk, EPF_LL_BUF_TOPK_IDX);
+  ALLOC_RANKS(f->w, EPF_LL_BUF_TOPK_WEIGHTS);
+  ALLOC_RANKS(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
+  ALLOC_RANKS(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
+  ALLOC_RANKS(f->packed_x, EPF_LL_BUF_PACKED_X);
+  if (f->sbytes > 0) ALLOC_RANKS(f->packed_scales, EPF_LL_BUF_PACKED_SCALES);
+  ALLOC_RANKS(f->packed_meta, EPF_LL_BUF_PACKED_META);
+  ALLOC_RANKS(f->round, EPF_LL_BUF_ROUND);
+  ALLOC_RANKS(f->y, EPF_LL_BUF_Y);
+  ALLOC_RANKS(f->out, EPF_LL_BUF_X);
+#undef ALLOC_RANKS
+  n = (size_t)R * Tmax;
+  f->hx = (uint16_t*)malloc(n * H * sizeof(uint16_t));
+  f->htopk = (int64_t*)malloc(n * K * sizeof(int64_t));
+  f->hw = (float*)malloc(n * K * sizeof(float));
+  f->hq = (uint8_t*)malloc(n * H);
+  f->hs = (uint8_t*)malloc(n * (size_t)(f->sbytes > 0 ? f->sbytes : 1));
+  assert_non_null(f->hx);
+  assert_non_null(f->htopk);
+  assert_non_null(f->hw);
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+}
+
+static void fix_init(fix_t* f, int R, int Tmax, int H, int K, int E, int topk64, uint32_t flags, uint64_t timeout_ns) {
+  fix_init_q(f, R, Tmax, H, K, E, topk64, flags, timeout_ns, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
+}
+
+static void fix_free(fix_t* f) {
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  EPF_CHECK_CUDA(cudaFree(f->win));
+  EPF_CHECK_CUDA(cudaFree(f->state));
+  EPF_CHECK_CUDA(cudaFreeHost(f->rec_h));
+  EPF_CHECK_CUDA(cudaFree(f->x));
+  EPF_CHECK_CUDA(cudaFree(f->topk));
+  EPF_CHECK_CUDA(cudaFree(f->w));
+  EPF_CHECK_CUDA(cudaFree(f->recv_counts));
+  EPF_CHECK_CUDA(cudaFree(f->expert_counts));
+  EPF_CHECK_CUDA(cudaFree(f->packed_x));
+  EPF_CHECK_CUDA(cudaFree(f->packed_scales));
+  EPF_CHECK_CUDA(cudaFree(f->packed_meta));
+  EPF_CHECK_CUDA(cudaFree(f->round));
+  EPF_CHECK_CUDA(cudaFree(f->y));
+  EPF_CHECK_CUDA(cudaFree(f->out));
+  free(f->hx);
+  free(f->htopk);
+  free(f->hw);
+  free(f->hq);
+  free(f->hs);
+}
+
+/* the scalar quant reference (quant.cuh) of token row (s, t) into hq / hs */
+static void fix_quantize_row(fix_t* f, int s, int t) {
+  const size_t row = (size_t)s * f->Tmax + t;
+  const uint16_t* x = f->hx + row * f->H;
+  uint8_t* q = f->hq + row * f->H;
+  uint8_t* sc = f->hs + row * (size_t)f->sbytes;
+  float buf[128];
+  if (f->payload == EPF_PAYLOAD_MXFP8) {
+    for (int g = 0; g < f->H / 32; ++g) {
+      for (int i = 0; i < 32; ++i) buf[i] = bf2f(x[g * 32 + i]);
+      sc[g] = epf_mxfp8_quantize_block_ref(buf, f->mx_rule, q + g * 32);
+    }
+  } else if (f->payload == EPF_PAYLOAD_FP8_128) {
+    for (int g = 0; g < f->H / 128; ++g) {
+      float scale;
+      for (int i = 0; i < 128; ++i) buf[i] = bf2f(x[g * 128 + i]);
+      scale = epf_fp8_128_quantize_block_ref(buf, f->ue8m0 != 0, q + g * 128);
+      memcpy(sc + g * 4, &scale, 4);
+    }
+  }
+}
+
+/* element h of the row the experts see for token (s, t): x, or its dequantized FP8 payload */
+static float fix_xval(const fix_t* f, int s, int t, int h) {
+  const size_t row = (size_t)s * f->Tmax + t;
+  if (f->payload == EPF_PAYLOAD_MXFP8)
+    return epf_mxfp8_dequantize_ref(f->hq[row * f->H + h], f->hs[row * f->sbytes + h / 32]);
+  if (f->payload == EPF_PAYLOAD_FP8_128) {
+    float scale;
+    memcpy(&scale, f->hs + row * f->sbytes + (h / 128) * 4, 4);
+    return epf_fp8_128_dequantize_ref(f->hq[row * f->H + h], scale);
+  }
+  return bf2f(f->hx[row * f->H + h]);
+}
+
+/* Fresh inputs: routing with ~8% -1, ~6% repeats of an earlier k, and (bad_ids) ~3% ids outside
+ * [-1, E). Written to the host copies and the device buffers (whole Tmax rows; rows >= T are
+ * garbage the kernels must ignore). */
+static void fix_fill(fix_t* f, int T, int bad_ids) {
+  const int R = f->R, Tmax = f->Tmax, H = f->H, K = f->K, E = f->E;
+  size_t i;
+  f->T = T;
+  for (i = 0; i < (size_t)R * Tmax * H; ++i) f->hx[i] = rand_bf16(&g_seed);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < Tmax; ++t)
+      for (int k = 0; k < K; ++k) {
+        const size_t idx = ((size_t)r * Tmax + t) * K + k;
+        const uint64_t u = epf_test_rand(&g_seed);
+        int64_t e = (int64_t)(u % (uint64_t)E);
+        const int p = (int)((u >> 32) % 100);
+        if (t >= T) e = (int64_t)(u % 3000) - 1000; /* garbage beyond num_tokens */
+        else if (p < 8) e = -1;
+        else if (p < 14 && k > 0) e = f->htopk[idx - 1 - (size_t)((u >> 40) % (uint64_t)k)];
+        else if (bad_ids && p < 17) e = (u >> 50) & 1 ? (int64_t)E + (int64_t)((u >> 52) % 5) : -2 - (int64_t)((u >> 52) % 5);
+        f->htopk[idx] = e;
+        f->hw[idx] = (float)((u >> 20) & 0xfff) / 2048.0f - 0.75f;
+      }
+  if (f->payload != EPF_PAYLOAD_BF16)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) fix_quantize_row(f, r, t);
+  EPF_CHECK_CUDA(cudaMemcpy(f->x, f->hx, (size_t)R * Tmax * H * 2, cudaMemcpyHostToDevice));
+  EPF_CHECK_CUDA(cudaMemcpy(f->w, f->hw, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
+  if (f->topk64) {
+    EPF_CHECK_CUDA(cudaMemcpy(f->topk, f->htopk, (size_t)R * Tmax * K * 8, cudaMemcpyHostToDevice));
+  } else {
+    int32_t* t32 = (int32_t*)malloc((size_t)R * Tmax * K * 4);
+    for (i = 0; i < (size_t)R * Tmax * K; ++i) t32[i] = (int32_t)f->htopk[i];
+    EPF_CHECK_CUDA(cudaMemcpy(f->topk, t32, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
+    free(t32);
+  }
+}
+
+/* Poison every output of the coming round (and the window rows of its parity). */
+static void fix_poison(fix_t* f, uint32_t epoch) {
+  const epf_plan_t* p = &f->plan;
+  const int R = f->R;
+  for (int r = 0; r < R; ++r) {
+    char* base = f->win + (size_t)r * p->total_bytes;
+    const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
+    EPF_CHECK_CUDA(cudaMemset(base + epf_plan_recv_token_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->row_bytes));
+    EPF_CHECK_CUDA(cudaMemset(base + epf_plan_recv_meta_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->meta_bytes_per_row));
+    if (p->scale_bytes_per_row > 0)
+      EPF_CHECK_CUDA(cudaMemset(base + epf_plan_recv_scale_offset(p, row0), 0xA5,
+                                (size_t)p->recv_capacity * p->scale_bytes_per_row));
+    EPF_CHECK_CUDA(cudaMemset(base + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)), 0xA5,
+                              (size_t)f->Tmax * f->K * p->combine_row_bytes));
+  }
+#define POISON(ptr, which) \
+  EPF_CHECK_CUDA(cudaMemset(ptr, 0xEE, (size_t)R * epf_ll_rank_bytes(p, which, f->topk64)))
+  POISON(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
+  POISON(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
+  POISON(f->packed_x, EPF_LL_BUF_PACKED_X);
+  POISON(f->packed_meta, EPF_LL_BUF_PACKED_META);
+  if (f->packed_scales != NULL) POISON(f->packed_scales, EPF_LL_BUF_PACKED_SCALES);
+  POISON(f->round, EPF_LL_BUF_ROUND);
+  POISON(f->y, EPF_LL_BUF_Y);
+  POISON(f->out, EPF_LL_BUF_X);
+#undef POISON
+}
+
+static epf_ll_dispatch_args_t fix_dargs(const fix_t* f, int packed) {
+  epf_ll_dispatch_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.x = f->x;
+  a.topk_idx = f->topk;
+  a.topk_weights = f->w;
+  a.num_tokens = f->T;
+  a.topk_int64 = f->topk64;
+  a.recv_counts = f->recv_counts;
+  a.expert_counts = f->expert_counts;
+  a.packed_x = packed ? f->packed_x : NULL;
+  a.packed_meta = packed ? f->packed_meta : NULL;
+  a.packed_scales = packed ? f->packed_scales : NULL;
+  a.round = f->round;
+  return a;
+}
+
+static epf_ll_combine_args_t fix_cargs(const fix_t* f, int y_layout) {
+  epf_ll_combine_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.y = y_layout == EPF_LL_Y_IN_PLACE ? NULL : f->y;
+  a.recv_counts = f->recv_counts;
+  a.topk_idx = f->topk;
+  a.topk_weights = f->w;
+  a.out = f->out;
+  a.num_tokens = f->T;
+  a.topk_int64 = f->topk64;
+  a.y_layout = y_layout;
+  return a;
+}
+
+/* ============================================================================================ */
+/* the test's experts (GPU)                                                                      */
+/* ============================================================================================ */
+
+/* For every rank r != skip_rank and every received row: y = expert(x). src: the window rows of the
+ * round (or the packed copy when from_packed); dst by y_layout (IN_PLACE: over the window rows). */
+/* element h of a received row as FP32 (BF16, or the dequantized FP8 payload); `scales` is the row's
+ * compact scale row, or (swizzled) the base of the packed scales with `row` its packed row */
+__device__ static float recv_elem(const epf_plan_t* plan, const void* x, const uint8_t* scales, int swizzled,
+                                  int64_t row, int h) {
+  const int ncols = (int)plan->scale_bytes_per_row;
+  if (plan->payload == EPF_PAYLOAD_MXFP8) {
+    const uint8_t sb = swizzled ? scales[epf_scale_swizzle_offset(row, h / 32, ncols)] : scales[h / 32];
+    return epf_mxfp8_dequantize_ref(((const uint8_t*)x)[h], sb);
+  }
+  if (plan->payload == EPF_PAYLOAD_FP8_128)
+    return epf_fp8_128_dequantize_ref(((const uint8_t*)x)[h], ((const float*)scales)[h / 128]);
+  return bf2f(((const uint16_t*)x)[h]);
+}
+
+/* For every rank r != skip_rank and every received row: y = expert(x). src: the window rows of the
+ * round (or the packed copy when from_packed); dst by y_layout (IN_PLACE: over the window rows). */
+__global__ void experts_kernel(epf_plan_t plan, char* win, const uint32_t* rounds, const int32_t* recv_counts,
+                               const char* packed_x, const uint8_t* packed_scales, uint16_t* y, int from_packed,
+                               int y_layout, int identity, int skip_rank) {
+  const int R = plan.nranks, EL = plan.experts_per_rank, Tmax = plan.max_tokens_per_rank, H = plan.hidden;
+  const int r = (int)blockIdx.y;
+  const int64_t rows = (int64_t)EL * R * Tmax;
+  const uint64_t ybytes = (uint64_t)rows * H;
+  const int swizzled = plan.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && plan.payload == EPF_PAYLOAD_MXFP8;
+  if (r == skip_rank) return;
+  const uint32_t round = rounds[r];
+  const int32_t* cnt = recv_counts + (int64_t)r * EL * R;
+  const epf_team_t team = epf_team_virtual(win, plan.total_bytes, r, R);
+  for (int64_t fr = blockIdx.x; fr < rows; fr += gridDim.x) {
+    const int le = (int)(fr / ((int64_t)R * Tmax)), s = (int)((fr / Tmax) % R), j = (int)(fr % Tmax);
+    int pos = j;
+    if (j >= cnt[le * R + s]) continue;
+    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    const int64_t prow = epf_ll_packed_row(&plan, le, pos), wrow = epf_ll_recv_row(&plan, round, le, s, j);
+    const void* src;
+    const uint8_t* sc = NULL;
+    int sw = 0;
+    if (from_packed) {
+      src = packed_x + ((uint64_t)r * rows + prow) * plan.row_bytes;
+      if (plan.scale_bytes_per_row > 0) {
+        const uint64_t sbytes = epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0);
+        sw = swizzled;
+        sc = packed_scales + (uint64_t)r * sbytes + (swizzled ? 0 : (uint64_t)prow * plan.scale_bytes_per_row);
+      }
+    } else {
+      src = epf_local_ptr(team, epf_plan_recv_token_offset(&plan, wrow));
+      sc = (const uint8_t*)epf_local_ptr(team, epf_plan_recv_scale_offset(&plan, wrow));
+    }
+    uint16_t* dst = y_layout == EPF_LL_Y_IN_PLACE ? (uint16_t*)src
+                    : y_layout == EPF_LL_Y_PACKED ? y + (uint64_t)r * ybytes + (uint64_t)prow * H
+                                                   : y + (uint64_t)r * ybytes + (uint64_t)fr * H;
+    for (int h = (int)threadIdx.x; h < H; h += (int)blockDim.x)
+      dst[h] = expert_apply(r * EL + le, recv_elem(&plan, src, sc, sw, prow, h), identity);
+  }
+}
+
+static void run_experts(const fix_t* f, int from_packed, int y_layout, int identity, int skip_rank, cudaStream_t s) {
+  dim3 grid(256, (unsigned)f->R);
+  experts_kernel<<<grid, 256, 0, s>>>(f->plan, f->win, f->round, f->recv_counts, (const char*)f->packed_x,
+                                      (const uint8_t*)f->packed_scales, f->y, from_packed, y_layout, identity,
+                                      skip_rank);
+  EPF_CHECK_CUDA(cudaGetLastError());
+}
+
+/* "other work" between split halves: a kernel that keeps the GPU busy for a while */
+__global__ void busy_kernel(float* sink, int iters) {
+  float v = (float)threadIdx.x;
+  for (int i = 0; i < iters; ++i) v = v * 1.0000001f + 0.5f;
+  if (v == -1.0f) sink[0] = v;
+}
+
+/* ============================================================================================ */
+/* CPU reference                                                                                 */
+/* ============================================================================================ */
+
+typedef struct {
+  int* counts;  /* [R dst][EL][R src] */
+  int* row_t;   /* [R dst][EL][R src][Tmax] token of slot */
+  int* row_k;   /* ... its k */
+  uint32_t dropped;
+} ref_t;
+
+/* absent: bit r set = rank r takes no part (neither sends nor receives, its experts absent) */
+static void ref_dispatch(const fix_t* f, uint32_t absent, ref_t* out) {
+  const int R = f->R, Tmax = f->Tmax, K = f->K, E = f->E, EL = f->EL;
+  int* cnt = (int*)calloc((size_t)E, sizeof(int));
+  out->counts = (int*)calloc((size_t)R * EL * R, sizeof(int));
+  out->row_t = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
+  out->row_k = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
+  out->dropped = 0;
+  for (int s = 0; s < R; ++s) {
+    memset(cnt, 0, (size_t)E * sizeof(int));
+    if ((absent >> s) & 1u) continue;
+    for (int t = 0; t < f->T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int64_t* row = f->htopk + ((size_t)s * Tmax + t) * K;
+        const int64_t v = row[k];
+        int dup = 0;
+        if (v == -1) continue;
+        if (v < -1 || v >= E) {
+          out->dropped++;
+          continue;
+        }
+        for (int q = 0; q < k; ++q) dup |= row[q] == v;
+        if (dup) continue;
+        {
+          const int e = (int)v, d = e / EL, le = e % EL;
+          const int slot = cnt[e]++;
+          const size_t g = ((size_t)d * EL + le) * R + s;
+          if ((absent >> d) & 1u) continue;
+          out->counts[g] = slot + 1;
+          out->row_t[g * Tmax + slot] = t;
+          out->row_k[g * Tmax + slot] = k;
+        }
+      }
+  }
+  free(cnt);
+}
+
+static void ref_free(ref_t* r) {
+  free(r->counts);
+  free(r->row_t);
+  free(r->row_k);
+}
+
+/* out[s][t][h] for every present source s (absent sources are not checked) */
+static void ref_combine(const fix_t* f, uint32_t absent, int identity, uint16_t* out) {
+  const int Tmax = f->Tmax, K = f->K, E = f->E, EL = f->EL, H = f->H;
+  float* acc = (float*)malloc((size_t)H * sizeof(float));
+  float* xs = (float*)malloc((size_t)H * sizeof(float));
+  for (int s = 0; s < f->R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    for (int t = 0; t < f->T; ++t) {
+      const int64_t* row = f->htopk + ((size_t)s * Tmax + t) * K;
+      for (int h = 0; h < H; ++h) {
+        acc[h] = 0.0f;
+        xs[h] = fix_xval(f, s, t, h);
+      }
+      for (int k = 0; k < K; ++k) {
+        const int64_t v = row[k];
+        const float w = f->hw[((size_t)s * Tmax + t) * K + k];
+        if (v < 0 || v >= E || ((absent >> (v / EL)) & 1u)) continue;
+        if (f->cpayload == EPF_PAYLOAD_MXFP8) { /* the expert side quantizes y, the source dequantizes */
+          for (int g = 0; g < H / 32; ++g) {
+            float y32[32];
+            uint8_t q32[32], sb;
+            for (int i = 0; i < 32; ++i) y32[i] = bf2f(expert_apply((int)v, xs[g * 32 + i], identity));
+            sb = epf_mxfp8_quantize_block_ref(y32, f->mx_rule, q32);
+            for (int i = 0; i < 32; ++i) acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, w, acc[g * 32 + i]);
+          }
+        } else {
+          for (int h = 0; h < H; ++h) acc[h] = fmaf(w, bf2f(expert_apply((int)v, xs[h], identity)), acc[h]);
+        }
+      }
+      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = f2bf(acc[h]);
+    }
+  }
+  free(acc);
+  free(xs);
+}
+
+/* ---- checks ------------------------------------------------------------------------------------ */
+
+static uint32_t read_round(const fix_t* f, int r) {
+  uint32_t v;
+  EPF_CHECK_CUDA(cudaMemcpy(&v, f->round + r, 4, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+/* the expected received row (payload bytes) and compact scales of token (s, t) */
+static const void* want_row(const fix_t* f, int s, int t) {
+  const size_t row = (size_t)s * f->Tmax + t;
+  return f->payload == EPF_PAYLOAD_BF16 ? (const void*)(f->hx + row * f->H) : (const void*)(f->hq + row * f->H);
+}
+static const uint8_t* want_scales(const fix_t* f, int s, int t) {
+  return f->hs + ((size_t)s * f->Tmax + t) * (size_t)f->sbytes;
+}
+
+/* counts, expert counts, round; rows + scales + metadata (check_rows) in the window, and the packed
+ * copy (rows, scales compact or swizzled, metadata) */
+static void check_dispatch(const fix_t* f, const ref_t* ref, uint32_t absent, uint32_t want_round, int check_rows,
+                           int packed, const char* what) {
+  const int R = f->R, EL = f->EL, Tmax = f->Tmax, sb = f->sbytes;
+  const epf_plan_t* p = &f->plan;
+  const size_t rb = p->row_bytes;
+  const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
+  const uint64_t psb = f->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
+  int32_t* counts = (int32_t*)malloc((size_t)R * EL * R * 4);
+  int32_t* ecounts = (int32_t*)malloc((size_t)R * EL * 4);
+  char* rows = (char*)malloc((size_t)Tmax * rb);
+  uint8_t* scales = (uint8_t*)malloc((size_t)Tmax * (sb > 0 ? sb : 1));
+  uint8_t* pscales = (uint8_t*)malloc(psb > 0 ? psb : 1);
+  epf_recv_meta_em_t* meta = (epf_recv_meta_em_t*)malloc((size_t)Tmax * sizeof(epf_recv_meta_em_t));
+  EPF_CHECK_CUDA(cudaMemcpy(counts, f->recv_counts, (size_t)R * EL * R * 4, cudaMemcpyDeviceToHost));
+  EPF_CHECK_CUDA(cudaMemcpy(ecounts, f->expert_counts, (size_t)R * EL * 4, cudaMemcpyDeviceToHost));
+  for (int d = 0; d < R; ++d) {
+    if ((absent >> d) & 1u) continue;
+    if (read_round(f, d) != want_round) fail_msg("%s: rank %d round %u, want %u", what, d, read_round(f, d), want_round);
+    if (packed && check_rows && sb > 0)
+      EPF_CHECK_CUDA(cudaMemcpy(pscales, (const char*)f->packed_scales + (uint64_t)d * psb, psb, cudaMemcpyDeviceToHost));
+    for (int le = 0; le < EL; ++le) {
+      int tot = 0, pos = 0;
+      for (int s = 0; s < R; ++s) tot += ref->counts[((size_t)d * EL + le) * R + s];
+      if (ecounts[d * EL + le] != tot)
+        fail_msg("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, ecounts[d * EL + le], tot);
+      for (int s = 0; s < R; ++s) {
+        const size_t g = ((size_t)d * EL + le) * R + s;
+        const int n = ref->counts[g];
+        if (counts[g] != n) fail_msg("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, counts[g], n);
+        if (n > 0 && check_rows) {
+          const char* base = f->win + (size_t)d * p->total_bytes;
+          const int64_t row0 = epf_ll_recv_row(p, want_round, le, s, 0);
+          EPF_CHECK_CUDA(cudaMemcpy(rows, base + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
+          EPF_CHECK_CUDA(cudaMemcpy(meta, base + epf_plan_recv_meta_offset(p, row0), (size_t)n * 16, cudaMemcpyDeviceToHost));
+          if (sb > 0)
+            EPF_CHECK_CUDA(cudaMemcpy(scales, base + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
+          for (int j = 0; j < n; ++j) {
+            const int t = ref->row_t[g * Tmax + j], k = ref->row_k[g * Tmax + j];
+            if (memcmp(rows + (size_t)j * rb, want_row(f, s, t), rb) != 0)
+              fail_msg("%s: rank %d expert %d src %d slot %d: row differs from token %d", what, d, le, s, j, t);
+            if (sb > 0 && memcmp(scales + (size_t)j * sb, want_scales(f, s, t), (size_t)sb) != 0)
+              fail_msg("%s: rank %d expert %d src %d slot %d: scales differ from token %d", what, d, le, s, j, t);
+            if (meta[j].src_token != t || meta[j].src_rank != s || meta[j].k != k || meta[j].local_expert != le ||
+                memcmp(&meta[j].weight, f->hw + ((size_t)s * Tmax + t) * f->K + k, 4) != 0)
+              fail_msg("%s: rank %d expert %d src %d slot %d: meta (%d,%d,%d,%d,%g), want (%d,%d,%d,%d)", what, d, le,
+                       s, j, meta[j].src_token, meta[j].src_rank, meta[j].k, meta[j].local_expert,
+                       (double)meta[j].weight, t, s, k, le);
+          }
+          if (packed) {
+            const int64_t pr = epf_ll_packed_row(p, le, pos);
+            EPF_CHECK_CUDA(cudaMemcpy(rows, (const char*)f->packed_x + ((uint64_t)d * p->recv_capacity + pr) * rb,
+                                      (size_t)n * rb, cudaMemcpyDeviceToHost));
+            EPF_CHECK_CUDA(cudaMemcpy(meta, f->packed_meta + (uint64_t)d * p->recv_capacity + pr, (size_t)n * 16,
+                                      cudaMemcpyDeviceToHost));
+            for (int j = 0; j < n; ++j) {
+              const int t = ref->row_t[g * Tmax + j];
+              if (memcmp(rows + (size_t)j * rb, want_row(f, s, t), rb) != 0 || meta[j].src_token != t ||
+                  meta[j].src_rank != s)
+                fail_msg("%s: packed rank %d expert %d row %d differs", what, d, le, pos + j);
+              for (int c = 0; c < sb; ++c) {
+                const int64_t o = swizzled ? epf_scale_swizzle_offset(pr + j, c, sb) : (pr + j) * sb + c;
+                if (pscales[o] != want_scales(f, s, t)[c])
+                  fail_msg("%s: packed rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
+              }
+            }
+          }
+        }
+        pos += n;
+      }
+    }
+  }
+  free(counts);
+  free(ecounts);
+  free(rows);
+  free(scales);
+  free(pscales);
+  free(meta);
+}
+
+static void check_combine(const fix_t* f, uint32_t absent, int identity, const char* what) {
+  const size_t n = (size_t)f->R * f->Tmax * f->H;
+  uint16_t* got = (uint16_t*)malloc(n * 2);
+  uint16_t* want = (uint16_t*)malloc(n * 2);
+  EPF_CHECK_CUDA(cudaMemcpy(got, f->out, n * 2, cudaMemcpyDeviceToHost));
+  ref_combine(f, absent, identity, want);
+  for (int s = 0; s < f->R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    for (int t = 0; t < f->T; ++t) {
+      const size_t o = ((size_t)s * f->Tmax + t) * f->H;
+      if (memcmp(got + o, want + o, (size_t)f->H * 2) != 0) {
+        int h = 0;
+        while (got[o + h] == want[o + h]) ++h;
+        fail_msg("%s: combine rank %d token %d h %d: 0x%04x, want 0x%04x", what, s, t, h, got[o + h], want[o + h]);
+      }
+    }
+  }
+  free(got);
+  free(want);
+}
+
+/* ============================================================================================ */
+/* the matrix                                                                                    */
+/* ============================================================================================ */
+
+static float* g_sink;
+
+/* one round: poison, dispatch (fused or split with busy work between), experts, combine */
+static void run_round(fix_t* f, uint32_t epoch, int split, int packed, int y_layout, int identity) {
+  epf_ll_dispatch_args_t da = fix_dargs(f, packed);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
+  fix_poison(f, epoch);
+  if (split) {
+    assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_BOTH, 0), EPF_OK);
+  }
+  run_experts(f, packed && y_layout == EPF_LL_Y_PACKED, y_layout, identity, -1, 0);
+  if (split) {
+    assert_int_equal(epf_ll_combine(&f->L, &ca, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal(epf_ll_combine(&f->L, &ca, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal(epf_ll_combine(&f->L, &ca, EPF_LL_BOTH, 0), EPF_OK);
+  }
+  EPF_CHECK_LAUNCH();
+}
+
+static const char* payload_name(int p) {
+  return p == EPF_PAYLOAD_MXFP8 ? "mxfp8" : p == EPF_PAYLOAD_FP8_128 ? "fp8x128" : "bf16";
+}
+
+static void test_matrix(void** state) {
+  static const int Rs[] = {1, 2, 4, 8}, Ts[] = {1, 7, 128, 256}, Hs[] = {2880, 7168}, Ks[] = {1, 8};
+  static const int payloads[] = {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_FP8_128};
+  int ci = 0, fixtures = 0;
+  (void)state;
+  for (int ri = 0; ri < 4; ++ri)
+    for (int ti = 0; ti < 4; ++ti)
+      for (int hi = 0; hi < 2; ++hi)
+        for (int ki = 0; ki < 2; ++ki, ++ci)
+          for (int pi = 0; pi < 3; ++pi) {
+            const int R = Rs[ri], T = Ts[ti], H = Hs[hi], K = Ks[ki], payload = payloads[pi];
+            const int E = T <= 7 ? 256 : 64; /* E = 256 where the window stays small */
+            const int Tmax = T == 7 ? 16 : T; /* T < max_tokens_per_rank too */
+            const int topk64 = (ci + pi) & 1, bad_ids = (ci + pi) % 3 == 0;
+            /* MXFP8 on the way back where the CPU reference stays cheap */
+            const int cpayload = ((ci + pi) & 1) && (int64_t)R * T * K * H <= (32 << 20) ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+            const uint32_t flags = payload == EPF_PAYLOAD_MXFP8 || cpayload == EPF_PAYLOAD_MXFP8
+                                       ? ((ci >> 1) & 1 ? EPF_FLAG_MX_SCALE_FLOOR : 0u)
+                                   : payload == EPF_PAYLOAD_FP8_128 ? ((ci >> 1) & 1 ? EPF_FLAG_SCALE_UE8M0 : 0u)
+                                                                    : 0u;
+            const int scale_layout = payload == EPF_PAYLOAD_MXFP8 && (ci & 1) ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : 0;
+            const uint32_t rounds = payload == EPF_PAYLOAD_BF16 || T <= 128 ? 2u : 1u;
+            fix_t f;
+            char what[200];
+            if (payload == EPF_PAYLOAD_FP8_128 && H % 128 != 0) { /* refused with a clear status */
+              epf_plan_t plan;
+              assert_int_equal(make_plan(R, Tmax, H, K, E, payload, 0u, 0, &plan), EPF_ERR_HIDDEN_ALIGNMENT);
+              continue;
+            }
+            fix_init_q(&f, R, Tmax, H, K, E, topk64, flags, 5000000000ull, payload, cpayload, scale_layout);
+            for (uint32_t round = 1; round <= rounds; ++round) { /* both parities, back to back */
+              const int split = (int)((ci + pi + round) & 1);
+              const int packed = (int)(((ci >> 1) + pi + round) & 1);
+              int y_layout = packed ? (int)((ci + round) % 3) : (int)((ci + round) % 2 ? EPF_LL_Y_FIXED : EPF_LL_Y_IN_PLACE);
+              int identity;
+              ref_t ref;
+              if (payload != EPF_PAYLOAD_BF16 && y_layout == EPF_LL_Y_IN_PLACE) y_layout = EPF_LL_Y_FIXED;
+              identity = y_layout == EPF_LL_Y_IN_PLACE ? (int)(round & 1) : (int)((ci + round) & 1) == 0;
+              snprintf(what, sizeof(what),
+                       "R=%d T=%d H=%d K=%d E=%d %s->%s%s round %u (split %d packed %d y %d identity %d int64 %d)", R,
+                       T, H, K, E, payload_name(payload), payload_name(cpayload),
+                       scale_layout ? " swizzled" : (flags ? " flag" : ""), round, split, packed, y_layout, identity,
+                       topk64);
+              fix_fill(&f, T, bad_ids);
+              epf_error_clear(f.rec_h);
+              run_round(&f, round, split, packed, y_layout, identity);
+              ref_dispatch(&f, 0u, &ref);
+              check_dispatch(&f, &ref, 0u, round, y_layout != EPF_LL_Y_IN_PLACE, packed, what);
+              check_combine(&f, 0u, identity, what);
+              if (f.rec_h->dropped_routes != ref.dropped)
+                fail_msg("%s: dropped_routes %u, want %u", what, f.rec_h->dropped_routes, ref.dropped);
+              if (f.rec_h->count != 0)
+                fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+              ref_free(&ref);
+            }
+            ++fixtures;
+            printf("ok  %s\n", what);
+            fix_free(&f);
+          }
+  printf("matrix: %d configurations exact\n", fixtures);
+}
+
+/* ============================================================================================ */
+/* refusals                                                                                      */
+/* ============================================================================================ */
+
+static void test_refusals(void** state) {
+  epf_plan_t plan;
+  fix_t f;
+  (void)state;
+  /* per-128 FP8 needs hidden % 128 == 0: 2880 is refused when planning */
+  assert_int_equal(make_plan(2, 16, 2880, 8, 64, EPF_PAYLOAD_FP8_128, 0u, 0, &plan), EPF_ERR_HIDDEN_ALIGNMENT);
+  assert_int_equal(make_plan(2, 16, 7168, 8, 64, EPF_PAYLOAD_FP8_128, 0u, 0, &plan), EPF_OK);
+  assert_int_equal(epf_ll_plan_check(&plan), EPF_OK);
+
+  fix_init(&f, 2, 16, 2880, 8, 64, 0, 0u, 1000000000ull);
+  fix_fill(&f, 16, 0);
+  {
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 0);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_FIXED);
+    epf_ll_launch_t L = f.L;
+    epf_config_t c = EPF_CONFIG_INIT;
+    /* tokens */
+    da.num_tokens = 17;
+    assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, 0), EPF_ERR_TOKENS);
+    da.num_tokens = -1;
+    assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_SEND, 0), EPF_ERR_TOKENS);
+    ca.num_tokens = 17;
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_TOKENS);
+    da.num_tokens = 16;
+    ca.num_tokens = 16;
+    /* halves, operands */
+    assert_int_equal(epf_ll_dispatch(&f.L, &da, 0, 0), EPF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(epf_ll_dispatch(&f.L, NULL, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+    da.recv_counts = NULL;
+    assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_RECV, 0), EPF_ERR_INVALID_ARGUMENT);
+    da.recv_counts = f.recv_counts;
+    da.x = (const char*)f.x + 2;
+    assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_SEND, 0), EPF_ERR_ALIGNMENT);
+    da.x = f.x;
+    ca.y_layout = 7;
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+    ca.y_layout = EPF_LL_Y_FIXED;
+    /* mode: an HT plan is refused with EPF_ERR_MODE */
+    c.nranks = 2;
+    c.num_experts = 64;
+    c.top_k = 8;
+    c.hidden = 2880;
+    c.max_tokens_per_rank = 16;
+    c.mode = EPF_MODE_HT;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_MODE);
+    assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_MODE);
+    assert_int_equal(epf_ll_mask_clean(&L, 0), EPF_ERR_MODE);
+    /* layout: LL rank-major is not implemented */
+    c.mode = EPF_MODE_LL;
+    c.layout = EPF_LAYOUT_RANK_MAJOR;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
+    /* payloads this build does not move are refused before anything is launched */
+    c.layout = EPF_LAYOUT_EXPERT_MAJOR;
+    c.payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    if (!epf_ll_payload_supported(EPF_PAYLOAD_MXFP8))
+      assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    c.payload = EPF_PAYLOAD_BF16;
+    c.combine_payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    if (!epf_ll_combine_payload_supported(EPF_PAYLOAD_MXFP8))
+      assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    /* team size must match the plan */
+    L = f.L;
+    L.team.nranks = 4;
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_RANKS);
+    /* a fused launch that cannot be resident is refused; split halves need no co-residency */
+    L = f.L;
+    L.blocks_per_rank = 100000;
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+    assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+  }
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  assert_int_equal(f.rec_h->count, 0);
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
+/* CUDA graphs: 1000 replays with fresh routing                                                  */
+/* ============================================================================================ */
+
+static void test_graph_replays(void** state) {
+  const int R = 8, T = 8, H = 2880, K = 8, E = 64, replays = 1000;
+  fix_t f;
+  cudaStream_t s;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  epf_ll_dispatch_args_t da;
+  epf_ll_combine_args_t ca;
+  (void)state;
+  fix_init(&f, R, T, H, K, E, 0, 0u, 5000000000ull);
+  f.T = T;
+  da = fix_dargs(&f, 1);
+  ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+  EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, s), EPF_OK);
+  run_experts(&f, 1, EPF_LL_Y_PACKED, 0, -1, s);
+  assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, s), EPF_OK); /* split halves inside the graph */
+  busy_kernel<<<8, 64, 0, s>>>(g_sink, 100);
+  assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_RECV, s), EPF_OK);
+  EPF_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+  EPF_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 1; i <= replays; ++i) {
+    const int full = i % 10 == 0 || i == replays, rows = i % 100 == 0 || i == replays;
+    ref_t ref;
+    fix_fill(&f, T, i % 7 == 0);
+    EPF_CHECK_CUDA(cudaMemsetAsync(f.out, 0xEE, (size_t)R * T * H * 2, s));
+    EPF_CHECK_CUDA(cudaMemsetAsync(f.recv_counts, 0xEE, (size_t)R * E * 4, s));
+    EPF_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+    ref_dispatch(&f, 0u, &ref);
+    {
+      int32_t* counts = (int32_t*)malloc((size_t)R * E * 4);
+      EPF_CHECK_CUDA(cudaMemcpy(counts, f.recv_counts, (size_t)R * E * 4, cudaMemcpyDeviceToHost));
+      for (int g = 0; g < R * E; ++g)
+        if (counts[g] != ref.counts[g]) fail_msg("replay %d: count[%d] = %d, want %d", i, g, counts[g], ref.counts[g]);
+      free(counts);
+    }
+    if (rows) check_dispatch(&f, &ref, 0u, (uint32_t)i, 1, 1, "graph replay");
+    if (full) check_combine(&f, 0u, 0, "graph replay");
+    ref_free(&ref);
+  }
+  assert_int_equal(f.rec_h->count, 0);
+  {
+    epf_ll_state_t st[8];
+    EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; ++r)
+      for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) {
+        assert_int_equal(st[r].epoch[ph], replays);
+        assert_int_equal(st[r].arrive[ph], 0);
+      }
+  }
+  printf("graph: %d replays of dispatch -> experts -> combine with fresh routing, all exact\n", replays);
+  EPF_CHECK_CUDA(cudaGraphExecDestroy(exec));
+  EPF_CHECK_CUDA(cudaGraphDestroy(graph));
+  EPF_CHECK_CUDA(cudaStreamDestroy(s));
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
+/* fault injection                                                                               */
+/* ============================================================================================ */
+
+/* the ready-made kernels' bodies, with one rank that does not take part */
+__global__ void fault_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states,
+                                      epf_error_record_t* rec, int bpr, epf_ll_dispatch_args_t args, int silent) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  const epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&args, &plan, t.rank);
+  epf_ll_dispatch_send_block(&plan, ctx, &a, smem);
+  __syncthreads();
+  (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, smem);
+}
+
+__global__ void fault_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states,
+                                     epf_error_record_t* rec, int bpr, epf_ll_combine_args_t args, int silent) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  const epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&args, &plan, t.rank);
+  epf_ll_combine_send_block(&plan, ctx, &a, smem);
+  __syncthreads();
+  (void)epf_ll_combine_recv_block(&plan, ctx, &a, smem);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* one round with `silent` not taking part; returns the wall time of the round */
+static double fault_round(fix_t* f, uint32_t epoch, int silent) {
+  const int bpr = 2, threads = 256;
+  const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+  epf_ll_dispatch_args_t da = fix_dargs(f, 0);
+  epf_ll_combine_args_t ca = fix_cargs(f, EPF_LL_Y_FIXED);
+  double t0;
+  fix_poison(f, epoch);
+  assert_int_equal(epf_virtual_grid_check((const void*)fault_dispatch_kernel, threads, smem, f->R * bpr, 0), EPF_OK);
+  assert_int_equal(epf_virtual_grid_check((const void*)fault_combine_kernel, threads, smem, f->R * bpr, 0), EPF_OK);
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  t0 = now_s();
+  fault_dispatch_kernel<<<f->R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, silent);
+  EPF_CHECK_CUDA(cudaGetLastError());
+  run_experts(f, 0, EPF_LL_Y_FIXED, 0, silent, 0);
+  fault_combine_kernel<<<f->R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, silent);
+  EPF_CHECK_LAUNCH();
+  return now_s() - t0;
+}
+
+static void check_round_vs_ref(fix_t* f, uint32_t absent, uint32_t epoch, const char* what) {
+  ref_t ref;
+  ref_dispatch(f, absent, &ref);
+  check_dispatch(f, &ref, absent, epoch, 1, 0, what);
+  check_combine(f, absent, 0, what);
+  ref_free(&ref);
+}
+
+static void read_masks(const fix_t* f, uint32_t* masks) {
+  uint32_t* d;
+  EPF_CHECK_CUDA(cudaMalloc(&d, (size_t)f->R * EPF_MASK_WORDS * 4));
+  assert_int_equal(epf_ll_mask_query_async(&f->L, d, 0), EPF_OK);
+  EPF_CHECK_CUDA(cudaMemcpy(masks, d, (size_t)f->R * EPF_MASK_WORDS * 4, cudaMemcpyDeviceToHost));
+  EPF_CHECK_CUDA(cudaFree(d));
+}
+
+static void test_fault_tolerant(void** state) {
+  const int R = 4, silent = 2;
+  const uint64_t timeout_ns = 50000000ull; /* 50 ms */
+  fix_t f;
+  uint32_t masks[4 * EPF_MASK_WORDS];
+  epf_error_record_t rec;
+  double dt;
+  (void)state;
+  fix_init(&f, R, 32, 2880, 8, 32, 0, EPF_FLAG_FAULT_TOLERANT, timeout_ns);
+
+  /* round 1: everybody */
+  fix_fill(&f, 32, 0);
+  dt = fault_round(&f, 1, -1);
+  check_round_vs_ref(&f, 0u, 1, "FT round 1");
+  assert_int_equal(f.rec_h->count, 0);
+
+  /* round 2: rank 2 stops taking part -> the others finish within the timeout, rank 2 masked */
+  fix_fill(&f, 32, 0);
+  dt = fault_round(&f, 2, silent);
+  printf("FT: round with a silent rank took %.1f ms (timeout %.0f ms)\n", dt * 1e3, timeout_ns * 1e-6);
+  assert_true(dt < 3.0);
+  epf_error_read(f.rec_h, &rec);
+  assert_int_equal(rec.valid, 1);
+  assert_int_equal(rec.status, EPF_ERR_TIMEOUT);
+  assert_int_equal(rec.peer, silent);
+  assert_true(rec.waiter_rank != silent);
+  assert_true(rec.elapsed_ns >= timeout_ns);
+  assert_int_equal(rec.masked_ranks, R - 1); /* each survivor masked it once */
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < R; ++p)
+      assert_int_equal((masks[r * EPF_MASK_WORDS] >> p) & 1u, (r != silent && p == silent) ? 0u : 1u);
+  check_round_vs_ref(&f, 1u << silent, 2, "FT round 2 (rank 2 silent)");
+
+  /* round 3: still silent -> skipped at once, no new errors */
+  epf_error_clear(f.rec_h);
+  fix_fill(&f, 32, 0);
+  dt = fault_round(&f, 3, silent);
+  printf("FT: next round with the rank masked took %.1f ms\n", dt * 1e3);
+  assert_true(dt < (double)timeout_ns * 1e-9);
+  assert_int_equal(f.rec_h->count, 0);
+  check_round_vs_ref(&f, 1u << silent, 3, "FT round 3 (rank 2 masked)");
+
+  /* clean: every rank (rank 2 too) -> masks full again, epochs agree (rank 2 was 2 rounds behind) */
+  assert_int_equal(epf_ll_mask_clean(&f.L, 0), EPF_OK);
+  EPF_CHECK_LAUNCH();
+  assert_int_equal(f.rec_h->count, 0);
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r) assert_int_equal(masks[r * EPF_MASK_WORDS], 0xfu);
+  {
+    epf_ll_state_t st[4];
+    EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; ++r)
+      for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) assert_int_equal(st[r].epoch[ph], 3);
+  }
+
+  /* round 4: everybody again, exact */
+  fix_fill(&f, 32, 0);
+  (void)fault_round(&f, 4, -1);
+  check_round_vs_ref(&f, 0u, 4, "FT round 4 (after clean)");
+  assert_int_equal(f.rec_h->count, 0);
+
+  /* the ready-made path after the clean, and the mask update from host memory */
+  {
+    uint32_t m[EPF_MASK_WORDS];
+    epf_mask_init_all(m, R);
+    assert_int_equal(epf_ll_mask_update(&f.L, m, 0), EPF_OK);
+    fix_fill(&f, 32, 0);
+    run_round(&f, 5, 1, 0, EPF_LL_Y_FIXED, 0);
+    check_round_vs_ref(&f, 0u, 5, "FT round 5 (ready-made, split)");
+  }
+  printf("FT: silent rank masked by all survivors within the timeout, skipped next round, re-admitted by clean\n");
+  fix_free(&f);
+}
+
+static void test_not_fault_tolerant(void** state) {
+  const int R = 4, silent = 1;
+  const uint64_t timeout_ns = 50000000ull;
+  fix_t f;
+  uint32_t masks[4 * EPF_MASK_WORDS];
+  double dt;
+  (void)state;
+  fix_init(&f, R, 16, 2880, 8, 64, 1, 0u, timeout_ns);
+  fix_fill(&f, 16, 0);
+  dt = fault_round(&f, 1, silent);
+  assert_true(dt < 3.0);
+  assert_int_equal(f.rec_h->status, EPF_ERR_TIMEOUT);
+  assert_int_equal(f.rec_h->masked_ranks, 0);
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r) assert_int_equal(masks[r * EPF_MASK_WORDS], 0xfu); /* no mask without the flag */
+  check_round_vs_ref(&f, 1u << silent, 1, "no-FT round 1 (rank 1 silent)");
+  /* rank 1 is now one round behind: the clean re-synchronises every rank */
+  epf_error_clear(f.rec_h);
+  assert_int_equal(epf_ll_mask_clean(&f.L, 0), EPF_OK);
+  EPF_CHECK_LAUNCH();
+  fix_fill(&f, 16, 0);
+  (void)fault_round(&f, 2, -1);
+  check_round_vs_ref(&f, 0u, 2, "no-FT round 2 (after clean)");
+  assert_int_equal(f.rec_h->count, 0);
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
+/* a real 1-rank NCCL window                                                                     */
+/* ============================================================================================ */
+
+#if defined(EPF_TEST_WITH_NCCL)
+static void test_nccl_one_rank(void** state) {
+  const int Tmax = 16, H = 2880, K = 8, E = 8;
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  ncclDevComm_t dev;
+  epf_nccl_window_t win;
+  epf_team_t team;
+  fix_t f;
+  epf_status_t st;
+  (void)state;
+  fix_init(&f, 1, Tmax, H, K, E, 1, 0u, 5000000000ull);
+  EPF_CHECK_CUDA(cudaFree(f.win)); /* the window replaces the virtual allocation */
+  f.win = NULL;
+  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+  st = epf_nccl_comm_init_rank(&comm, 1, id, 0, 60.0);
+  if (st != EPF_OK) fail_msg("comm init: %s", epf_status_name(st));
+  st = epf_nccl_window_create(comm, f.plan.total_bytes, 60.0, &win);
+  if (st != EPF_OK) fail_msg("window: %s", epf_status_name(st));
+  assert_int_equal(epf_nccl_devcomm_create(comm, 1, 60.0, &dev), EPF_OK);
+  assert_int_equal(epf_nccl_team_query(&dev, win.window, 0, &team), EPF_OK);
+  f.win = (char*)win.ptr; /* host-side checks read the window through its local pointer */
+  f.L = epf_ll_launch_make(&f.plan, team, f.state, f.rec_d, 0);
+  assert_int_equal(epf_ll_state_reset(&f.L, 0), EPF_OK);
+  for (uint32_t round = 1; round <= 4; ++round) {
+    ref_t ref;
+    char what[64];
+    snprintf(what, sizeof(what), "NCCL 1 rank round %u", round);
+    fix_fill(&f, round == 2 ? 9 : Tmax, round == 3);
+    epf_error_clear(f.rec_h);
+    run_round(&f, round, (int)(round & 1), (int)(round >> 1 & 1), round == 4 ? EPF_LL_Y_IN_PLACE : EPF_LL_Y_FIXED,
+              round == 4);
+    ref_dispatch(&f, 0u, &ref);
+    check_dispatch(&f, &ref, 0u, round, round != 4, (int)(round >> 1 & 1), what);
+    check_combine(&f, 0u, round == 4, what);
+    assert_int_equal(f.rec_h->count, 0);
+    assert_int_equal(f.rec_h->dropped_routes, ref.dropped);
+    ref_free(&ref);
+  }
+  printf("1-rank NCCL window: 4 LL rounds (fused/split, packed, in place) exact\n");
+  f.win = NULL;
+  assert_int_equal(epf_nccl_devcomm_destroy(comm, &dev), EPF_OK);
+  assert_int_equal(epf_nccl_window_destroy(comm, &win, 60.0), EPF_OK);
+  assert_int_equal(epf_nccl_comm_destroy(comm, 60.0), EPF_OK);
+  fix_free(&f);
+}
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_matrix),
+      cmocka_unit_test(test_graph_replays),
+      cmocka_unit_test(test_fault_tolerant),
+      cmocka_unit_test(test_not_fault_tolerant),
+#if defined(EPF_TEST_WITH_NCCL)
+      cmocka_unit_test(test_nccl_one_rank),
+#endif
+  };
+  int rc = epf_test_gpus_or_skip(1);
+  if (rc) return rc;
+  g_seed = epf_test_seed();
+  if (cudaMalloc(&g_sink, 64) != cudaSuccess) {
+    printf("cudaMalloc failed\n");
+    return 1;
+  }
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
+  cudaFree(g_sink);
+  return rc;
+}

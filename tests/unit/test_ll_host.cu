@@ -1,0 +1,254 @@
+/* test_ll_host — the EPF_HD parts of ll.cuh / dispatch_ll.cuh / combine_ll.cuh on the CPU (no GPU):
+ * the LL state's initial value, plan and token checks (every refusal status), the fixed-layout
+ * accessors (every (parity, expert, source, slot) row, signal word and combine row is distinct and
+ * inside its region, for random configurations), epoch parity, per-rank buffer sizes and virtual
+ * rank operand strides, and the shared-memory sizes of the blocks. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "epf_cmocka.h"
+
+#include "epfuse/kernels_ll.cuh"
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint64_t rnd(void) { /* splitmix64 */
+  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+static epf_config_t ll_config(int R, int E, int K, int H, int T) {
+  epf_config_t c = EPF_CONFIG_INIT;
+  c.nranks = R;
+  c.num_experts = E;
+  c.top_k = K;
+  c.hidden = H;
+  c.max_tokens_per_rank = T;
+  c.mode = EPF_MODE_LL;
+  return c;
+}
+
+static void test_state_init(void** state) {
+  epf_ll_state_t s;
+  (void)state;
+  for (int n = 1; n <= EPF_MAX_RANKS; ++n) {
+    memset(&s, 0xcd, sizeof(s));
+    epf_ll_state_init(&s, n);
+    for (int i = 0; i < EPF_LL_PHASE_COUNT; ++i) {
+      assert_int_equal(s.epoch[i], 0);
+      assert_int_equal(s.arrive[i], 0);
+    }
+    for (int r = 0; r < EPF_MASK_WORDS * 32; ++r) assert_int_equal((s.mask[r >> 5] >> (r & 31)) & 1u, r < n ? 1u : 0u);
+    for (int r = 0; r < EPF_MAX_RANKS; ++r) assert_int_equal(s.dispatch_fail[r], 0);
+    assert_int_equal(s.clean_gen, 0);
+    assert_int_equal(s.magic, EPF_LL_STATE_MAGIC);
+    assert_int_equal(s.nranks, n);
+  }
+}
+
+static void test_plan_checks(void** state) {
+  epf_config_t c = ll_config(8, 256, 8, 7168, 128);
+  epf_plan_t p;
+  (void)state;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+  assert_int_equal(epf_ll_tokens_check(&p, 0), EPF_OK);
+  assert_int_equal(epf_ll_tokens_check(&p, 128), EPF_OK);
+  assert_int_equal(epf_ll_tokens_check(&p, 129), EPF_ERR_TOKENS);
+  assert_int_equal(epf_ll_tokens_check(&p, -1), EPF_ERR_TOKENS);
+  /* HT plan: not an LL plan */
+  c.mode = EPF_MODE_HT;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_MODE);
+  /* LL rank-major: not implemented */
+  c = ll_config(8, 256, 8, 7168, 128);
+  c.layout = EPF_LAYOUT_RANK_MAJOR;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_LAYOUT);
+  /* per-128 FP8 with hidden 2880 never becomes a plan */
+  c = ll_config(8, 256, 8, 2880, 128);
+  c.payload = EPF_PAYLOAD_FP8_128;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_ERR_HIDDEN_ALIGNMENT);
+  c.payload = EPF_PAYLOAD_MXFP8;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+  /* a damaged prefix / NULL */
+  p.magic ^= 1u;
+  assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_STRUCT_VERSION);
+  assert_int_equal(epf_ll_plan_check(NULL), EPF_ERR_INVALID_ARGUMENT);
+  /* payload support */
+  assert_true(epf_ll_payload_supported(EPF_PAYLOAD_BF16));
+  assert_true(epf_ll_payload_supported(EPF_PAYLOAD_MXFP8));
+  assert_true(epf_ll_payload_supported(EPF_PAYLOAD_FP8_128));
+  assert_false(epf_ll_payload_supported(0));
+  assert_true(epf_ll_combine_payload_supported(EPF_PAYLOAD_BF16));
+  assert_true(epf_ll_combine_payload_supported(EPF_PAYLOAD_MXFP8));
+  assert_false(epf_ll_combine_payload_supported(EPF_PAYLOAD_FP8_128));
+}
+
+/* every index of the fixed layout is distinct and inside its region */
+static void test_layout(void** state) {
+  (void)state;
+  for (int it = 0; it < 300; ++it) {
+    const int R = rnd_in(1, 9), EL = rnd_in(1, 6), K = rnd_in(1, 9), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
+    epf_config_t c = ll_config(R, R * EL, K, H, T);
+    epf_plan_t p;
+    unsigned char* seen;
+    int64_t n;
+    c.combine_payload = it & 1 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+    c.payload = it % 3 == 0 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+    assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+    assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+    assert_true(p.recv_capacity == (int64_t)EL * R * T);
+    /* receive rows */
+    n = 2 * p.recv_capacity;
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 1; e <= 2; ++e)
+      for (int le = 0; le < EL; ++le)
+        for (int s = 0; s < R; ++s)
+          for (int j = 0; j < T; ++j) {
+            const int64_t row = epf_ll_recv_row(&p, e, le, s, j);
+            assert_true(row >= 0 && row < n);
+            assert_int_equal(seen[row], 0);
+            seen[row] = 1;
+            assert_true(row / p.recv_capacity == (int64_t)(e & 1u));
+            assert_true(epf_plan_recv_token_offset(&p, row) + p.row_bytes <=
+                        p.region[EPF_REGION_RECV_TOKENS].offset + p.region[EPF_REGION_RECV_TOKENS].bytes);
+            assert_true(epf_plan_recv_meta_offset(&p, row) + p.meta_bytes_per_row <=
+                        p.region[EPF_REGION_RECV_META].offset + p.region[EPF_REGION_RECV_META].bytes);
+            assert_true(epf_plan_recv_scale_offset(&p, row) + p.scale_bytes_per_row <=
+                        p.region[EPF_REGION_RECV_SCALES].offset + p.region[EPF_REGION_RECV_SCALES].bytes);
+          }
+    free(seen);
+    /* packed rows: expert-major, R * T per expert */
+    assert_true(epf_ll_packed_row(&p, EL - 1, R * T - 1) == p.recv_capacity - 1);
+    /* dispatch signal words */
+    n = (int64_t)(p.region[EPF_REGION_SIG_LL_DISPATCH].bytes / 8);
+    assert_true(n == 2 * (int64_t)EL * R);
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 7; e <= 8; ++e)
+      for (int le = 0; le < EL; ++le)
+        for (int s = 0; s < R; ++s) {
+          const int64_t i = epf_ll_dispatch_signal_index(&p, e, le, s);
+          assert_true(i >= 0 && i < n);
+          assert_int_equal(seen[i], 0);
+          seen[i] = 1;
+        }
+    free(seen);
+    /* combine signal words */
+    n = (int64_t)(p.region[EPF_REGION_SIG_LL_COMBINE].bytes / 8);
+    assert_true(n == 2 * (int64_t)R);
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 3; e <= 4; ++e)
+      for (int q = 0; q < R; ++q) {
+        const int64_t i = epf_ll_combine_signal_index(&p, e, q);
+        assert_true(i >= 0 && i < n);
+        assert_int_equal(seen[i], 0);
+        seen[i] = 1;
+      }
+    free(seen);
+    /* combine landing rows [2][T][K] */
+    n = (int64_t)(p.region[EPF_REGION_COMBINE].bytes / p.combine_row_bytes);
+    assert_true(n == 2 * (int64_t)T * K);
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 5; e <= 6; ++e)
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          const int64_t row = epf_ll_combine_row(&p, e, t, k);
+          assert_true(row >= 0 && row < n);
+          assert_int_equal(seen[row], 0);
+          seen[row] = 1;
+          assert_true(epf_plan_combine_offset(&p, row) + p.combine_row_bytes <=
+                      p.region[EPF_REGION_COMBINE].offset + p.region[EPF_REGION_COMBINE].bytes);
+        }
+    free(seen);
+    /* MXFP8 combine rows hold hidden E4M3 bytes and hidden / 32 scale bytes */
+    if (c.combine_payload == EPF_PAYLOAD_MXFP8) assert_true(p.combine_row_bytes >= (uint32_t)(H + H / 32));
+  }
+}
+
+static void test_rank_buffers(void** state) {
+  epf_config_t c = ll_config(4, 64, 8, 2880, 16);
+  epf_plan_t p;
+  epf_ll_dispatch_args_t a, r;
+  epf_ll_combine_args_t ca, cr;
+  (void)state;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_X, 0) == 16u * 2880u * 2u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, 0) == 16u * 8u * 4u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, 1) == 16u * 8u * 8u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_WEIGHTS, 0) == 16u * 8u * 4u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_RECV_COUNTS, 0) == 64u * 4u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_EXPERT_COUNTS, 0) == 16u * 4u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_X, 0) == (uint64_t)p.recv_capacity * p.row_bytes);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_SCALES, 0) == 0u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_META, 0) == (uint64_t)p.recv_capacity * 16u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_Y, 0) == (uint64_t)p.recv_capacity * 2880u * 2u);
+  /* MXFP8: compact or swizzled packed scales */
+  c.payload = EPF_PAYLOAD_MXFP8;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_SCALES, 0) == (uint64_t)p.recv_capacity * 90u);
+  c.scale_layout = EPF_SCALE_LAYOUT_SWIZZLED_128X4;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_SCALES, 0) ==
+              (uint64_t)epf_scale_swizzle_bytes(p.recv_capacity, 90));
+
+  /* virtual-rank operand strides; NULL stays NULL */
+  c = ll_config(4, 64, 8, 2880, 16);
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  memset(&a, 0, sizeof(a));
+  a.x = (const void*)(uintptr_t)0x10000;
+  a.topk_idx = (const void*)(uintptr_t)0x20000;
+  a.topk_int64 = 1;
+  a.recv_counts = (int32_t*)(uintptr_t)0x30000;
+  a.round = (uint32_t*)(uintptr_t)0x40000;
+  r = epf_ll_dispatch_args_for_rank(&a, &p, 3);
+  assert_true((uintptr_t)r.x == 0x10000u + 3u * 16u * 2880u * 2u);
+  assert_true((uintptr_t)r.topk_idx == 0x20000u + 3u * 16u * 8u * 8u);
+  assert_true((uintptr_t)r.recv_counts == 0x30000u + 3u * 64u * 4u);
+  assert_true((uintptr_t)r.round == 0x40000u + 3u * 4u);
+  assert_null(r.topk_weights);
+  assert_null(r.packed_x);
+  assert_null(r.expert_counts);
+  memset(&ca, 0, sizeof(ca));
+  ca.y = (const void*)(uintptr_t)0x50000;
+  ca.out = (void*)(uintptr_t)0x60000;
+  cr = epf_ll_combine_args_for_rank(&ca, &p, 2);
+  assert_true((uintptr_t)cr.y == 0x50000u + 2u * (uint64_t)p.recv_capacity * 2880u * 2u);
+  assert_true((uintptr_t)cr.out == 0x60000u + 2u * 16u * 2880u * 2u);
+  assert_null(cr.topk_idx);
+}
+
+static void test_smem(void** state) {
+  epf_config_t c = ll_config(8, 256, 8, 7168, 128);
+  epf_plan_t p;
+  size_t d, cmb;
+  (void)state;
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  d = epf_ll_dispatch_smem_bytes(&p, 512);
+  cmb = epf_ll_combine_smem_bytes(&p, 512);
+  /* header + T*K codes + 8 segments x E histogram + E counts */
+  assert_true(d == (size_t)EPF__LL_HDR_BYTES + 128u * 8u * 4u + 8u * 256u * 4u + 256u * 4u);
+  assert_true(cmb >= (size_t)EPF__LL_HDR_BYTES + 257u * 4u);
+  assert_true(epf_ll_smem_bytes(&p, 512) == (d > cmb ? d : cmb));
+  assert_true(d % 16u == 0u);
+  /* fewer warps, fewer histogram segments */
+  assert_true(epf_ll_dispatch_smem_bytes(&p, 64) == (size_t)EPF__LL_HDR_BYTES + 128u * 8u * 4u + 2u * 256u * 4u + 256u * 4u);
+  assert_true(epf_ll_smem_bytes(&p, 64) >= (size_t)EPF__LL_HDR_BYTES); /* the clean's scratch */
+  /* the largest LL configuration of the defaults still fits an opt-in 227 KB block */
+  c = ll_config(8, 1024, 32, 7168, 256);
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_true(epf_ll_smem_bytes(&p, 1024) <= 227u * 1024u);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_state_init), cmocka_unit_test(test_plan_checks), cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_rank_buffers), cmocka_unit_test(test_smem),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
