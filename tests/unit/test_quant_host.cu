@@ -583,7 +583,9 @@ static void test_quant_check(void** state) {
   assert_int_equal(epf_quant_check(-32, EPF_PAYLOAD_MXFP8), EPF_ERR_HIDDEN);
   assert_int_equal(epf_quant_check(EPF_MAX_HIDDEN, EPF_PAYLOAD_FP8_128), EPF_OK);
   assert_int_equal(epf_quant_check(EPF_MAX_HIDDEN + 128, EPF_PAYLOAD_FP8_128), EPF_ERR_HIDDEN);
-  assert_int_equal(epf_quant_check(7168, EPF_PAYLOAD_BF16), EPF_ERR_PAYLOAD);
+  assert_int_equal(epf_quant_check(7168, EPF_PAYLOAD_BF16), EPF_OK); /* unquantized: 8-element vectors */
+  assert_int_equal(epf_quant_check(2880, EPF_PAYLOAD_BF16), EPF_OK);
+  assert_int_equal(epf_quant_check(7164, EPF_PAYLOAD_BF16), EPF_ERR_HIDDEN_ALIGNMENT);
   assert_int_equal(epf_quant_check(7168, EPF_PAYLOAD_DEFAULT), EPF_ERR_PAYLOAD);
   assert_int_equal(epf_quant_check(7168, 99), EPF_ERR_PAYLOAD);
   assert_int_equal(epf_mx_rule_from_flags(0), EPF_MX_RCEIL);

@@ -464,20 +464,17 @@ EPF_HD void epf_scale_swizzle_zero_padding(uint8_t* scales, int64_t rows, int n_
 /* Checks and config helpers                                                                     */
 /* ============================================================================================ */
 
-/* epf_quant_check — can rows of `hidden` elements be quantized as `payload`?
- *   EPF_OK; EPF_ERR_PAYLOAD unless payload is EPF_PAYLOAD_MXFP8 or EPF_PAYLOAD_FP8_128;
+/* epf_quant_check — can rows of `hidden` elements travel as `payload`?
+ *   EPF_OK; EPF_ERR_PAYLOAD for an unknown payload (anything but EPF_PAYLOAD_MXFP8,
+ *   EPF_PAYLOAD_FP8_128 and EPF_PAYLOAD_BF16, the unquantized one; EPF_PAYLOAD_DEFAULT included);
  *   EPF_ERR_HIDDEN unless 1 <= hidden <= EPF_MAX_HIDDEN; EPF_ERR_HIDDEN_ALIGNMENT unless hidden is
- *   a multiple of the group (32 MXFP8, 128 per-128: so 2880 is refused for FP8_128).
+ *   a multiple of the group (32 MXFP8, 128 per-128 — so 2880 is refused for FP8_128 — and the
+ *   8-element vector for BF16: epf_payload_vector_width).
  *   Call it on the host before launching anything that uses the blocks; they assume it passed.
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_quant_check(int hidden, int payload) {
-  int group;
-  if (payload == EPF_PAYLOAD_MXFP8)
-    group = EPF_MXFP8_GROUP;
-  else if (payload == EPF_PAYLOAD_FP8_128)
-    group = EPF_FP8_128_GROUP;
-  else
-    return EPF_ERR_PAYLOAD;
+  const int group = epf_payload_vector_width(payload);
+  if (group == 0) return EPF_ERR_PAYLOAD;
   if (hidden < 1 || hidden > EPF_MAX_HIDDEN) return EPF_ERR_HIDDEN;
   if (hidden % group != 0) return EPF_ERR_HIDDEN_ALIGNMENT;
   return EPF_OK;
