@@ -361,7 +361,7 @@ EPF_HD float epf_fp8_128_quantize_block_ref(const float* x, bool ue8m0, uint8_t*
  *   the result equals IEEE x / s whenever the remainders do not underflow, which holds for every
  *   |x / s| >= 2^-10 with s >= 1e-4/448 (smaller quotients are +-0 in E4M3 either way): the E4M3
  *   byte always equals epf_e4m3_from_float(x / s). One step: the same byte for every BF16 x with
- *   |x| <= amax and s from that amax (checked exhaustively, all 2^31 such pairs, by
+ *   |x| <= amax and s from that amax (checked exhaustively, all ~8.5e8 such pairs, by
  *   tests/gpu/test_quant; sampled by tests/unit/test_quant_host). Requires s > 0, normal, and
  *   x / s finite (x finite or NaN). */
 EPF_HD float epf__fdiv_markstein1(float x, float s, float y) {
