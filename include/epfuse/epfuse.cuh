@@ -4,7 +4,7 @@
  * nccl_device.h) is left out so that code without NCCL can use everything else; include it
  * separately where a team view comes from an NCCL window.
  *
- * Contents: config.h status.h version.h host.h ptx.cuh team.cuh signal.cuh
+ * Contents: config.h status.h version.h host.h ptx.cuh team.cuh signal.cuh quant.cuh
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 tested).
  */
 #ifndef EPF_EPFUSE_CUH
@@ -17,6 +17,7 @@
 #include "ptx.cuh"
 #include "team.cuh"
 #include "signal.cuh"
+#include "quant.cuh"
 
 #endif /* EPF_EPFUSE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */
