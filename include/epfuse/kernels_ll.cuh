@@ -194,9 +194,15 @@ EPF_INLINE epf_status_t epf__ll_launch_check(const epf_ll_launch_t* L) {
   return EPF_OK;
 }
 
-/* epf__ll_capacity — how many blocks of `kernel` can be resident at once on the device. */
+/* epf__ll_capacity — how many blocks of `kernel` can be resident at once on the device.
+ *   EPF_ERR_TOKENS when the blocks' scratch (which grows with max_tokens_per_rank x top_k and with
+ *   num_experts) exceeds the device's opt-in shared memory per block: such a plan is not an LL
+ *   plan. */
 EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t smem, int device, int* out) {
-  int per_sm = 0, sms = 0;
+  int per_sm = 0, sms = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return EPF_ERR_CUDA;
+  if (smem > (size_t)optin) return EPF_ERR_TOKENS;
   if (smem > 48u * 1024u &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
     return EPF_ERR_CUDA;
@@ -251,10 +257,11 @@ EPF_INLINE bool epf__ll_aligned16(const void* p) { return ((uintptr_t)p & 15u) =
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
  *   plan, EPF_ERR_LAYOUT for RANK_MAJOR; EPF_ERR_RANKS / EPF_ERR_RANK for the team), halves,
- *   payload (EPF_ERR_NOT_SUPPORTED: this build moves BF16), tokens (EPF_ERR_TOKENS), operands
+ *   payload (EPF_ERR_NOT_SUPPORTED unless epf_ll_payload_supported), tokens (EPF_ERR_TOKENS), operands
  *   (EPF_ERR_INVALID_ARGUMENT: send needs x and topk_idx unless num_tokens == 0, receive needs
  *   recv_counts; EPF_ERR_ALIGNMENT: x, packed_x, packed_meta not 16-byte aligned), then the grid
- *   (EPF_ERR_CO_RESIDENCY for a fused launch that cannot be resident) and the launch
+ *   (EPF_ERR_TOKENS when T x top_k / num_experts need more shared memory than a block can have,
+ *   EPF_ERR_CO_RESIDENCY for a fused launch that cannot be resident) and the launch
  *   (EPF_ERR_CUDA). Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
                                         cudaStream_t stream) {
@@ -283,8 +290,8 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
 }
 
 /* epf_ll_combine — launch the LL combine: push half, reduce half, or both fused.
- *   Checks as epf_ll_dispatch, plus: combine_payload BF16 (EPF_ERR_NOT_SUPPORTED otherwise in
- *   this build); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
+ *   Checks as epf_ll_dispatch, plus: combine_payload (EPF_ERR_NOT_SUPPORTED unless
+ *   epf_ll_combine_payload_supported: BF16 or MXFP8); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
  *   payload: EPF_ERR_PAYLOAD) and a known y_layout; receive needs topk_idx (num_tokens > 0) and
  *   a 16-byte aligned out. Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,

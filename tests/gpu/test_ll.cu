@@ -779,17 +779,24 @@ static void test_refusals(void** state) {
     c.layout = EPF_LAYOUT_RANK_MAJOR;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
-    /* payloads this build does not move are refused before anything is launched */
+    /* payload rules, refused before anything is launched: per-128 FP8 never travels back, and
+     * quantized dispatch rows cannot hold BF16 expert outputs in place */
     c.layout = EPF_LAYOUT_EXPERT_MAJOR;
+    c.combine_payload = EPF_PAYLOAD_FP8_128;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_ERR_PAYLOAD);
+    c.combine_payload = EPF_PAYLOAD_BF16;
     c.payload = EPF_PAYLOAD_MXFP8;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
-    if (!epf_ll_payload_supported(EPF_PAYLOAD_MXFP8))
-      assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    ca.y_layout = EPF_LL_Y_IN_PLACE;
+    assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_PAYLOAD);
+    ca.y_layout = EPF_LL_Y_FIXED;
+    /* a slot table that no block's shared memory can hold is not an LL configuration */
     c.payload = EPF_PAYLOAD_BF16;
-    c.combine_payload = EPF_PAYLOAD_MXFP8;
+    c.num_experts = 1024;
+    c.top_k = 32;
+    c.max_tokens_per_rank = 65536;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
-    if (!epf_ll_combine_payload_supported(EPF_PAYLOAD_MXFP8))
-      assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_SEND, 0), EPF_ERR_TOKENS);
     /* team size must match the plan */
     L = f.L;
     L.team.nranks = 4;

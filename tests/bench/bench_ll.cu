@@ -1,0 +1,358 @@
+/* bench_ll — low-latency dispatch and combine over virtual ranks on one GPU (a program, not a test).
+ *
+ * Default: 8 virtual ranks, hidden 7168, top-8 of 256 experts (DeepSeek-V3 decode shape), tokens
+ * per rank 1 and 128; BF16 dispatch + BF16 combine, then MXFP8 and per-128 FP8 dispatch, and the
+ * MXFP8 combine. Routing: K distinct uniform experts per token (no -1).
+ *
+ * Timing: each operation is ONE captured CUDA graph (the ready-made fused kernel: send + receive in
+ * one launch, all 8 ranks in it); --reps iterations of [dispatch graph, combine graph] are enqueued
+ * back to back with an event between every two launches, and the median event time of each
+ * operation is reported. So a time includes the graph launch gap in the stream, the slot scan,
+ * the copies, the signalling and the waits: everything a decode step would pay. Combine uses
+ * identity experts in place (y = the received rows), so each combine follows its dispatch.
+ *
+ * Bytes, all three conventions of notes/ANCHORS.md plus the copy convention (aggregate over the 8
+ * virtual ranks, i.e. what the one GPU moved):
+ *   copy       : every delivered row written once and read once, as a D2D copy of exactly those
+ *                rows would (2 x delivered rows x (row + scale bytes)); this one is divided by the
+ *                copy ceiling measured in the same run (cudaMemcpyAsync D2D of 1 GiB, read + write
+ *                counted) -> "% of copy ceiling" (launch and signalling included in the time);
+ *   topk-logical: tokens x top-k x row bytes per rank (DeepEP LL, NCCL EP, pplx);
+ *   received-logical: every row a rank receives (its own included) x row bytes;
+ *   link       : rows that went to another rank x row bytes (virtual ranks: no NVLink involved);
+ *   issued     : what the kernels themselves read and write in HBM (dispatch: x once per token,
+ *                every copy + metadata; combine: y, landing rows written and read back, out),
+ *                also divided by the ceiling.
+ * The copy convention credits a read AND a write per delivered row while the dispatch reads each
+ * token once and writes it K times, so it can exceed 100 %: that then means "faster than a D2D copy
+ * of exactly the delivered rows".
+ *
+ * Usage: bench_ll [--ranks 8] [--hidden 7168] [--topk 8] [--experts 256] [--tokens 1,128]
+ *                 [--reps 200] [--bpr 0] [--threads 512]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "epfuse/kernels_ll.cuh"
+
+#define BL_CHECK(call)                                                                           \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
+      exit(1);                                                                                   \
+    }                                                                                            \
+  } while (0)
+#define BL_EPF(call)                                                                             \
+  do {                                                                                           \
+    epf_status_t s_ = (call);                                                                    \
+    if (s_ != EPF_OK) {                                                                          \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, epf_status_name(s_));      \
+      exit(1);                                                                                   \
+    }                                                                                            \
+  } while (0)
+
+static uint64_t bl_rng = 0x5eed5eed12345678ull;
+static uint64_t bl_rand(void) {
+  uint64_t z = (bl_rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int bl_cmp(const void* a, const void* b) {
+  const float x = *(const float*)a, y = *(const float*)b;
+  return x < y ? -1 : x > y;
+}
+static float bl_median(float* v, int n) {
+  qsort(v, (size_t)n, sizeof(float), bl_cmp);
+  return v[n / 2];
+}
+
+/* BF16 values in about [-2, 2] */
+__global__ void bl_fill(uint16_t* x, int64_t n, uint32_t salt) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 0x9e3779b1u ^ salt;
+    h ^= h >> 15;
+    h *= 0x2c1b3c6du;
+    h ^= h >> 12;
+    x[i] = (uint16_t)(0x3f80u | ((h >> 8) & 0x807fu)) - (uint16_t)((h & 1u) << 7);
+  }
+}
+
+/* median D2D copy time of `bytes` -> GB/s counting read + write */
+static double bl_copy_ceiling(size_t bytes, int reps) {
+  void *a, *b;
+  cudaEvent_t e0, e1;
+  float* t = (float*)malloc(sizeof(float) * (size_t)reps);
+  double gbs;
+  BL_CHECK(cudaMalloc(&a, bytes));
+  BL_CHECK(cudaMalloc(&b, bytes));
+  BL_CHECK(cudaMemset(a, 1, bytes));
+  BL_CHECK(cudaEventCreate(&e0));
+  BL_CHECK(cudaEventCreate(&e1));
+  for (int i = -3; i < reps; ++i) {
+    BL_CHECK(cudaEventRecord(e0, 0));
+    BL_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+    BL_CHECK(cudaEventRecord(e1, 0));
+    BL_CHECK(cudaEventSynchronize(e1));
+    if (i >= 0) BL_CHECK(cudaEventElapsedTime(&t[i], e0, e1));
+  }
+  gbs = 2.0 * (double)bytes / (bl_median(t, reps) * 1e-3) / 1e9;
+  BL_CHECK(cudaFree(a));
+  BL_CHECK(cudaFree(b));
+  BL_CHECK(cudaEventDestroy(e0));
+  BL_CHECK(cudaEventDestroy(e1));
+  free(t);
+  return gbs;
+}
+
+typedef struct {
+  int R, T, H, K, E, payload, cpayload, reps, bpr, threads;
+} bl_case_t;
+
+static const char* bl_payload(int p) {
+  return p == EPF_PAYLOAD_MXFP8 ? "mxfp8" : p == EPF_PAYLOAD_FP8_128 ? "fp8x128" : "bf16";
+}
+
+static void bl_run(const bl_case_t* c, double ceiling_gbs) {
+  epf_config_t cfg = EPF_CONFIG_INIT;
+  epf_plan_t plan;
+  epf_ll_launch_t L;
+  epf_ll_state_t* state;
+  epf_error_record_t *rec_h, *rec_d;
+  char* win;
+  uint16_t *x, *y = NULL, *out;
+  int32_t *topk, *recv_counts;
+  float* w;
+  uint32_t* round;
+  cudaStream_t s;
+  cudaGraph_t gd, gc;
+  cudaGraphExec_t xd, xc;
+  cudaEvent_t* ev;
+  float *td, *tc;
+  epf_ll_dispatch_args_t da;
+  epf_ll_combine_args_t ca;
+  const int R = c->R, T = c->T, H = c->H, K = c->K, E = c->E, EL = E / R;
+  int64_t delivered = 0, local_rows = 0;
+  int bpr_d, bpr_c;
+
+  cfg.nranks = R;
+  cfg.num_experts = E;
+  cfg.top_k = K;
+  cfg.hidden = H;
+  cfg.max_tokens_per_rank = T;
+  cfg.mode = EPF_MODE_LL;
+  cfg.payload = c->payload;
+  cfg.combine_payload = c->cpayload;
+  BL_EPF(epf_plan_compute(&cfg, &plan));
+
+  BL_CHECK(cudaMalloc(&win, (size_t)R * plan.total_bytes));
+  BL_CHECK(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
+  BL_CHECK(cudaMalloc(&state, (size_t)R * sizeof(epf_ll_state_t)));
+  BL_CHECK(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
+  BL_CHECK(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
+  epf_error_clear(rec_h);
+  BL_CHECK(cudaMalloc(&x, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
+  BL_CHECK(cudaMalloc(&out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
+  BL_CHECK(cudaMalloc(&topk, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, 0)));
+  BL_CHECK(cudaMalloc(&w, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  BL_CHECK(cudaMalloc(&recv_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
+  BL_CHECK(cudaMalloc(&round, (size_t)R * 4));
+  if (c->payload != EPF_PAYLOAD_BF16) /* quantized rows cannot be overwritten in place by BF16 y */
+    BL_CHECK(cudaMalloc(&y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+  bl_fill<<<1024, 256>>>(x, (int64_t)R * T * H, 12345u);
+  if (y != NULL) bl_fill<<<1024, 256>>>(y, (int64_t)R * plan.recv_capacity * H, 777u);
+  BL_CHECK(cudaGetLastError());
+  { /* routing: K distinct uniform experts per token; weights 1/K */
+    int32_t* ht = (int32_t*)malloc((size_t)R * T * K * 4);
+    float* hw = (float*)malloc((size_t)R * T * K * 4);
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          int e, dup;
+          do {
+            e = (int)(bl_rand() % (uint64_t)E);
+            dup = 0;
+            for (int q = 0; q < k; ++q) dup |= ht[((size_t)r * T + t) * K + q] == e;
+          } while (dup);
+          ht[((size_t)r * T + t) * K + k] = e;
+          hw[((size_t)r * T + t) * K + k] = 1.0f / (float)K;
+          ++delivered;
+          local_rows += e / EL == r;
+        }
+    BL_CHECK(cudaMemcpy(topk, ht, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
+    BL_CHECK(cudaMemcpy(w, hw, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
+    free(ht);
+    free(hw);
+  }
+
+  L = epf_ll_launch_make(&plan, epf_team_virtual(win, plan.total_bytes, 0, R), state, rec_d, 1);
+  L.blocks_per_rank = c->bpr;
+  L.threads = c->threads;
+  BL_EPF(epf_ll_state_reset(&L, 0));
+  memset(&da, 0, sizeof(da));
+  da.x = x;
+  da.topk_idx = topk;
+  da.topk_weights = w;
+  da.num_tokens = T;
+  da.recv_counts = recv_counts;
+  da.round = round;
+  memset(&ca, 0, sizeof(ca));
+  ca.y = y;
+  ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : EPF_LL_Y_IN_PLACE;
+  ca.recv_counts = recv_counts;
+  ca.topk_idx = topk;
+  ca.topk_weights = w;
+  ca.out = out;
+  ca.num_tokens = T;
+  bpr_d = epf_ll_blocks_per_rank(&L, T, 0);
+  bpr_c = epf_ll_blocks_per_rank(&L, T, 1);
+
+  BL_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BL_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  BL_EPF(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, s));
+  BL_CHECK(cudaStreamEndCapture(s, &gd));
+  BL_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  BL_EPF(epf_ll_combine(&L, &ca, EPF_LL_BOTH, s));
+  BL_CHECK(cudaStreamEndCapture(s, &gc));
+  BL_CHECK(cudaGraphInstantiate(&xd, gd, 0));
+  BL_CHECK(cudaGraphInstantiate(&xc, gc, 0));
+
+  ev = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * (size_t)(2 * c->reps + 1));
+  td = (float*)malloc(sizeof(float) * (size_t)c->reps);
+  tc = (float*)malloc(sizeof(float) * (size_t)c->reps);
+  for (int i = 0; i < 2 * c->reps + 1; ++i) BL_CHECK(cudaEventCreate(&ev[i]));
+  for (int i = 0; i < 10; ++i) { /* warm-up */
+    BL_CHECK(cudaGraphLaunch(xd, s));
+    BL_CHECK(cudaGraphLaunch(xc, s));
+  }
+  BL_CHECK(cudaStreamSynchronize(s));
+  BL_CHECK(cudaEventRecord(ev[0], s));
+  for (int i = 0; i < c->reps; ++i) {
+    BL_CHECK(cudaGraphLaunch(xd, s));
+    BL_CHECK(cudaEventRecord(ev[2 * i + 1], s));
+    BL_CHECK(cudaGraphLaunch(xc, s));
+    BL_CHECK(cudaEventRecord(ev[2 * i + 2], s));
+  }
+  BL_CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < c->reps; ++i) {
+    BL_CHECK(cudaEventElapsedTime(&td[i], ev[2 * i], ev[2 * i + 1]));
+    BL_CHECK(cudaEventElapsedTime(&tc[i], ev[2 * i + 1], ev[2 * i + 2]));
+  }
+  {
+    int64_t got = 0;
+    int32_t* hc = (int32_t*)malloc((size_t)R * E * 4);
+    BL_CHECK(cudaMemcpy(hc, recv_counts, (size_t)R * E * 4, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < R * E; ++i) got += hc[i];
+    free(hc);
+    if (got != delivered || rec_h->count != 0)
+      printf("  !! check failed: %lld rows received, want %lld; %u errors (%s)\n", (long long)got,
+             (long long)delivered, rec_h->count, epf_status_name((epf_status_t)rec_h->status));
+  }
+  {
+    const double us_d = bl_median(td, c->reps) * 1e3, us_c = bl_median(tc, c->reps) * 1e3;
+    const double row = (double)plan.row_bytes + plan.scale_bytes_per_row;
+    const double bf16_row = (double)H * 2.0;
+    const double copy_d = 2.0 * (double)delivered * row, copy_c = 2.0 * (double)delivered * plan.combine_row_bytes;
+    const double topk_d = (double)R * T * K * row, recv_d = (double)delivered * row;
+    const double link_d = (double)(delivered - local_rows) * row;
+    /* what the kernels themselves read and write in HBM: dispatch reads x once per token and
+     * writes every copy + metadata; combine reads y, writes and re-reads the landing rows, writes out */
+    const double issued_d = (double)delivered * (row + 16.0) + (double)R * T * bf16_row;
+    const double issued_c = (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) + (double)R * T * bf16_row;
+    printf("%-7s->%-7s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d\n", bl_payload(c->payload), bl_payload(c->cpayload), R,
+           T, H, K, E, bpr_d, bpr_c);
+    printf("   dispatch %8.2f us | copy-conv %7.1f GB/s = %5.1f%% of ceiling | issued %7.1f GB/s = %5.1f%% | "
+           "topk-logical %7.1f GB/s | recv-logical %7.1f GB/s | link %7.1f GB/s\n",
+           us_d, copy_d / us_d * 1e-3, 100.0 * copy_d / us_d * 1e-3 / ceiling_gbs, issued_d / us_d * 1e-3,
+           100.0 * issued_d / us_d * 1e-3 / ceiling_gbs, topk_d / us_d * 1e-3, recv_d / us_d * 1e-3,
+           link_d / us_d * 1e-3);
+    printf("   combine  %8.2f us | copy-conv %7.1f GB/s = %5.1f%% of ceiling | issued %7.1f GB/s = %5.1f%% | "
+           "topk-logical (BF16 rows) %7.1f GB/s\n",
+           us_c, copy_c / us_c * 1e-3, 100.0 * copy_c / us_c * 1e-3 / ceiling_gbs, issued_c / us_c * 1e-3,
+           100.0 * issued_c / us_c * 1e-3 / ceiling_gbs, (double)R * T * K * bf16_row / us_c * 1e-3);
+  }
+  for (int i = 0; i < 2 * c->reps + 1; ++i) BL_CHECK(cudaEventDestroy(ev[i]));
+  free(ev);
+  free(td);
+  free(tc);
+  BL_CHECK(cudaGraphExecDestroy(xd));
+  BL_CHECK(cudaGraphExecDestroy(xc));
+  BL_CHECK(cudaGraphDestroy(gd));
+  BL_CHECK(cudaGraphDestroy(gc));
+  BL_CHECK(cudaStreamDestroy(s));
+  BL_CHECK(cudaFree(win));
+  BL_CHECK(cudaFree(state));
+  BL_CHECK(cudaFreeHost(rec_h));
+  BL_CHECK(cudaFree(x));
+  BL_CHECK(cudaFree(out));
+  BL_CHECK(cudaFree(topk));
+  BL_CHECK(cudaFree(w));
+  BL_CHECK(cudaFree(recv_counts));
+  BL_CHECK(cudaFree(round));
+  if (y != NULL) BL_CHECK(cudaFree(y));
+}
+
+int main(int argc, char** argv) {
+  bl_case_t c;
+  int tokens[8] = {1, 128}, ntok = 2;
+  double ceiling;
+  int n = 0;
+  memset(&c, 0, sizeof(c));
+  c.R = 8;
+  c.H = 7168;
+  c.K = 8;
+  c.E = 256;
+  c.reps = 200;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--ranks")) c.R = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--hidden")) c.H = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--topk")) c.K = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--experts")) c.E = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps")) c.reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--bpr")) c.bpr = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--threads")) c.threads = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--tokens")) {
+      char* p = argv[i + 1];
+      ntok = 0;
+      while (*p && ntok < 8) {
+        tokens[ntok++] = (int)strtol(p, &p, 10);
+        if (*p == ',') ++p;
+      }
+    } else {
+      fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    printf("SKIP: no GPU\n");
+    return 0;
+  }
+  {
+    cudaDeviceProp prop;
+    BL_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("bench_ll on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+  }
+  ceiling = bl_copy_ceiling((size_t)1 << 30, 20);
+  printf("copy ceiling: %.0f GB/s (cudaMemcpyAsync D2D of 1 GiB, read + write counted)\n", ceiling);
+  printf("times: median of %d CUDA-graph replays, fused send+receive kernel per op, all %d virtual ranks "
+         "in one launch\n",
+         c.reps, c.R);
+  for (int ti = 0; ti < ntok; ++ti) {
+    static const int pl[][2] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16},
+                                {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16},
+                                {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8}};
+    for (int pi = 0; pi < 4; ++pi) {
+      c.T = tokens[ti];
+      c.payload = pl[pi][0];
+      c.cpayload = pl[pi][1];
+      if (epf_payload_vector_width(c.payload) == 0 || c.H % epf_payload_vector_width(c.payload) != 0) continue;
+      bl_run(&c, ceiling);
+    }
+  }
+  return 0;
+}
