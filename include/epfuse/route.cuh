@@ -86,6 +86,11 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_MISC_DROPPED 40
 #define EPF__ROUTE_MISC_INTS 64
 #define EPF__ROUTE_CUB_BYTES_PER_WARP 16
+/* independent loads in flight per lane: 32-entry steps batched per warp, ids per token batch,
+ * and scratch / count rows per batch (latency hiding; results do not depend on them) */
+#define EPF__ROUTE_STEPS 4
+#define EPF__ROUTE_IDS 8
+#define EPF__ROUTE_ROWS 4
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
@@ -222,13 +227,18 @@ EPF_DEVICE_INLINE void epf__route_token_mask(const epf_route_ctx_t* c, int64_t t
 #pragma unroll
   for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) m[q] = 0u;
   if (!valid) return;
-  for (k = 0; k < c->top_k; ++k) {
-    const int e = epf__route_expert(c, t * c->top_k + k, NULL);
-    if (e >= 0) {
-      const int d = e / c->experts_per_rank;
+  for (k = 0; k < c->top_k; k += EPF__ROUTE_IDS) {
+    int ev[EPF__ROUTE_IDS], u;
 #pragma unroll
-      for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
-        if (q == (d >> 5)) m[q] |= 1u << (d & 31);
+    for (u = 0; u < EPF__ROUTE_IDS; ++u) ev[u] = k + u < c->top_k ? epf__route_expert(c, t * c->top_k + k + u, NULL) : -1;
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_IDS; ++u) {
+      if (ev[u] >= 0) {
+        const int d = ev[u] / c->experts_per_rank;
+#pragma unroll
+        for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
+          if (q == (d >> 5)) m[q] |= 1u << (d & 31);
+      }
     }
   }
 }
@@ -310,12 +320,20 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   epf__route_warp_range(c, &t0, &t1);
 
   /* (token, k) entries in order: per-expert counts */
-  for (i0 = t0 * K; i0 < t1 * K; i0 += 32) {
-    const int64_t i = i0 + lane;
-    const int e = i < t1 * K ? epf__route_expert(c, i, &dropped) : -1;
-    const uint32_t peers = __match_any_sync(0xffffffffu, e);
-    if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] += __popc(peers);
-    __syncwarp();
+  for (i0 = t0 * K; i0 < t1 * K; i0 += 32 * EPF__ROUTE_STEPS) {
+    int ev[EPF__ROUTE_STEPS], u;
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const int64_t i = i0 + 32 * u + lane;
+      ev[u] = i < t1 * K ? epf__route_expert(c, i, &dropped) : -1;
+    }
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const int e = ev[u];
+      const uint32_t peers = __match_any_sync(0xffffffffu, e);
+      if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] += __popc(peers);
+      __syncwarp();
+    }
   }
 
   /* tokens, one per lane: destination masks, is_token_in_rank, per-rank counts (lane-held:
@@ -412,11 +430,17 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
   }
   for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
     int32_t base = 0, total = 0;
-    int b, wi;
-    for (b = 0; b < B; ++b) {
-      const int32_t v = (int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)c->scratch + (int64_t)b * (row + 1) + x);
-      if (b < c->block_index) base += v;
-      total += v;
+    int b, u, wi;
+    for (b = 0; b < B; b += EPF__ROUTE_ROWS) {
+      int32_t v[EPF__ROUTE_ROWS];
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_ROWS; ++u)
+        v[u] = b + u < B ? (int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)c->scratch + (int64_t)(b + u) * (row + 1) + x) : 0;
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+        if (b + u < c->block_index) base += v[u];
+        total += v[u];
+      }
     }
     if (x < row)
       for (wi = 0; wi < W; ++wi) c->hist[(int64_t)wi * row + x] += base;
@@ -486,23 +510,31 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   int32_t* H = c->hist + (int64_t)warp * row;
   int64_t t0, t1, i0, tb;
   epf__route_warp_range(c, &t0, &t1);
-  for (i0 = t0 * K; i0 < t1 * K; i0 += 32) {
-    const int64_t i = i0 + lane;
-    const bool valid = i < t1 * K;
-    const int e = valid ? epf__route_expert(c, i, NULL) : -1;
-    const uint32_t peers = __match_any_sync(0xffffffffu, e);
-    int32_t base = 0, slot = -1, dst = -1;
-    if (e >= 0) {
-      base = H[e];
-      slot = base + __popc(peers & lt);
-      dst = e / c->experts_per_rank;
+  for (i0 = t0 * K; i0 < t1 * K; i0 += 32 * EPF__ROUTE_STEPS) {
+    int ev[EPF__ROUTE_STEPS], u;
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const int64_t i = i0 + 32 * u + lane;
+      ev[u] = i < t1 * K ? epf__route_expert(c, i, NULL) : -1;
     }
-    __syncwarp();
-    if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] = base + __popc(peers);
-    __syncwarp();
-    if (valid) {
-      c->slot[i] = slot;
-      c->dst_rank[i] = dst;
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const int64_t i = i0 + 32 * u + lane;
+      const int e = ev[u];
+      const uint32_t peers = __match_any_sync(0xffffffffu, e);
+      int32_t base = 0, slot = -1, dst = -1;
+      if (e >= 0) {
+        base = H[e];
+        slot = base + __popc(peers & lt);
+        dst = e / c->experts_per_rank;
+      }
+      __syncwarp();
+      if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] = base + __popc(peers);
+      __syncwarp();
+      if (i < t1 * K) {
+        c->slot[i] = slot;
+        c->dst_rank[i] = dst;
+      }
     }
   }
   if (c->rank_major && c->rm_slot != NULL) {
@@ -579,6 +611,23 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
   }
 }
 
+/* sum over sources s of C[s][x] (*tot) and over s < me (*pre); C rows of `row` uint32 */
+EPF_DEVICE_INLINE void epf__route_column_sums(const uint32_t* C, int row, int x, int R, int me, int* tot, int* pre) {
+  int s, u, a = 0, p = 0;
+  for (s = 0; s < R; s += EPF__ROUTE_ROWS) {
+    int v[EPF__ROUTE_ROWS];
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_ROWS; ++u) v[u] = s + u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)(s + u) * row + x) : 0;
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+      a += v[u];
+      if (s + u < me) p += v[u];
+    }
+  }
+  *tot = a;
+  *pre = p;
+}
+
 /* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
  *   Scope:    [collective:block] [uniform-args] after epf_route_wait_counts_block returned EPF_OK
  *             (and after pass 2: it reuses c->hist). Block b of the rank serves destinations
@@ -608,13 +657,7 @@ EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t te
       const int j = j0 + (int)threadIdx.x, e = d * EL + j;
       const bool valid = j < EL;
       int tot = 0, pre = 0, padded, excl, agg;
-      if (valid) {
-        for (s = 0; s < R; ++s) {
-          const int v = (int)epf_ld_relaxed_sys_u32(C + (int64_t)s * row + e);
-          tot += v;
-          if (s < me) pre += v;
-        }
-      }
+      if (valid) epf__route_column_sums(C, row, e, R, me, &tot, &pre);
       padded = (tot + A - 1) / A * A;
       excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
       carry += agg;
@@ -628,9 +671,16 @@ EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t te
           sg.padded_count = padded;
           sg.reserved = 0;
           c->recv_segment[j] = sg;
-          for (s = 0; s < R; ++s) {
-            c->recv_src_offset[(int64_t)j * (R + 1) + s] = run;
-            run += (int)epf_ld_relaxed_sys_u32(C + (int64_t)s * row + e);
+          for (s = 0; s < R; s += EPF__ROUTE_ROWS) {
+            int v[EPF__ROUTE_ROWS], u;
+#pragma unroll
+            for (u = 0; u < EPF__ROUTE_ROWS; ++u)
+              v[u] = s + u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)(s + u) * row + e) : 0;
+#pragma unroll
+            for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+              if (s + u < R) c->recv_src_offset[(int64_t)j * (R + 1) + s + u] = run;
+              run += v[u];
+            }
           }
           c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;
         }
@@ -640,9 +690,9 @@ EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t te
   }
   if (c->rank_major && bi == 0) {
     for (d = (int)threadIdx.x; d < R; d += (int)blockDim.x) {
-      int pre = 0;
-      for (s = 0; s < me; ++s) pre += (int)epf_ld_relaxed_sys_u32(C + (int64_t)s * row + E + d);
-      c->send_rm_offset[d] = pre;
+      int tot, pre;
+      epf__route_column_sums(C, row, E + d, me, me, &tot, &pre); /* sources s < me only */
+      c->send_rm_offset[d] = tot;
     }
   }
   if (!receiver) return;
