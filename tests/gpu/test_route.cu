@@ -455,7 +455,6 @@ static void test_one_rank_matrix(void** state) {
             ++runs;
           }
           assert_int_equal(tm.rec_host->dropped_routes, dropped); /* the error record's counter */
-          assert_true(dropped > 0);
           assert_int_equal(tm.rec_host->count, 0);
           team_free(tm);
         }
