@@ -343,8 +343,6 @@ static epf_ll_combine_args_t fix_cargs(const fix_t* f, int y_layout) {
 /* the test's experts (GPU)                                                                      */
 /* ============================================================================================ */
 
-/* For every rank r != skip_rank and every received row: y = expert(x). src: the window rows of the
- * round (or the packed copy when from_packed); dst by y_layout (IN_PLACE: over the window rows). */
 /* element h of a received row as FP32 (BF16, or the dequantized FP8 payload); `scales` is the row's
  * compact scale row, or (swizzled) the base of the packed scales with `row` its packed row */
 __device__ static float recv_elem(const epf_plan_t* plan, const void* x, const uint8_t* scales, int swizzled,
