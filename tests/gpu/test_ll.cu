@@ -20,6 +20,8 @@
  *     Without the flag: timeouts recorded, results as if absent, clean re-synchronises;
  *   - a real 1-rank NCCL window (when epfuse::nccl exists).
  * Every output is poisoned before every round; every CUDA call is checked.
+ * EPF_LL_QUICK=1 (environment) keeps only the small cases (T <= 7, R <= 4, 20 graph replays): for
+ * compute-sanitizer memcheck / racecheck runs.
  */
 #include <math.h>
 #include <stddef.h>
@@ -628,6 +630,7 @@ static void check_combine(const fix_t* f, uint32_t absent, int identity, const c
 /* ============================================================================================ */
 
 static float* g_sink;
+static int g_quick; /* EPF_LL_QUICK: small cases only */
 
 /* one round: poison, dispatch (fused or split with busy work between), experts, combine */
 static void run_round(fix_t* f, uint32_t epoch, int split, int packed, int y_layout, int identity) {
@@ -682,6 +685,7 @@ static void test_matrix(void** state) {
             const uint32_t rounds = payload == EPF_PAYLOAD_BF16 || T <= 128 ? 2u : 1u;
             fix_t f;
             char what[200];
+            if (g_quick && (T > 7 || R > 4)) continue;
             if (payload == EPF_PAYLOAD_FP8_128 && H % 128 != 0) { /* refused with a clear status */
               epf_plan_t plan;
               assert_int_equal(make_plan(R, Tmax, H, K, E, payload, 0u, 0, &plan), EPF_ERR_HIDDEN_ALIGNMENT);
@@ -815,7 +819,7 @@ static void test_refusals(void** state) {
 /* ============================================================================================ */
 
 static void test_graph_replays(void** state) {
-  const int R = 8, T = 8, H = 2880, K = 8, E = 64, replays = 1000;
+  const int R = 8, T = 8, H = 2880, K = 8, E = 64, replays = g_quick ? 20 : 1000;
   fix_t f;
   cudaStream_t s;
   cudaGraph_t graph;
@@ -837,7 +841,7 @@ static void test_graph_replays(void** state) {
   EPF_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
   EPF_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 1; i <= replays; ++i) {
-    const int full = i % 10 == 0 || i == replays, rows = i % 100 == 0 || i == replays;
+    const int full = i % 10 == 0 || i == replays, rows = i % 100 == 0 || i == replays || g_quick;
     ref_t ref;
     fix_fill(&f, T, i % 7 == 0);
     EPF_CHECK_CUDA(cudaMemsetAsync(f.out, 0xEE, (size_t)R * T * H * 2, s));
@@ -1112,6 +1116,7 @@ int main(void) {
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
   g_seed = epf_test_seed();
+  g_quick = getenv("EPF_LL_QUICK") != NULL && atoi(getenv("EPF_LL_QUICK")) != 0;
   if (cudaMalloc(&g_sink, 64) != cudaSuccess) {
     printf("cudaMalloc failed\n");
     return 1;
