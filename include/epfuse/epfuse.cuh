@@ -4,7 +4,9 @@
  * nccl_device.h) is left out so that code without NCCL can use everything else; include it
  * separately where a team view comes from an NCCL window.
  *
- * Contents: config.h status.h version.h host.h ptx.cuh team.cuh signal.cuh quant.cuh
+ * Contents: config.h status.h version.h host.h ptx.cuh team.cuh signal.cuh quant.cuh route.cuh
+ *           dispatch.cuh combine.cuh (the ready-made kernels are kernels_route.cuh, kernels_ht.cuh,
+ *           kernels_ll.cuh: include them where you launch)
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 tested).
  */
 #ifndef EPF_EPFUSE_CUH
@@ -18,6 +20,9 @@
 #include "team.cuh"
 #include "signal.cuh"
 #include "quant.cuh"
+#include "route.cuh"
+#include "dispatch.cuh"
+#include "combine.cuh"
 
 #endif /* EPF_EPFUSE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

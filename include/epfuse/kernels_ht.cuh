@@ -1,0 +1,642 @@
+/* epfuse/kernels_ht.cuh — ready-made high-throughput dispatch, expand and combine kernels — part of epfuse v0.1
+ *
+ * What it is: the easy path and the benchmark path of high-throughput (HT) EP, composed only from
+ * the public blocks (route.cuh's arrays, dispatch.cuh, combine.cuh, quant.cuh), with host
+ * launchers. One kernel serves a real rank (team from epf_nccl_team_query, one route buffer) and
+ * VIRTUAL RANKS (R ranks in one grid on one GPU: route.count == plan.nranks, block b plays rank
+ * b / blocks_per_rank; the grid must be co-resident, checked, else EPF_ERR_CO_RESIDENCY).
+ * One HT round on every rank:
+ *     epf_route_update            count exchange, slots and offsets (kernels_route.cuh)
+ *     epf_ht_dispatch             rows into their final slots (+ quantize on the way), wait for peers
+ *     [epf_ht_expand]             RANK_MAJOR only: the expert-major view, locally
+ *     ... experts (the caller's kernels) ...
+ *     epf_ht_combine              expert outputs back, weighted FP32 reduction in k order, BF16 out
+ * The epoch of every signal is the route's epoch of that step (read on the device), so the whole
+ * round can be captured in a CUDA graph and replayed with no host work.
+ *
+ * What it does NOT do: allocate (the caller owns the window, route buffers, inputs, outputs and
+ * the small state), or run experts.
+ *
+ * Inputs with virtual ranks are packed per rank: rank r's x at r * max_tokens rows, its topk_idx
+ * and topk_weights at r * max_tokens * top_k elements, its output at r * max_tokens rows, its
+ * expert outputs / expert-major view at r * expert_rows rows (see epf_ht_step_t).
+ *
+ * Contents:
+ *   epf_ht_state_t, epf_ht_step_t, EPF_HT_SEND, EPF_HT_RECV
+ *   epf_status_t epf_ht_check(const epf_plan_t*, const epf_route_t*, const epf_ht_step_t*)       [host]
+ *   epf_status_t epf_ht_dispatch(const epf_route_t*, epf_team_t, const epf_plan_t*, const epf_ht_step_t*,
+ *                                int phases, cudaStream_t)                                      [host]
+ *   epf_status_t epf_ht_expand(route, team, plan, step, stream)        RANK_MAJOR -> expert view [host]
+ *   epf_status_t epf_ht_combine(route, team, plan, step, stream)                                [host]
+ *
+ * Requirements: CUDA, sm_80+; sm_90 / sm_100 tested.
+ */
+#ifndef EPF_KERNELS_HT_CUH
+#define EPF_KERNELS_HT_CUH
+
+#include "config.h"
+
+#if !EPF_IS_CUDA
+#error "epfuse/kernels_ht.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include "combine.cuh"
+#include "dispatch.cuh"
+#include "host.h"
+#include "kernels_route.cuh"
+#include "quant.cuh"
+#include "signal.cuh"
+#include "team.cuh"
+
+EPF_BEGIN_DECLS
+
+#define EPF_HT_SEND 0x1 /* the send half of dispatch */
+#define EPF_HT_RECV 0x2 /* the receive half: wait for every peer */
+#define EPF_HT_THREADS 512
+
+/* Per-rank counters the ready-made kernels keep in device memory (zero at start; caller-owned:
+ * cudaMemset once, then never touched by the host). One per rank, or per virtual rank. */
+typedef struct epf_ht_state {
+  uint32_t arrive[4]; /* blocks of a phase that finished: dispatch, combine prepare, expand, spare */
+  uint32_t reserved[4];
+} epf_ht_state_t;
+
+/* Per-step operands (captured by value in a CUDA graph). */
+typedef struct epf_ht_step {
+  const void* x;              /* [count][max_tokens] rows: BF16 [H], or plan.payload rows when x_quantized */
+  const void* x_scales;       /* x_quantized with scales: [count][max_tokens][scale_bytes_per_row] compact */
+  const float* topk_weights;  /* [count][max_tokens][top_k] */
+  void* out;                  /* combine: [count][max_tokens][H] BF16 */
+  const void* expert_out;     /* combine input, BF16 rows [count][expert_rows][H]: EXPERT_MAJOR in the
+                                 receive row order, RANK_MAJOR in the expert-major view order; NULL:
+                                 EXPERT_MAJOR BF16/BF16 pull only, outputs written in place over the
+                                 received rows (RECV_TOKENS) */
+  void* em_view;              /* RANK_MAJOR expand output: [count][expert_rows] payload rows */
+  void* em_view_scales;       /* its compact scales (quantized payloads), [count][expert_rows][...] */
+  epf_ht_state_t* state;      /* [count] */
+  int64_t expert_rows;        /* rows per rank of expert_out / em_view */
+  int32_t x_quantized;        /* 1: x (and x_scales) already in plan.payload format: forwarded byte for byte */
+  int32_t blocks_per_rank;    /* 0 -> enough to fill the device */
+  epf_wait_t wait;            /* timeout, error record (host-mapped), abort word, mask */
+} epf_ht_step_t;
+
+/* ---- device helpers ---------------------------------------------------------------------------- */
+
+/* topk id of (t, k) of either index type */
+EPF_DEVICE_INLINE int epf__ht_topk(const void* topk, int index_type, int64_t i) {
+  return index_type == EPF_INDEX_INT32 ? ((const int32_t*)topk)[i] : (int)((const int64_t*)topk)[i];
+}
+
+/* The scale bytes of receive row `row`, column `col` (compact or swizzled), as an offset in the window. */
+EPF_DEVICE_INLINE uint64_t epf__ht_scale_off(const epf_plan_t* plan, int64_t row, int col) {
+  const int ncols = plan->payload == EPF_PAYLOAD_MXFP8 ? plan->hidden / 32 : plan->hidden / 128;
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4)
+    return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)epf_scale_swizzle_offset(row, col, ncols);
+  return epf_plan_recv_scale_offset(plan, row) +
+         (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
+}
+
+/* epf__ht_send_quant_warp — quantize one BF16 row on the way (plan.payload MXFP8 or FP8_128) into
+ * every present copy (lane-held copy list, as epf_dispatch_send_row_warp). Returns dropped copies. */
+EPF_DEVICE_INLINE uint32_t epf__ht_send_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                   int dst_rank, int64_t dst_row, int ncopies) {
+  const int lane = epf_lane_id();
+  const int nvec = plan->hidden >> 3;
+  const uint4* src = (const uint4*)src_row;
+  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
+  const uint32_t dropped =
+      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
+  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int rule = epf_mx_rule_from_flags(plan->flags);
+  const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
+  int chunk;
+  if (present == 0u) return dropped;
+  for (chunk = 0; chunk * 32 < nvec; ++chunk) {
+    const int i = chunk * 32 + lane;
+    const uint4 v = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    uint8_t sb = 0;
+    float sf = 0.f;
+    const uint2 q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v, rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
+    uint32_t m;
+    for (m = present; m != 0u; m &= m - 1u) {
+      const int j = __ffs((int)m) - 1;
+      const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+      const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+      char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
+      if (i < nvec) {
+        *(uint2*)(d + (uint64_t)i * 8u) = q;
+        if (mx && (lane & 3) == 0)
+          *(uint8_t*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 2), r) = sb;
+        if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 4), r) = sf;
+      }
+    }
+  }
+  return dropped;
+}
+
+/* epf__ht_send_scales_warp — forward a caller-quantized row's compact scales to every copy. */
+EPF_DEVICE_INLINE void epf__ht_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
+                                                int dst_rank, int64_t dst_row, int ncopies) {
+  const int lane = epf_lane_id();
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
+  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL;
+  uint32_t m;
+  for (m = __ballot_sync(0xffffffffu, ok); m != 0u; m &= m - 1u) {
+    const int j = __ffs((int)m) - 1;
+    const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+    const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+    int c;
+    for (c = lane; c < ncols; c += 32) {
+      if (mx)
+        *(uint8_t*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, c), r) = src_scales[c];
+      else
+        *(float*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, c), r) = ((const float*)src_scales)[c];
+    }
+  }
+}
+
+/* One HT rank-block's view: team, route arrays, shapes. */
+typedef struct epf__ht_ctx {
+  epf_team_t team;
+  int index;      /* route buffer / packed-input index: the virtual rank, or 0 */
+  int block;      /* block index within the rank */
+  int nblocks;    /* blocks per rank */
+  int T, K, R, EL;
+  int index_type;
+  uint32_t epoch;
+  const epf_route_header_t* hdr;
+  const int32_t* dst_rank;   /* [T][K] */
+  const int32_t* slot;       /* [T][K] */
+  const int32_t* rm_slot;    /* [T][R] */
+  const int32_t* send_offset;    /* [E] */
+  const int32_t* send_rm_offset; /* [R] */
+  const epf_route_segment_t* seg; /* [EL] */
+  const int32_t* src_offset;      /* [EL][R + 1] */
+  const int32_t* rm_offset;       /* [R + 1] */
+  const void* topk;
+} epf__ht_ctx_t;
+
+EPF_DEVICE_INLINE epf__ht_ctx_t epf__ht_ctx(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
+                                            int virtual_ranks, int bpr, const void* topk_idx) {
+  epf__ht_ctx_t c;
+  c.team = epf_team_for_block(team, virtual_ranks, bpr);
+  c.index = virtual_ranks ? (int)c.team.rank : 0;
+  c.block = (int)(blockIdx.x % (unsigned)bpr);
+  c.nblocks = bpr;
+  c.hdr = (const epf_route_header_t*)epf_route_ptr(route, c.index, EPF_ROUTE_HEADER);
+  c.T = c.hdr->num_tokens;
+  c.K = route->layout.top_k;
+  c.R = plan->nranks;
+  c.EL = plan->experts_per_rank;
+  c.index_type = route->layout.index_type;
+  c.epoch = *epf_route_epoch_ptr(route, c.index);
+  c.dst_rank = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_DST_RANK);
+  c.slot = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_SLOT);
+  c.rm_slot = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RM_SLOT);
+  c.send_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_SEND_OFFSET);
+  c.send_rm_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_SEND_RM_OFFSET);
+  c.seg = (const epf_route_segment_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RECV_SEGMENT);
+  c.src_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RECV_SRC_OFFSET);
+  c.rm_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RECV_RM_OFFSET);
+  c.topk = (const char*)topk_idx +
+           (uint64_t)c.index * route->layout.max_tokens * c.K * (c.index_type == EPF_INDEX_INT32 ? 4u : 8u);
+  return c;
+}
+
+/* The rank-major copy list of token t: lane j holds the j-th distinct destination rank among the
+ * token's top-k, in order of first occurrence in k, with its receive row there; returns the number
+ * of copies. [collective:warp] */
+EPF_DEVICE_INLINE int epf__ht_rm_copies(const epf__ht_ctx_t* c, int t, int* out_rank, int64_t* out_row) {
+  const int lane = epf_lane_id();
+  const int d = lane < c->K ? c->dst_rank[(int64_t)t * c->K + lane] : -1;
+  const uint32_t same = __match_any_sync(0xffffffffu, d);
+  const uint32_t firsts = __ballot_sync(0xffffffffu, d >= 0 && (__ffs((int)same) - 1) == lane);
+  const int n = __popc(firsts);
+  const int src = lane < n ? (int)__fns(firsts, 0u, lane + 1) : 0;
+  const int dj = __shfl_sync(0xffffffffu, d, src);
+  *out_rank = lane < n ? dj : -1;
+  *out_row = lane < n ? (int64_t)c->send_rm_offset[dj] + c->rm_slot[(int64_t)t * c->R + dj] : -1;
+  return n;
+}
+
+/* ---- dispatch kernel --------------------------------------------------------------------------- */
+
+static __global__ void epf__ht_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
+                                               const void* topk_idx, int virtual_ranks, int bpr, int phases) {
+  const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
+  const int lane = epf_lane_id();
+  const int nwarps = (int)(blockDim.x >> 5);
+  const bool quant_on_the_way = plan.payload != EPF_PAYLOAD_BF16 && !step.x_quantized;
+  const uint64_t x_row = quant_on_the_way ? (uint64_t)plan.hidden * 2u : plan.row_bytes;
+  const uint64_t rank_rows = (uint64_t)c.index * route.layout.max_tokens;
+  epf_wait_t w = step.wait;
+  w.rank = c.team.rank;
+  if (phases & EPF_HT_SEND) {
+    uint32_t dropped = 0;
+    int t;
+    for (t = c.block * nwarps + epf_warp_id(); t < c.T; t += c.nblocks * nwarps) {
+      const char* src = (const char*)step.x + (rank_rows + (uint64_t)t) * x_row;
+      const uint8_t* src_scales =
+          step.x_scales ? (const uint8_t*)step.x_scales + (rank_rows + (uint64_t)t) * plan.scale_bytes_per_row : NULL;
+      int dst = -1, n;
+      int64_t row = -1;
+      if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
+        const int e = lane < c.K ? epf__ht_topk(c.topk, c.index_type, (int64_t)t * c.K + lane) : -1;
+        dst = lane < c.K ? c.dst_rank[(int64_t)t * c.K + lane] : -1;
+        row = dst >= 0 ? (int64_t)c.send_offset[e] + c.slot[(int64_t)t * c.K + lane] : -1;
+        n = c.K;
+        if (lane < c.K && dst >= 0)
+          epf_dispatch_meta_em(c.team, &plan, dst, row, t, lane, e - dst * c.EL,
+                               step.topk_weights[(rank_rows + (uint64_t)t) * c.K + lane]);
+      } else {
+        n = epf__ht_rm_copies(&c, t, &dst, &row);
+        /* rank-major metadata: header, then the token's local experts / weights / expert-major slots, k order */
+        {
+          const int kk = lane < c.K ? lane : 0;
+          const int dk = lane < c.K ? c.dst_rank[(int64_t)t * c.K + kk] : -1;
+          const int ek = lane < c.K ? epf__ht_topk(c.topk, c.index_type, (int64_t)t * c.K + kk) : -1;
+          const float wk = lane < c.K ? step.topk_weights[(rank_rows + (uint64_t)t) * c.K + kk] : 0.f;
+          const int sk = lane < c.K ? c.slot[(int64_t)t * c.K + kk] : -1;
+          char* meta = lane < n && epf__row_dst(c.team, &plan, dst, row) != NULL
+                           ? (char*)epf_peer_ptr(c.team, epf_plan_recv_meta_offset(&plan, row), dst)
+                           : NULL;
+          int k, used = 0;
+          for (k = 0; k < c.K; ++k) {
+            const int d_k = __shfl_sync(0xffffffffu, dk, k);
+            const int e_k = __shfl_sync(0xffffffffu, ek, k);
+            const float w_k = __shfl_sync(0xffffffffu, wk, k);
+            const int s_k = __shfl_sync(0xffffffffu, sk, k);
+            if (meta != NULL && d_k == dst) {
+              ((int32_t*)(meta + 16))[used] = e_k - dst * c.EL;
+              ((float*)(meta + 16 + 4 * c.K))[used] = w_k;
+              ((int32_t*)(meta + 16 + 8 * c.K))[used] = s_k;
+              ++used;
+            }
+          }
+          if (meta != NULL) {
+            ((int32_t*)meta)[0] = t;
+            ((int32_t*)meta)[1] = c.team.rank;
+            ((int32_t*)meta)[2] = used;
+            ((int32_t*)meta)[3] = 0;
+          }
+        }
+      }
+      if (quant_on_the_way)
+        dropped += epf__ht_send_quant_warp(c.team, &plan, src, dst, row, n);
+      else {
+        dropped += epf_dispatch_send_row_warp(c.team, &plan, src, dst, row, n);
+        if (plan.payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
+          epf__ht_send_scales_warp(c.team, &plan, src_scales, dst, row, n);
+      }
+    }
+    if (lane == 0 && dropped != 0u && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
+    if (epf_arrive_last_block(&step.state[c.index].arrive[0], (uint32_t)c.nblocks, 1u)) {
+      epf_dispatch_signal_block(c.team, &plan, c.epoch);
+      if (threadIdx.x == 0) step.state[c.index].arrive[0] = 0u;
+    }
+  }
+  if ((phases & EPF_HT_RECV) && c.block == 0) {
+    const epf_status_t st = epf_dispatch_wait_block(c.team, &plan, c.epoch, w);
+    (void)st; /* failures are recorded in w.record by the wait itself */
+  }
+}
+
+/* ---- expand (RANK_MAJOR -> expert-major view, local) ------------------------------------------ */
+
+static __global__ void epf__ht_expand_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
+                                             int virtual_ranks, int bpr) {
+  const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, NULL);
+  const int nwarps = (int)(blockDim.x >> 5);
+  const int lane = epf_lane_id();
+  const int64_t rows = c.rm_offset[c.R] < plan.recv_capacity ? c.rm_offset[c.R] : plan.recv_capacity;
+  char* view = (char*)step.em_view + (uint64_t)c.index * (uint64_t)step.expert_rows * plan.row_bytes;
+  uint8_t* view_scales = step.em_view_scales
+                             ? (uint8_t*)step.em_view_scales + (uint64_t)c.index * (uint64_t)step.expert_rows * plan.scale_bytes_per_row
+                             : NULL;
+  int64_t r;
+  for (r = (int64_t)c.block * nwarps + epf_warp_id(); r < rows; r += (int64_t)c.nblocks * nwarps) {
+    const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
+    const int s = meta[1], n = meta[2];
+    const int le = lane < n ? meta[4 + lane] : -1;
+    const int sl = lane < n ? meta[4 + 2 * c.K + lane] : -1;
+    const int64_t em_row = le >= 0 ? (int64_t)c.src_offset[le * (c.R + 1) + s] + sl : -1;
+    const char* src = (const char*)epf_local_ptr(c.team, epf_plan_recv_token_offset(&plan, r));
+    uint32_t m;
+    for (m = __ballot_sync(0xffffffffu, em_row >= 0 && em_row < step.expert_rows); m != 0u; m &= m - 1u) {
+      const int j = __ffs((int)m) - 1;
+      const int64_t er = __shfl_sync(0xffffffffu, (long long)em_row, j);
+      epf_copy_row_warp(view + (uint64_t)er * plan.row_bytes, src, plan.row_bytes);
+      if (view_scales != NULL && plan.scale_layout == EPF_SCALE_LAYOUT_COMPACT) {
+        const uint8_t* ss = (const uint8_t*)epf_local_ptr(c.team, epf_plan_recv_scale_offset(&plan, r));
+        uint32_t b;
+        for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
+          view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] = ss[b];
+      }
+    }
+  }
+}
+
+/* ---- combine ---------------------------------------------------------------------------------- */
+
+/* The expert output row for receive row `r` (EM) or expert-major view row (RM), BF16, local. */
+EPF_DEVICE_INLINE const void* epf__ht_expert_row(const epf__ht_ctx_t* c, const epf_plan_t* plan,
+                                                 const epf_ht_step_t* step, int64_t row) {
+  if (step->expert_out == NULL) return epf_local_ptr(c->team, epf_plan_recv_token_offset(plan, row));
+  return (const char*)step->expert_out + ((uint64_t)c->index * (uint64_t)step->expert_rows + (uint64_t)row) *
+                                             (uint64_t)plan->hidden * 2u;
+}
+
+/* Write one BF16 row (local) into a combine-payload row at dst (BF16 copy or MXFP8 quantize). */
+EPF_DEVICE_INLINE void epf__ht_put_combine_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst) {
+  if (plan->combine_payload == EPF_PAYLOAD_BF16) {
+    epf_copy_row_warp(dst, src_bf16, (uint32_t)plan->hidden * 2u);
+  } else {
+    const int nvec = plan->hidden >> 3, lane = epf_lane_id();
+    const int rule = epf_mx_rule_from_flags(plan->flags);
+    int chunk;
+    for (chunk = 0; chunk * 32 < nvec; ++chunk) {
+      const int i = chunk * 32 + lane;
+      const uint4 v = i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u);
+      uint8_t sb;
+      const uint2 q = epf_mxfp8_quantize_lane8_bf16_warp(v, rule, &sb);
+      if (i < nvec) {
+        *(uint2*)(dst + (uint64_t)i * 8u) = q;
+        if ((lane & 3) == 0) dst[plan->hidden + (i >> 2)] = (char)sb;
+      }
+    }
+  }
+}
+
+/* Accumulate one combine-payload row (BF16 or MXFP8) with weight w into acc for vector i. */
+EPF_DEVICE_INLINE void epf__ht_acc(const epf_plan_t* plan, const char* row, int i, float w, float* acc) {
+  if (plan->combine_payload == EPF_PAYLOAD_BF16) {
+    epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)row + i), w);
+  } else {
+    const uint2 q = *(const uint2*)(row + (uint64_t)i * 8u);
+    epf_mxfp8_dequantize_accumulate8(q, (uint8_t)row[plan->hidden + (i >> 2)], w, acc);
+  }
+}
+
+/* Reduce a lane-held list of combine rows (lane j < n: pointer, weight; k order) into out. */
+EPF_DEVICE_INLINE void epf__ht_reduce_warp(const epf_plan_t* plan, const char* my_row, float my_w, uint32_t present,
+                                           void* out_row) {
+  const int nvec = plan->hidden >> 3;
+  int i;
+  for (i = epf_lane_id(); i < nvec; i += 32) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    uint32_t m;
+    for (m = present; m != 0u; m &= m - 1u) {
+      const int j = __ffs((int)m) - 1;
+      const char* p = (const char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, j);
+      epf__ht_acc(plan, p, i, __shfl_sync(0xffffffffu, my_w, j), acc);
+    }
+    epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));
+  }
+}
+
+static __global__ void epf__ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
+                                              const void* topk_idx, int virtual_ranks, int bpr) {
+  const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
+  const int lane = epf_lane_id();
+  const int nwarps = (int)(blockDim.x >> 5);
+  const int gw = c.block * nwarps + epf_warp_id(), nw = c.nblocks * nwarps;
+  const bool push = (plan.flags & EPF_FLAG_COMBINE_PUSH) != 0u;
+  const bool em = plan.layout == EPF_LAYOUT_EXPERT_MAJOR;
+  const uint64_t rank_rows = (uint64_t)c.index * route.layout.max_tokens;
+  epf_wait_t w = step.wait;
+  w.rank = c.team.rank;
+
+  /* phase A, expert side: put every received row's output where its source will read it */
+  if (em) {
+    int le;
+    for (le = 0; le < c.EL; ++le) {
+      const int64_t begin = c.seg[le].begin;
+      int64_t end = begin + c.seg[le].count;
+      int64_t r;
+      if (end > plan.recv_capacity) end = plan.recv_capacity;
+      for (r = begin + gw; r < end; r += nw) {
+        const void* y = epf__ht_expert_row(&c, &plan, &step, r);
+        if (push) {
+          const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
+          const int t = meta[0], s = (int)(int16_t)(meta[1] & 0xffff), k = (int)(int16_t)((uint32_t)meta[1] >> 16);
+          epf__ht_put_combine_row_warp(&plan, y, (char*)epf_peer_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.K + k), s));
+        } else if (step.expert_out != NULL) {
+          epf__ht_put_combine_row_warp(&plan, y, (char*)epf_local_ptr(c.team, epf_plan_expert_out_offset(&plan, r)));
+        }
+      }
+    }
+  } else {
+    /* RANK_MAJOR: pre-reduce this rank's local experts of each received row, in k order */
+    const int64_t rows = c.rm_offset[c.R] < plan.recv_capacity ? c.rm_offset[c.R] : plan.recv_capacity;
+    int64_t r;
+    for (r = gw; r < rows; r += nw) {
+      const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
+      const int t = meta[0], s = meta[1], n = meta[2];
+      const int le = lane < n ? meta[4 + lane] : -1;
+      const float wk = lane < n ? ((const float*)meta)[4 + c.K + lane] : 0.f;
+      const int sl = lane < n ? meta[4 + 2 * c.K + lane] : -1;
+      const int64_t er = le >= 0 ? (int64_t)c.src_offset[le * (c.R + 1) + s] + sl : -1;
+      const bool ok = er >= 0 && er < step.expert_rows;
+      const char* y = ok ? (const char*)step.expert_out +
+                               ((uint64_t)c.index * (uint64_t)step.expert_rows + (uint64_t)er) * (uint64_t)plan.hidden * 2u
+                         : NULL;
+      /* partial in FP32 over the BF16 outputs, then one combine-payload row */
+      char* dst = push ? (char*)epf_peer_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.R + c.team.rank), s)
+                       : (char*)epf_local_ptr(c.team, epf_plan_expert_out_offset(&plan, r));
+      const uint32_t present = __ballot_sync(0xffffffffu, ok);
+      const int nvec = plan.hidden >> 3;
+      int i;
+      if (plan.combine_payload == EPF_PAYLOAD_BF16) {
+        for (i = lane; i < nvec; i += 32) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+          uint32_t m;
+          for (m = present; m != 0u; m &= m - 1u) {
+            const int j = __ffs((int)m) - 1;
+            const char* p = (const char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)y, j);
+            epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)p + i), __shfl_sync(0xffffffffu, wk, j));
+          }
+          epf_st_v4_u32((uint4*)dst + i, epf_bf16x8_from_f32(acc));
+        }
+      } else {
+        const int rule = epf_mx_rule_from_flags(plan.flags);
+        int chunk;
+        for (chunk = 0; chunk * 32 < nvec; ++chunk) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+          uint32_t m;
+          uint8_t sb;
+          uint2 q;
+          i = chunk * 32 + lane;
+          for (m = present; m != 0u; m &= m - 1u) {
+            const int j = __ffs((int)m) - 1;
+            const char* p = (const char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)y, j);
+            const float wj = __shfl_sync(0xffffffffu, wk, j);
+            if (i < nvec) epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)p + i), wj);
+          }
+          q = epf_mxfp8_quantize_lane8_warp(acc, rule, &sb);
+          if (i < nvec) {
+            *(uint2*)(dst + (uint64_t)i * 8u) = q;
+            if ((lane & 3) == 0) dst[plan.hidden + (i >> 2)] = (char)sb;
+          }
+        }
+      }
+    }
+  }
+  if (epf_arrive_last_block(&step.state[c.index].arrive[1], (uint32_t)c.nblocks, 1u)) {
+    epf_combine_signal_block(c.team, &plan, c.epoch);
+    if (threadIdx.x == 0) step.state[c.index].arrive[1] = 0u;
+  }
+
+  /* phase B, source side: wait for every peer, then reduce each token in k (or rank) order */
+  if (epf_combine_wait_block(c.team, &plan, c.epoch, w) != EPF_OK) {
+    /* recorded by the wait; masked or late peers contribute nothing below (their rows are skipped
+     * only under fault tolerance: without it the rows are read as they are) */
+  }
+  {
+    int t;
+    for (t = gw; t < c.T; t += nw) {
+      char* out = (char*)step.out + (rank_rows + (uint64_t)t) * (uint64_t)plan.hidden * 2u;
+      const char* my_row = NULL;
+      float my_w = 0.f;
+      if (em) {
+        const int d = lane < c.K ? c.dst_rank[(int64_t)t * c.K + lane] : -1;
+        if (d >= 0) {
+          const int e = epf__ht_topk(c.topk, c.index_type, (int64_t)t * c.K + lane);
+          const int64_t row = (int64_t)c.send_offset[e] + c.slot[(int64_t)t * c.K + lane];
+          my_w = step.topk_weights[(rank_rows + (uint64_t)t) * c.K + lane];
+          if (push)
+            my_row = (const char*)epf_local_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.K + lane));
+          else if (row < plan.recv_capacity && (w.mask == NULL || epf_mask_is_active(w.mask, d)))
+            my_row = (const char*)epf_peer_ptr(c.team, epf_plan_expert_out_offset(&plan, row), d);
+          if (row >= plan.recv_capacity) my_row = NULL; /* dropped at dispatch: contributes nothing */
+        }
+      } else {
+        /* lane j: the j-th destination rank in ascending rank order */
+        int d = -1;
+        int64_t row = -1;
+        const int n = epf__ht_rm_copies(&c, t, &d, &row);
+        (void)n;
+        my_w = 1.0f;
+        if (d >= 0 && row < plan.recv_capacity) {
+          if (push)
+            my_row = (const char*)epf_local_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.R + d));
+          else if (w.mask == NULL || epf_mask_is_active(w.mask, d))
+            my_row = (const char*)epf_peer_ptr(c.team, epf_plan_expert_out_offset(&plan, row), d);
+        }
+      }
+      epf__ht_reduce_warp(&plan, my_row, my_w, __ballot_sync(0xffffffffu, my_row != NULL), out);
+    }
+  }
+}
+
+/* ---- host launchers ---------------------------------------------------------------------------- */
+
+/* epf_ht_check — validate a step against the plan and route before a launch (host; no CUDA calls). */
+EPF_INLINE epf_status_t epf_ht_check(const epf_plan_t* plan, const epf_route_t* route, const epf_ht_step_t* step) {
+  epf_status_t st;
+  if (plan == NULL || route == NULL || step == NULL || step->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf_plan_check(plan);
+  if (st != EPF_OK) return st;
+  if (plan->mode != EPF_MODE_HT) return EPF_ERR_MODE;
+  if (route->layout.config_hash != plan->config_hash || !route->layout.exchange) return EPF_ERR_CONFIG_MISMATCH;
+  st = epf_quant_check(plan->hidden, plan->payload);
+  if (st != EPF_OK) return st;
+  if (plan->combine_payload != EPF_PAYLOAD_BF16) {
+    st = epf_quant_check(plan->hidden, plan->combine_payload);
+    if (st != EPF_OK) return st;
+  }
+  if (step->x_quantized && plan->payload == EPF_PAYLOAD_BF16) return EPF_ERR_PAYLOAD;
+  if (step->blocks_per_rank < 0 || step->expert_rows < 0) return EPF_ERR_INVALID_ARGUMENT;
+  return EPF_OK;
+}
+
+EPF_INLINE int epf__ht_blocks_per_rank(const epf_ht_step_t* step, int count, const void* kernel) {
+  int per_sm = 0, sms = 0, dev = 0, bpr;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, 0);
+  if (step->blocks_per_rank > 0) return step->blocks_per_rank;
+  bpr = (per_sm * sms) / count;
+  if (bpr > 2 * sms / count + 1) bpr = 2 * sms / count + 1; /* about two resident blocks per SM */
+  return bpr < 1 ? 1 : bpr;
+}
+
+/* epf__ht_grid — blocks per rank, and the co-residency check (ranks of one grid wait on each other). */
+EPF_INLINE epf_status_t epf__ht_grid(const epf_route_t* route, const epf_plan_t* plan, epf_team_t team,
+                                     const epf_ht_step_t* step, const void* kernel, int* out_bpr, int* out_virtual) {
+  int dev = 0;
+  const int virtual_ranks = route->count == plan->nranks;
+  const int count = route->count;
+  const int bpr = epf__ht_blocks_per_rank(step, count, kernel);
+  if (team.nranks != plan->nranks) return EPF_ERR_CONFIG_MISMATCH;
+  cudaGetDevice(&dev);
+  if (epf_virtual_grid_check(kernel, EPF_HT_THREADS, 0, bpr * count, dev) != EPF_OK) return EPF_ERR_CO_RESIDENCY;
+  *out_bpr = bpr;
+  *out_virtual = virtual_ranks;
+  return EPF_OK;
+}
+
+/* epf_ht_dispatch — launch the dispatch of this step: `phases` = EPF_HT_SEND, EPF_HT_RECV or both
+ *   (separate launches let compute run between the halves). The route must have been updated for
+ *   this step on the same stream (its epoch is the dispatch's epoch). Graph-capturable.
+ *   Scope: host, on `stream`. Returns EPF_OK or a validation status; wait failures at run time go
+ *   to step->wait.record. */
+EPF_INLINE epf_status_t epf_ht_dispatch(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
+                                        const epf_ht_step_t* step, const void* topk_idx, int phases,
+                                        cudaStream_t stream) {
+  int bpr, virt;
+  epf_status_t st = epf_ht_check(plan, route, step);
+  if (st != EPF_OK) return st;
+  if (step->x == NULL || step->topk_weights == NULL || topk_idx == NULL || (phases & 3) == 0)
+    return EPF_ERR_INVALID_ARGUMENT;
+  if (step->x_quantized && plan->payload != EPF_PAYLOAD_BF16 && step->x_scales == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__ht_grid(route, plan, team, step, (const void*)epf__ht_dispatch_kernel, &bpr, &virt);
+  if (st != EPF_OK) return st;
+  epf__ht_dispatch_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, *step,
+                                                                                         topk_idx, virt, bpr, phases);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+/* epf_ht_expand — RANK_MAJOR: copy every received row into its expert-major view rows
+ *   (step->em_view, step->expert_rows rows per rank; rows beyond are skipped). After the dispatch's
+ *   receive half, on the same stream. Local only. */
+EPF_INLINE epf_status_t epf_ht_expand(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
+                                      const epf_ht_step_t* step, cudaStream_t stream) {
+  int bpr, virt;
+  epf_status_t st = epf_ht_check(plan, route, step);
+  if (st != EPF_OK) return st;
+  if (plan->layout != EPF_LAYOUT_RANK_MAJOR) return EPF_ERR_LAYOUT;
+  if (step->em_view == NULL || step->expert_rows <= 0) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__ht_grid(route, plan, team, step, (const void*)epf__ht_expand_kernel, &bpr, &virt);
+  if (st != EPF_OK) return st;
+  epf__ht_expand_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, *step,
+                                                                                       virt, bpr);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+/* epf_ht_combine — launch the combine of this step (pull, or push with EPF_FLAG_COMBINE_PUSH):
+ *   expert side puts its outputs in place and signals; source side waits and reduces in k order
+ *   (RANK_MAJOR: pre-reduced per rank, then summed in rank order). Graph-capturable. */
+EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
+                                       const epf_ht_step_t* step, const void* topk_idx, cudaStream_t stream) {
+  int bpr, virt;
+  epf_status_t st = epf_ht_check(plan, route, step);
+  if (st != EPF_OK) return st;
+  if (step->out == NULL || step->topk_weights == NULL || topk_idx == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (step->expert_out == NULL && (plan->layout != EPF_LAYOUT_EXPERT_MAJOR || plan->payload != EPF_PAYLOAD_BF16 ||
+                                   plan->combine_payload != EPF_PAYLOAD_BF16))
+    return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__ht_grid(route, plan, team, step, (const void*)epf__ht_combine_kernel, &bpr, &virt);
+  if (st != EPF_OK) return st;
+  epf__ht_combine_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, *step,
+                                                                                        topk_idx, virt, bpr);
+  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_KERNELS_HT_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

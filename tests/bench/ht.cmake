@@ -1,0 +1,1 @@
+epf_add_bench(bench_ht bench_ht.cu)
