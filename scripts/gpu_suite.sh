@@ -5,6 +5,7 @@
 #   NCCL           from the machine's Python environment (site-packages/nvidia/nccl), or NCCL_ROOT
 # Usage: scripts/gpu_suite.sh [build] [test] [bench] [torch] [sanitize]   (default: all but sanitize)
 # Logs go to $OUT (or ./gpu-out): configure.log build.log ctest-gpu.log bench.log torch.log.
+# BENCHES="bench_ht bench_ll" / TORCH_SCRIPTS="check_quant_torch.py" / TESTS=regex select a subset.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -34,7 +35,7 @@ if has build; then
 fi
 if has test; then
   # full output of every test in the log; the summary and failures on the terminal
-  ctest --test-dir "$B" -L gpu -V --timeout 900 >"$OUT/ctest-gpu.log" 2>&1
+  ctest --test-dir "$B" -L gpu ${TESTS:+-R "$TESTS"} -V --timeout 900 >"$OUT/ctest-gpu.log" 2>&1
   grep -E "Test +#|tests passed|FAILED|Failed|Timeout|Not Run|\[  FAILED|ERROR|error:" "$OUT/ctest-gpu.log" | tail -60
 fi
 if has sanitize; then
@@ -48,6 +49,7 @@ if has bench; then
   : >"$OUT/bench.log"
   for b in "$B"/tests/bench/bench_*; do
     [ -x "$b" ] || continue
+    case " ${BENCHES:-$(basename "$b")} " in *" $(basename "$b") "*) ;; *) continue ;; esac
     args_file="tests/bench/$(basename "$b").args" # one argument set per line; none: defaults only
     if [ -f "$args_file" ]; then
       while IFS= read -r args; do
@@ -66,6 +68,7 @@ if has torch; then
   : >"$OUT/torch.log"
   for s in scripts/check_*_torch.py scripts/bench_*_torch.py; do
     [ -f "$s" ] || continue
+    case " ${TORCH_SCRIPTS:-$(basename "$s")} " in *" $(basename "$s") "*) ;; *) continue ;; esac
     echo "== $s" | tee -a "$OUT/torch.log"
     python3 "$s" --build "$B" 2>&1 | tee -a "$OUT/torch.log"
   done
