@@ -38,7 +38,7 @@
  *   void         epf_ll_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *   epf_status_t epf_ll_combine_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
- * Requirements: CUDA, sm_80+ (BF16 conversions), sm_90 / sm_100 tested.
+ * Requirements: CUDA, sm_80+ (BF16 conversions), sm_90 / sm_100 compiled (-Werror); first GPU run pending.
  */
 #ifndef EPF_COMBINE_LL_CUH
 #define EPF_COMBINE_LL_CUH

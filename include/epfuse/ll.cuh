@@ -53,18 +53,20 @@
  *   int64_t  epf_ll_dispatch_signal_index(plan, uint32_t epoch, int local_expert, int src) [EPF_HD]
  *   int64_t  epf_ll_combine_signal_index(plan, uint32_t epoch, int peer)                [EPF_HD]
  *   uint64_t epf_ll_rank_bytes(plan, epf_ll_buffer_t which, int topk_int64)            [EPF_HD]
+ *   epf_ll_buffer_t                                        per-rank operand buffers (sizes, strides)
  *   epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatch_args_t*, plan, int rank) [EPF_HD]
  *   epf_ll_combine_args_t  epf_ll_combine_args_for_rank(const epf_ll_combine_args_t*, plan, int rank)   [EPF_HD]
  *   size_t   epf_ll_dispatch_smem_bytes / epf_ll_combine_smem_bytes / epf_ll_smem_bytes(plan, threads)  [EPF_HD]
  *   epf_ll_ctx_t epf_ll_ctx_make(team, state, record, abort_word, block, nblocks)        [EPF_HD]
  *   epf_wait_t epf_ll_wait(const epf_plan_t*, epf_ll_ctx_t)                              [device]
  *   uint32_t epf_ll_epoch_next(const epf_ll_state_t*, epf_ll_phase_t)                    [device]
- *   void     epf_ll_phase_end_block(epf_ll_ctx_t, epf_ll_phase_t, uint32_t epoch, bool* out_last) [collective:block]
+ *   bool     epf_ll_phase_end_block(epf_ll_ctx_t, epf_ll_phase_t)    true in the rank's last block [collective:block]
+ *   void     epf_ll_phase_commit_block(epf_ll_ctx_t, epf_ll_phase_t, uint32_t epoch)          [collective:block]
  *   void     epf_ll_mask_query(const epf_ll_state_t*, uint32_t* out_mask)               [device]
  *   void     epf_ll_mask_set(epf_ll_state_t*, const uint32_t* mask)                     [device]
  *   epf_status_t epf_ll_mask_clean_block(const epf_plan_t*, epf_ll_ctx_t, void* smem)   [collective:block]
  *
- * Requirements: CUDA, sm_70+ (sm_90 / sm_100 tested), CUB from the toolkit (cub::WarpScan).
+ * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); first GPU run pending), CUB from the toolkit (cub::WarpScan).
  */
 #ifndef EPF_LL_CUH
 #define EPF_LL_CUH
