@@ -22,6 +22,7 @@
  *   epf_combine_pull_row_warp(team, &plan, dst_rank_j, dst_row_j, w_j, K, out + t * H);
  *
  * Contents:
+ *   void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden, int mxfp8, void* out_row)
  *   void epf_combine_pull_row_warp(team, plan, int src_rank, int64_t src_row, float weight, int ncopies, void* out_row)
  *   void epf_combine_reduce_local_warp(const void* rows, uint64_t row_stride, const float* w, int ncopies, int hidden, void* out_row)
  *   void epf_combine_push_row_warp(team, plan, const void* expert_out_row, int dst_rank, int64_t combine_row)
@@ -40,6 +41,7 @@
 #include "config.h"
 #include "host.h"
 #include "ptx.cuh"
+#include "quant.cuh"
 #include "signal.cuh"
 #include "team.cuh"
 
@@ -69,37 +71,101 @@ EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
+/* epf__combine_acc_vec — accumulate vector i (8 elements) of one combine row into acc:
+ * BF16 rows (16 bytes per vector) or MXFP8 rows (8 E4M3 bytes per vector, the row's E8M0 scales
+ * after its `hidden` element bytes). */
+EPF_DEVICE_INLINE void epf__combine_acc_vec(const char* row, int i, int mxfp8, int hidden, float w, float* acc) {
+  if (!mxfp8)
+    epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)row + i), w);
+  else
+    epf_mxfp8_dequantize_accumulate8(*(const uint2*)(row + (uint64_t)i * 8u), (uint8_t)row[hidden + (i >> 2)], w, acc);
+}
+
+/* epf_combine_reduce_rows_warp — out = BF16(fma chain over a lane-held list of rows, in order).
+ *   Scope:    [collective:warp] every lane, converged; present, hidden, mxfp8, out_row uniform.
+ *   Input:    lane j holds row j's address (any memory this GPU can load: local or a peer's
+ *             window) and weight; `present` marks the rows to use; they are used in ascending
+ *             lane order (the caller puts copies in k order). Rows are BF16 [hidden] (mxfp8 == 0)
+ *             or MXFP8 [hidden bytes E4M3][hidden / 32 E8M0 scales] (mxfp8 != 0).
+ *   Does:     acc = fma(w_j, y_j, acc) from acc = 0 for j ascending, in FP32; RNE to BF16. Up to 8
+ *             rows are loaded before the first fma (loads in flight, not one at a time).
+ *   Memory:   plain loads; plain local stores. */
+EPF_DEVICE_INLINE void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden,
+                                                    int mxfp8, void* out_row) {
+  const int lane = epf_lane_id();
+  const int nvec = hidden >> 3;
+  const int n = __popc(present);
+  /* compact: lane j gets the j-th present row (order kept) */
+  const int src = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
+  const unsigned long long row_j = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, src);
+  const float w_j = __shfl_sync(0xffffffffu, my_w, src);
+  uint4* out = (uint4*)out_row;
+  int i;
+  if (n <= 8) {
+    /* the common case (top-k <= 8): every row's address and weight in registers */
+    const char* p[8];
+    float wv[8];
+    int u;
+#pragma unroll
+    for (u = 0; u < 8; ++u) {
+      p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
+      wv[u] = __shfl_sync(0xffffffffu, w_j, u);
+    }
+    for (i = lane; i < nvec; i += 32) {
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (!mxfp8) {
+        uint4 v[8];
+#pragma unroll
+        for (u = 0; u < 8; ++u)
+          if (u < n) v[u] = epf_ld_v4_u32((const uint4*)p[u] + i);
+#pragma unroll
+        for (u = 0; u < 8; ++u)
+          if (u < n) epf_bf16x8_fma(acc, v[u], wv[u]);
+      } else {
+        uint2 q[8];
+        uint8_t sc[8];
+#pragma unroll
+        for (u = 0; u < 8; ++u)
+          if (u < n) {
+            q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
+            sc[u] = (uint8_t)p[u][hidden + (i >> 2)];
+          }
+#pragma unroll
+        for (u = 0; u < 8; ++u)
+          if (u < n) epf_mxfp8_dequantize_accumulate8(q[u], sc[u], wv[u], acc);
+      }
+      epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
+    }
+    return;
+  }
+  for (i = lane; i < nvec; i += 32) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int j;
+    for (j = 0; j < n; ++j)
+      epf__combine_acc_vec((const char*)__shfl_sync(0xffffffffu, row_j, j), i, mxfp8, hidden,
+                           __shfl_sync(0xffffffffu, w_j, j), acc);
+    epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
+  }
+}
+
 /* epf_combine_pull_row_warp — reduce one token's expert outputs, loading them from the peers.
  *   Scope:    [collective:warp] every lane, converged; ncopies, out_row uniform.
  *   Input:    lane j < ncopies holds copy j in k order: the rank that received it (src_rank < 0:
  *             not routed, skipped), its receive row there (src_row; outside [0, recv_capacity):
- *             dropped at dispatch, skipped) and its weight. The outputs are BF16 rows at
- *             epf_plan_expert_out_offset(plan, src_row) of that rank's window.
+ *             dropped at dispatch, skipped) and its weight. The outputs are combine_payload rows
+ *             (BF16 or MXFP8) at epf_plan_expert_out_offset(plan, src_row) of that rank's window.
  *   Does:     out[h] = BF16_RNE(fma(w_{j_n}, y_{j_n}[h], ... fma(w_{j_0}, y_{j_0}[h], 0))) over the
- *             present copies in ascending j; a token with no present copy gets zeros.
+ *             present copies in ascending j (epf_combine_reduce_rows_warp); a token with no present
+ *             copy gets zeros.
  *   Memory:   plain loads from peers (call after epf_combine_wait_block); plain local stores. */
 EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan_t* plan, int src_rank,
                                                  int64_t src_row, float weight, int ncopies, void* out_row) {
   const int lane = epf_lane_id();
-  const int nvec = plan->hidden >> 3;
   const bool ok = lane < ncopies && src_rank >= 0 && src_rank < team.nranks && src_row >= 0 &&
                   src_row < plan->recv_capacity;
-  const uint4* my_src = ok ? (const uint4*)epf_peer_ptr(team, epf_plan_expert_out_offset(plan, src_row), src_rank)
-                           : (const uint4*)0;
-  const uint32_t present = __ballot_sync(0xffffffffu, ok);
-  uint4* out = (uint4*)out_row;
-  int i;
-  for (i = lane; i < nvec; i += 32) {
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    uint32_t m;
-    for (m = present; m != 0u; m &= m - 1u) {
-      const int j = __ffs((int)m) - 1;
-      const uint4* s = (const uint4*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_src, j);
-      const float w = __shfl_sync(0xffffffffu, weight, j);
-      epf_bf16x8_fma(acc, epf_ld_v4_u32(s + i), w);
-    }
-    epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
-  }
+  const void* my_src = ok ? epf_peer_ptr(team, epf_plan_expert_out_offset(plan, src_row), src_rank) : (const void*)0;
+  epf_combine_reduce_rows_warp(my_src, weight, __ballot_sync(0xffffffffu, ok), plan->hidden,
+                               plan->combine_payload == EPF_PAYLOAD_MXFP8, out_row);
 }
 
 /* epf_combine_reduce_local_warp — the same reduction over local rows (push combine, LL combine).

@@ -371,33 +371,6 @@ EPF_DEVICE_INLINE void epf__ht_put_combine_row_warp(const epf_plan_t* plan, cons
   }
 }
 
-/* Accumulate one combine-payload row (BF16 or MXFP8) with weight w into acc for vector i. */
-EPF_DEVICE_INLINE void epf__ht_acc(const epf_plan_t* plan, const char* row, int i, float w, float* acc) {
-  if (plan->combine_payload == EPF_PAYLOAD_BF16) {
-    epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)row + i), w);
-  } else {
-    const uint2 q = *(const uint2*)(row + (uint64_t)i * 8u);
-    epf_mxfp8_dequantize_accumulate8(q, (uint8_t)row[plan->hidden + (i >> 2)], w, acc);
-  }
-}
-
-/* Reduce a lane-held list of combine rows (lane j < n: pointer, weight; k order) into out. */
-EPF_DEVICE_INLINE void epf__ht_reduce_warp(const epf_plan_t* plan, const char* my_row, float my_w, uint32_t present,
-                                           void* out_row) {
-  const int nvec = plan->hidden >> 3;
-  int i;
-  for (i = epf_lane_id(); i < nvec; i += 32) {
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    uint32_t m;
-    for (m = present; m != 0u; m &= m - 1u) {
-      const int j = __ffs((int)m) - 1;
-      const char* p = (const char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, j);
-      epf__ht_acc(plan, p, i, __shfl_sync(0xffffffffu, my_w, j), acc);
-    }
-    epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));
-  }
-}
-
 static __global__ void epf__ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
                                               const void* topk_idx, int virtual_ranks, int bpr) {
   const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
@@ -527,7 +500,8 @@ static __global__ void epf__ht_combine_kernel(epf_route_t route, epf_team_t team
             my_row = (const char*)epf_peer_ptr(c.team, epf_plan_expert_out_offset(&plan, row), d);
         }
       }
-      epf__ht_reduce_warp(&plan, my_row, my_w, __ballot_sync(0xffffffffu, my_row != NULL), out);
+      epf_combine_reduce_rows_warp(my_row, my_w, __ballot_sync(0xffffffffu, my_row != NULL), plan.hidden,
+                                   plan.combine_payload == EPF_PAYLOAD_MXFP8, out);
     }
   }
 }
