@@ -40,8 +40,10 @@ if has test; then
 fi
 if has sanitize; then
   for t in ${SANITIZE_TESTS:-}; do
-    for tool in memcheck racecheck; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$t" 2>&1 | tail -8 | tee -a "$OUT/sanitize.log"
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$t" >"$OUT/sanitize-$t-$tool.log" 2>&1
+      echo "sanitize $t $tool: exit $?" | tee -a "$OUT/sanitize.log"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitize-$t-$tool.log" | tee -a "$OUT/sanitize.log"
     done
   done
 fi
