@@ -594,7 +594,7 @@ EPF_HD const char* epf_region_name(epf_region_id_t region) {
 /* ============================================================================================ */
 
 /* One per rank (or per virtual-rank group), in host-mapped memory (cudaHostAlloc with
- * cudaHostAllocMapped; the device uses the mapped pointer). Device code records the FIRST error
+ * cudaHostAllocMapped; the device uses the mapped pointer), written by that one GPU only. Device code records the FIRST error
  * in full and counts all of them (signal.cuh: epf_error_report). The host reads it at any time
  * with epf_error_read; fields other than the counters mean something only when valid == 1. */
 typedef struct epf_error_record {

@@ -131,14 +131,18 @@ EPF_HD epf_wait_t epf_wait_make(uint64_t timeout_ns, epf_error_record_t* record,
 }
 
 /* epf_error_report — count an error and, if it is the first one, record it in full.
- *   Scope: any single thread. Memory: .sys atomics on rec (host-mapped or device), then a .sys
- *   release store of rec->valid after the fields. rec may be NULL (no-op). */
+ *   Scope: any single thread. rec may be NULL (no-op).
+ *   Memory: rec is written by ONE GPU (one record per rank, or per virtual-rank group on one GPU)
+ *   and read by the host, typically host-mapped. The count and the claim of the first error are
+ *   .gpu-scope atomics (atomic among the GPU's threads; system-scope atomics on host memory are
+ *   not supported over PCIe and compute-sanitizer rejects them); the fields are plain stores and
+ *   rec->valid is .sys release-stored after them, so a host that sees valid == 1 sees the fields. */
 EPF_DEVICE_INLINE void epf_error_report(epf_error_record_t* rec, epf_status_t status, int rank,
                                         int peer, const void* address, uint64_t wanted,
                                         uint64_t seen, uint64_t elapsed_ns) {
   if (rec == NULL) return;
-  atomicAdd_system(&rec->count, 1u);
-  if (epf_atom_cas_acq_rel_sys_u32(&rec->status, 0u, (uint32_t)status) != 0u) return;
+  epf_red_add_relaxed_gpu_u32(&rec->count, 1u);
+  if (epf_atom_cas_acq_rel_gpu_u32(&rec->status, 0u, (uint32_t)status) != 0u) return;
   rec->waiter_rank = rank;
   rec->waiter_block = (int32_t)blockIdx.x;
   rec->waiter_thread = (int32_t)threadIdx.x;
@@ -151,9 +155,10 @@ EPF_DEVICE_INLINE void epf_error_report(epf_error_record_t* rec, epf_status_t st
 }
 
 /* epf_error_count_add — add n to one of the record's counters (dropped_routes, recv_overflow,
- *   masked_ranks). Scope: any thread. .sys relaxed reduction. */
+ *   masked_ranks). Scope: any thread. A .gpu-scope relaxed reduction (see epf_error_report: the
+ *   record belongs to one GPU; the host only reads it). */
 EPF_DEVICE_INLINE void epf_error_count_add(uint32_t* counter, uint32_t n) {
-  if (counter != NULL && n != 0u) epf_red_add_relaxed_sys_u32(counter, n);
+  if (counter != NULL && n != 0u) epf_red_add_relaxed_gpu_u32(counter, n);
 }
 
 /* ---- signal set / wait ------------------------------------------------------------------------ */
