@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""plot_performance.py — the plots of docs/performance.md, from docs/perf-data.csv.
+
+Writes docs/img/perf_quant.png and docs/img/perf_ht.png: fraction of the measured copy ceiling per
+implementation (bars), with the µs printed on each bar. Re-run after adding measurements:
+    python3 scripts/plot_performance.py
+Needs matplotlib (pip install matplotlib); uses the Agg backend (no display).
+"""
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    rows = []
+    with open(os.path.join(ROOT, "docs", "perf-data.csv")) as f:
+        for r in csv.DictReader(line for line in f if not line.startswith("#")):
+            rows.append(r)
+    titles = {
+        "quant": "Quantization of [32768, 7168] BF16 on one H200",
+        "ht": "HT dispatch / combine, 8 virtual ranks, T=4096, H=7168, top-8 of 256 (one H200)",
+    }
+    os.makedirs(os.path.join(ROOT, "docs", "img"), exist_ok=True)
+    for group, title in titles.items():
+        sel = [r for r in rows if r["group"] == group]
+        labels = [f"{r['label']}\n{r['implementation']}" for r in sel]
+        frac = [100.0 * float(r["fraction"]) for r in sel]
+        colors = ["#2b7bba" if r["implementation"].startswith("epfuse") else "#bbbbbb" for r in sel]
+        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(sel)), 4), dpi=100)
+        bars = ax.bar(range(len(sel)), frac, color=colors)
+        for b, r in zip(bars, sel):
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height() + 1, f"{float(r['us']):.0f} µs",
+                    ha="center", va="bottom", fontsize=8)
+        ax.axhline(100, color="black", lw=0.8, ls="--")
+        ax.set_xticks(range(len(sel)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_ylabel("% of measured copy ceiling")
+        ax.set_ylim(0, 115)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        out = os.path.join(ROOT, "docs", "img", f"perf_{group}.png")
+        fig.savefig(out)
+        plt.close(fig)
+        print("wrote", os.path.relpath(out, ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
