@@ -112,25 +112,37 @@ EPF_DEVICE_INLINE uint32_t epf__ht_send_quant_warp(epf_team_t team, const epf_pl
   const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
   const int rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
-  int chunk;
+  int base;
   if (present == 0u) return dropped;
-  for (chunk = 0; chunk * 32 < nvec; ++chunk) {
-    const int i = chunk * 32 + lane;
-    const uint4 v = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
-    uint8_t sb = 0;
-    float sf = 0.f;
-    const uint2 q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v, rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
-    uint32_t m;
-    for (m = present; m != 0u; m &= m - 1u) {
-      const int j = __ffs((int)m) - 1;
-      const int r = __shfl_sync(0xffffffffu, dst_rank, j);
-      const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
-      char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
-      if (i < nvec) {
-        *(uint2*)(d + (uint64_t)i * 8u) = q;
-        if (mx && (lane & 3) == 0)
-          *(uint8_t*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 2), r) = sb;
-        if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 4), r) = sf;
+  /* EPF_COPY_UNROLL 256-element chunks per step: their loads are all in flight before the first
+   * quantization (one load at a time left the warp latency-bound) */
+  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
+    uint4 v[EPF_COPY_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      uint8_t sb = 0;
+      float sf = 0.f;
+      uint2 q;
+      uint32_t m;
+      if (base + u * 32 >= nvec) break; /* warp-uniform */
+      q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
+      for (m = present; m != 0u; m &= m - 1u) {
+        const int j = __ffs((int)m) - 1;
+        const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+        const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+        char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
+        if (i < nvec) {
+          *(uint2*)(d + (uint64_t)i * 8u) = q;
+          if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 2), r) = sb;
+          if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 4), r) = sf;
+        }
       }
     }
   }
