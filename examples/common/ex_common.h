@@ -1,0 +1,208 @@
+/* ex_common.h — helpers shared by the epfuse examples (not part of the library).
+ *   EX_CK(call)        exit(1) with file:line on a CUDA error
+ *   EX_CS(call)        exit(1) with the status name and message on an epfuse error
+ *   ex_gpu_or_exit()   no usable GPU: say so; exit 77 under --ctest (CTest "Not Run"), else 1
+ *   ex_rand()          splitmix64
+ *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
+ *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
+ *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with kernels_ht.cuh)
+ */
+#ifndef EX_COMMON_H
+#define EX_COMMON_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "epfuse/host.h"
+#include "epfuse/quant.cuh"
+
+#define EX_CK(call)                                                                                  \
+  do {                                                                                               \
+    cudaError_t ex_e_ = (call);                                                                      \
+    if (ex_e_ != cudaSuccess) {                                                                      \
+      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ex_e_));   \
+      exit(1);                                                                                       \
+    }                                                                                                \
+  } while (0)
+
+#define EX_CS(call)                                                                                  \
+  do {                                                                                               \
+    epf_status_t ex_s_ = (call);                                                                     \
+    if (ex_s_ != EPF_OK) {                                                                           \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, epf_status_name(ex_s_),    \
+              epf_status_message(ex_s_));                                                            \
+      exit(1);                                                                                       \
+    }                                                                                                \
+  } while (0)
+
+/* Without a GPU: a clear message; exit code 77 only under --ctest (CTest maps it to "Not Run"),
+ * otherwise 1 so that a shell user sees a failure. */
+static inline void ex_gpu_or_exit(int need, int ctest) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < need) {
+    fprintf(stderr, "this example needs %d CUDA GPU(s); found %d (%s)\n", need, e == cudaSuccess ? n : 0,
+            e == cudaSuccess ? "ok" : cudaGetErrorString(e));
+    exit(ctest ? 77 : 1);
+  }
+}
+
+static inline uint64_t ex_rand(uint64_t* s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static inline uint16_t ex_bf16_rne(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float ex_bf16_f(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* the examples' "expert": a per-(local expert, rank) scale, exact in BF16 arithmetic */
+EPF_HD float ex_expert_factor(int le, int rank) {
+  return 1.0f + 0.125f * (float)(le % 7) - 0.0625f * (float)(rank % 3);
+}
+
+/* dequantized copy of one BF16 row as it arrives in plan.payload (BF16: itself) */
+static inline void ex_ref_payload_row(const epf_plan_t* p, const uint16_t* x, float* out) {
+  const int H = p->hidden;
+  float buf[128];
+  uint8_t q[128];
+  if (p->payload == EPF_PAYLOAD_BF16) {
+    for (int h = 0; h < H; ++h) out[h] = ex_bf16_f(x[h]);
+  } else if (p->payload == EPF_PAYLOAD_MXFP8) {
+    for (int g = 0; g < H / 32; ++g) {
+      for (int i = 0; i < 32; ++i) buf[i] = ex_bf16_f(x[g * 32 + i]);
+      const uint8_t s = epf_mxfp8_quantize_block_ref(buf, epf_mx_rule_from_flags(p->flags), q);
+      for (int i = 0; i < 32; ++i) out[g * 32 + i] = epf_mxfp8_dequantize_ref(q[i], s);
+    }
+  } else {
+    for (int g = 0; g < H / 128; ++g) {
+      for (int i = 0; i < 128; ++i) buf[i] = ex_bf16_f(x[g * 128 + i]);
+      const float s = epf_fp8_128_quantize_block_ref(buf, epf_fp8_128_ue8m0_from_flags(p->flags), q);
+      for (int i = 0; i < 128; ++i) out[g * 128 + i] = epf_fp8_128_dequantize_ref(q[i], s);
+    }
+  }
+}
+
+/* ex_ref_combine — the BF16 combine output of one token whose BF16 input row is x, routed to
+ * topk[0..K) with weights w[0..K), after the expert y = bf16(deq(x) * f(le, rank)) (BF16 combine
+ * payload, pull or push). EXPERT_MAJOR: acc = fma(w_k, y_k, acc) in k order. RANK_MAJOR: per
+ * destination rank (in order of first occurrence in k) a partial in k order rounded to BF16, then
+ * acc = fma(1, partial, acc) in that rank order. Scratch: 3 * hidden floats. */
+static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
+                                  float* scratch, uint16_t* out) {
+  const int H = p->hidden, K = p->top_k, EL = p->experts_per_rank;
+  float* dq = scratch;
+  float* acc = scratch + H;
+  float* part = scratch + 2 * H;
+  ex_ref_payload_row(p, x, dq);
+  for (int h = 0; h < H; ++h) acc[h] = 0.f;
+  if (p->layout == EPF_LAYOUT_EXPERT_MAJOR) {
+    for (int k = 0; k < K; ++k) {
+      const int e = topk[k];
+      if (e < 0) continue;
+      const float f = ex_expert_factor(e % EL, e / EL);
+      for (int h = 0; h < H; ++h) acc[h] = fmaf(w[k], ex_bf16_f(ex_bf16_rne(dq[h] * f)), acc[h]);
+    }
+  } else {
+    int order[64], nd = 0;
+    for (int k = 0; k < K; ++k) {
+      const int e = topk[k];
+      int seen = 0;
+      if (e < 0) continue;
+      for (int j = 0; j < nd; ++j) seen |= order[j] == e / EL;
+      if (!seen) order[nd++] = e / EL;
+    }
+    for (int j = 0; j < nd; ++j) {
+      for (int h = 0; h < H; ++h) part[h] = 0.f;
+      for (int k = 0; k < K; ++k) {
+        const int e = topk[k];
+        if (e < 0 || e / EL != order[j]) continue;
+        const float f = ex_expert_factor(e % EL, order[j]);
+        for (int h = 0; h < H; ++h) part[h] = fmaf(w[k], ex_bf16_f(ex_bf16_rne(dq[h] * f)), part[h]);
+      }
+      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(part[h])), acc[h]);
+    }
+  }
+  for (int h = 0; h < H; ++h) out[h] = ex_bf16_rne(acc[h]);
+}
+
+#ifdef __CUDACC__
+#include "epfuse/kernels_ht.cuh"
+
+/* ex_experts_kernel — the examples' expert stage (a plain kernel, no communication): for every
+ * received copy of local expert le, y = bf16(dequant(row) * f(le, rank)) into expert_out
+ * ([count][expert_rows][H] BF16, in the receive row order (EXPERT_MAJOR) or the expand view order
+ * (RANK_MAJOR)). Grid (any, count); blockIdx.y = route index; rank = rank_base + index.
+ * EXPERT_MAJOR reads the receive region in place (window + index * total_bytes: the local slice). */
+__global__ void ex_experts_kernel(epf_route_t route, epf_plan_t plan, const char* window, int rank_base,
+                                  const uint8_t* view, const uint8_t* view_scales, int64_t expert_rows,
+                                  uint16_t* expert_out) {
+  const int index = (int)blockIdx.y, rank = rank_base + index;
+  const epf_route_segment_t* seg = (const epf_route_segment_t*)epf_route_ptr(&route, index, EPF_ROUTE_RECV_SEGMENT);
+  const char* base = window + (uint64_t)index * plan.total_bytes;
+  const int lane = epf_lane_id();
+  const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), nw = (int)(gridDim.x * (blockDim.x >> 5));
+  const int mx = plan.payload == EPF_PAYLOAD_MXFP8;
+  for (int le = 0; le < plan.experts_per_rank; ++le) {
+    const float f = ex_expert_factor(le, rank);
+    const int64_t cap = plan.layout == EPF_LAYOUT_EXPERT_MAJOR ? plan.recv_capacity : expert_rows;
+    int64_t end = seg[le].begin + seg[le].count;
+    if (end > cap) end = cap;
+    for (int64_t r = seg[le].begin + gw; r < end; r += nw) {
+      const uint8_t* q;
+      const uint8_t* s = NULL;
+      if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
+        q = (const uint8_t*)base + epf_plan_recv_token_offset(&plan, r);
+      } else {
+        q = view + ((uint64_t)index * expert_rows + r) * plan.row_bytes;
+        s = view_scales ? view_scales + ((uint64_t)index * expert_rows + r) * plan.scale_bytes_per_row : NULL;
+      }
+      uint16_t* y = expert_out + ((uint64_t)index * expert_rows + r) * plan.hidden;
+      for (int h0 = lane * 8; h0 < plan.hidden; h0 += 256) {
+        uint16_t vals[8];
+        for (int i = 0; i < 8; ++i) {
+          const int h = h0 + i;
+          float v;
+          if (plan.payload == EPF_PAYLOAD_BF16) {
+            v = epf_bf16_to_float(((const uint16_t*)q)[h]);
+          } else {
+            const int col = mx ? h / 32 : h / 128;
+            uint8_t sc8 = 0;
+            float sc = 0.f;
+            if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
+              const uint64_t off = epf_plan_recv_scale_offset(&plan, r) + (uint64_t)col * (mx ? 1u : 4u);
+              if (mx) sc8 = *((const uint8_t*)base + off);
+              else sc = *(const float*)((const uint8_t*)base + off);
+            } else {
+              if (mx) sc8 = s[col];
+              else sc = ((const float*)s)[col];
+            }
+            v = mx ? epf_mxfp8_dequantize_ref(q[h], sc8) : epf_fp8_128_dequantize_ref(q[h], sc);
+          }
+          vals[i] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, f)));
+        }
+        for (int i = 0; i < 8; ++i) y[h0 + i] = vals[i];
+      }
+    }
+  }
+}
+#endif /* __CUDACC__ */
+
+#endif /* EX_COMMON_H */
