@@ -90,7 +90,8 @@ EPF_BEGIN_DECLS
  * and scratch / count rows per batch (latency hiding; results do not depend on them) */
 #define EPF__ROUTE_STEPS 4
 #define EPF__ROUTE_IDS 8
-#define EPF__ROUTE_ROWS 4
+#define EPF__ROUTE_ROWS 8        /* count rows (sources) per batch: R <= 8 is one L2 round trip */
+#define EPF__ROUTE_MERGE_ROWS 16 /* scratch rows (blocks) per batch in the merge: B <= 16 is one */
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
@@ -252,6 +253,15 @@ EPF_DEVICE_INLINE uint32_t epf__route_mask_bit(const uint32_t* m, int r) {
   return (word >> (r & 31)) & 1u;
 }
 
+/* epf__route_block_status — epf__block_status with one barrier in the common case: when no
+ * thread of the block failed (one __syncthreads_or) the answer is EPF_OK, exactly what
+ * epf__block_status returns then; otherwise epf__block_status folds the failures by priority.
+ * [collective:block] */
+EPF_DEVICE_INLINE epf_status_t epf__route_block_status(epf_status_t mine) {
+  if (!__syncthreads_or(mine != EPF_OK)) return EPF_OK;
+  return epf__block_status(mine);
+}
+
 /* epf__route_block_exclusive_sum — exclusive prefix sum of x over the block in threadIdx order,
  * the block total in *out_total (all threads). [collective:block]; every lane of every warp.
  * Built from cub::WarpScan (cub::BlockScan needs the block size at compile time). Ends with a
@@ -294,7 +304,8 @@ EPF_DEVICE_INLINE int epf__route_block_exclusive_sum(int x, int* out_total, int*
  *             groups equal experts and the group's highest lane adds the group size into the
  *             warp's own row of c->hist (no atomics). Tokens are visited one per lane for the
  *             destination-rank masks. Then c->hist columns become exclusive prefixes over warps
- *             and the block totals [E counts, R counts, dropped] go to scratch[block_index].
+ *             and the block totals [E counts, R counts, dropped] go to scratch[block_index]
+ *             (with num_blocks == 1 also to c->tot: they are the rank's totals).
  *             Block 0 also resets header->status.
  *   Memory:   reads topk_idx; writes token_in_rank rows [0, T) of its tokens and its scratch row
  *             (plain stores, published by epf_route_merge_block). Smem: c->hist, c->misc.
@@ -377,9 +388,11 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   }
   __syncthreads();
 
-  /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row */
+  /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row (and, with one
+   * block per rank, straight into c->tot: they are the rank's totals, no merge needed) */
   {
     int32_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
+    const bool single = c->num_blocks == 1;
     for (x = (int)threadIdx.x; x < row; x += (int)blockDim.x) {
       int32_t run = 0;
       int w;
@@ -389,15 +402,21 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
         run += v;
       }
       part[x] = run;
+      if (single) c->tot[x] = run;
     }
-    if (threadIdx.x == 0) part[row] = c->misc[EPF__ROUTE_MISC_DROPPED];
+    if (threadIdx.x == 0) {
+      part[row] = c->misc[EPF__ROUTE_MISC_DROPPED];
+      if (single) c->tot[row] = c->misc[EPF__ROUTE_MISC_DROPPED];
+    }
   }
 }
 
 /* ---- the rank's blocks meet ------------------------------------------------------------------- */
 
 /* epf_route_merge_block — the rank's blocks meet (when num_blocks > 1), then every block adds
- *   the counts of the blocks before it to its warps' prefixes and gets the rank's totals.
+ *   the counts of the blocks before it to its warps' prefixes and gets the rank's totals. With
+ *   num_blocks == 1 there is nothing to meet or merge (no barrier, no scratch read back): the
+ *   totals epf_route_count_block left in c->tot are the rank's.
  *   Scope:    [collective:block] [uniform-args] after epf_route_count_block, in every block of the
  *             rank; the rank's num_blocks blocks must be co-resident [needs-co-residency] [blocking].
  *   Does:     barrier on header->barrier (epoch << 32 | arrivals; the last block to arrive stores
@@ -414,38 +433,41 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
   epf_status_t st = EPF_OK;
   int x;
   __syncthreads();
-  if (B > 1 && threadIdx.x == 0) {
-    uint64_t* word = &c->header->barrier;
-    const uint64_t old = epf_atom_add_acq_rel_gpu_u64(word, 1ull);
-    if ((uint32_t)old == (uint32_t)(B - 1))
-      epf_st_release_gpu_u64(word, (uint64_t)c->epoch << 32);
-    else
-      st = epf_signal_wait_sys(word, c->epoch, w, -1, NULL);
-    epf_fence_acq_rel_gpu();
-  }
-  st = epf__block_status(st);
-  if (st != EPF_OK) {
-    c->status = st;
-    return st;
-  }
-  for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
-    int32_t base = 0, total = 0;
-    int b, u, wi;
-    for (b = 0; b < B; b += EPF__ROUTE_ROWS) {
-      int32_t v[EPF__ROUTE_ROWS];
-#pragma unroll
-      for (u = 0; u < EPF__ROUTE_ROWS; ++u)
-        v[u] = b + u < B ? (int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)c->scratch + (int64_t)(b + u) * (row + 1) + x) : 0;
-#pragma unroll
-      for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-        if (b + u < c->block_index) base += v[u];
-        total += v[u];
-      }
+  if (B > 1) {
+    if (threadIdx.x == 0) {
+      uint64_t* word = &c->header->barrier;
+      const uint64_t old = epf_atom_add_acq_rel_gpu_u64(word, 1ull);
+      if ((uint32_t)old == (uint32_t)(B - 1))
+        epf_st_release_gpu_u64(word, (uint64_t)c->epoch << 32);
+      else
+        st = epf_signal_wait_sys(word, c->epoch, w, -1, NULL);
+      epf_fence_acq_rel_gpu();
     }
-    if (x < row)
-      for (wi = 0; wi < W; ++wi) c->hist[(int64_t)wi * row + x] += base;
-    c->tot[x] = total;
+    st = epf__route_block_status(st);
+    if (st != EPF_OK) {
+      c->status = st;
+      return st;
+    }
+    for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
+      int32_t base = 0, total = 0;
+      int b, u, wi;
+      for (b = 0; b < B; b += EPF__ROUTE_MERGE_ROWS) {
+        int32_t v[EPF__ROUTE_MERGE_ROWS];
+#pragma unroll
+        for (u = 0; u < EPF__ROUTE_MERGE_ROWS; ++u)
+          v[u] = b + u < B ? (int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)c->scratch + (int64_t)(b + u) * (row + 1) + x) : 0;
+#pragma unroll
+        for (u = 0; u < EPF__ROUTE_MERGE_ROWS; ++u) {
+          if (b + u < c->block_index) base += v[u];
+          total += v[u];
+        }
+      }
+      if (x < row && base != 0)
+        for (wi = 0; wi < W; ++wi) c->hist[(int64_t)wi * row + x] += base;
+      c->tot[x] = total;
+    }
   }
+  /* B == 1: epf_route_count_block left the totals in c->tot and the prefixes need no base */
   __syncthreads();
   if (c->block_index == 0) {
     for (x = (int)threadIdx.x; x < E; x += (int)blockDim.x) c->expert_count[x] = c->tot[x];
@@ -581,7 +603,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t
     if (x != EPF_OK && st == EPF_OK) st = x;
   }
   if ((int)threadIdx.x < c->nranks) epf_fence_acq_rel_sys();
-  return epf__block_status(st);
+  return epf__route_block_status(st);
 }
 
 /* epf_route_mark_pad_rows_block — write the metadata of every pad row of an expert-major receive
@@ -592,21 +614,27 @@ EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t
  *   Memory:   one 16-byte plain store per pad row into this rank's RECV_META (local window). */
 EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_plan_t* plan,
                                                      const epf_route_segment_t* seg, int num_local) {
-  const int A = plan->expert_alignment;
-  const int64_t items = (int64_t)num_local * (A - 1);
-  int64_t q;
+  const int A = plan->expert_alignment, lane = epf_lane_id();
+  const int nwarps = (int)(blockDim.x >> 5);
+  const int64_t cap = plan->recv_capacity;
+  int j;
   if (A <= 1 || plan->meta_bytes_per_row != (uint32_t)sizeof(epf_recv_meta_em_t)) return;
-  for (q = threadIdx.x; q < items; q += blockDim.x) {
-    const int j = (int)(q / (A - 1)), xpad = (int)(q - (int64_t)j * (A - 1));
+  /* warp w marks the pad rows of local experts w, w + nwarps, ...: only the rows that exist
+   * (padded_count - count, at most A - 1 of them), no division */
+  for (j = epf_warp_id(); j < num_local; j += nwarps) {
     const epf_route_segment_t s = seg[j];
-    const int64_t r = (int64_t)s.begin + s.count + xpad;
-    if (s.count + xpad < s.padded_count && r < plan->recv_capacity) {
-      uint4 v;
-      v.x = 0xffffffffu;
-      v.y = 0xffffffffu;
-      v.z = (uint32_t)j;
-      v.w = 0u;
-      epf_st_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, r)), v);
+    const int npad = s.padded_count - s.count < A - 1 ? s.padded_count - s.count : A - 1;
+    int xpad;
+    for (xpad = lane; xpad < npad; xpad += 32) {
+      const int64_t r = (int64_t)s.begin + s.count + xpad;
+      if (r < cap) {
+        uint4 v;
+        v.x = 0xffffffffu;
+        v.y = 0xffffffffu;
+        v.z = (uint32_t)j;
+        v.w = 0u;
+        epf_st_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, r)), v);
+      }
     }
   }
 }
@@ -649,6 +677,7 @@ EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t te
   const int me = team.rank, B = c->num_blocks, bi = c->block_index, A = c->alignment;
   const uint32_t* C = (const uint32_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
   const bool receiver = bi == me % B;
+  const bool few = R <= EPF__ROUTE_ROWS; /* one batch of loads covers every source */
   int64_t rows_em = 0, rows_rm = 0;
   int d, s;
   for (d = bi; d < R; d += B) {
@@ -656,8 +685,24 @@ EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t te
     for (j0 = 0; j0 < EL; j0 += (int)blockDim.x) {
       const int j = j0 + (int)threadIdx.x, e = d * EL + j;
       const bool valid = j < EL;
-      int tot = 0, pre = 0, padded, excl, agg;
-      if (valid) epf__route_column_sums(C, row, e, R, me, &tot, &pre);
+      int tot = 0, pre = 0, padded, excl, agg, u;
+      int v[EPF__ROUTE_ROWS]; /* few: every source's count of e, kept for recv_src_offset */
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_ROWS; ++u) v[u] = 0;
+      if (valid) {
+        if (few) {
+#pragma unroll
+          for (u = 0; u < EPF__ROUTE_ROWS; ++u)
+            v[u] = u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)u * row + e) : 0;
+#pragma unroll
+          for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+            tot += v[u];
+            if (u < me) pre += v[u];
+          }
+        } else {
+          epf__route_column_sums(C, row, e, R, me, &tot, &pre);
+        }
+      }
       padded = (tot + A - 1) / A * A;
       excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
       carry += agg;
@@ -671,15 +716,23 @@ EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t te
           sg.padded_count = padded;
           sg.reserved = 0;
           c->recv_segment[j] = sg;
-          for (s = 0; s < R; s += EPF__ROUTE_ROWS) {
-            int v[EPF__ROUTE_ROWS], u;
-#pragma unroll
-            for (u = 0; u < EPF__ROUTE_ROWS; ++u)
-              v[u] = s + u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)(s + u) * row + e) : 0;
+          if (few) {
 #pragma unroll
             for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-              if (s + u < R) c->recv_src_offset[(int64_t)j * (R + 1) + s + u] = run;
+              if (u < R) c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
               run += v[u];
+            }
+          } else {
+            for (s = 0; s < R; s += EPF__ROUTE_ROWS) {
+              int w[EPF__ROUTE_ROWS];
+#pragma unroll
+              for (u = 0; u < EPF__ROUTE_ROWS; ++u)
+                w[u] = s + u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)(s + u) * row + e) : 0;
+#pragma unroll
+              for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+                if (s + u < R) c->recv_src_offset[(int64_t)j * (R + 1) + s + u] = run;
+                run += w[u];
+              }
             }
           }
           c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;
