@@ -10,7 +10,12 @@
  *   - local-only update (no exchange: DeepEP get_dispatch_layout's job plus slots);
  *   - full update with 8 virtual ranks (T per rank as above);
  *   - the count exchange alone among 8 virtual ranks: one kernel, one block per rank, N rounds of
- *     publish (E + R counts into every peer, release signal) + wait for every peer, per round.
+ *     publish (E + R counts into every peer, release signal) + wait for every peer, per round;
+ *   - the launch floor: an empty kernel with the update's grid, block size and shared memory
+ *     (event and graph), so the update's own time is the difference;
+ *   - a phase breakdown: the update's phases (route.cuh's public blocks, composed exactly as
+ *     epf_route_update_block does) with a __syncthreads + clock64 stamp after each one; the
+ *     median over launches of the slowest block's time per phase (and block 0's), in us.
  * Targets (issue #4): T = 4096 <= 10 us, T = 128 <= 5 us (PyTorch eager ~500 us:
  * scripts/bench_route_torch.py prints the baseline at the same shapes).
  */
@@ -225,6 +230,149 @@ static double time_exchange(int R, int E, int rounds) {
   return (double)ms * 1e3 / rounds;
 }
 
+/* ---- launch floor: an empty kernel with the update's launch shape ------------------------------ */
+
+__global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS) empty_kernel(int* never) {
+  if (never != NULL && threadIdx.x == 0) *never = 1; /* never taken: keeps the kernel from being elided */
+}
+
+static void time_empty(int grid, int threads, size_t smem, int reps, double* out_event_us, double* out_graph_us) {
+  cudaStream_t st;
+  cudaEvent_t a, b;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  std::vector<float> ms;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 50; ++i) empty_kernel<<<grid, threads, smem, st>>>(NULL);
+  CK(cudaGetLastError());
+  CK(cudaStreamSynchronize(st));
+  for (int i = 0; i < reps; ++i) {
+    float t;
+    CK(cudaEventRecord(a, st));
+    empty_kernel<<<grid, threads, smem, st>>>(NULL);
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  *out_event_us = median(ms) * 1e3;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 100; ++i) empty_kernel<<<grid, threads, smem, st>>>(NULL);
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, st));
+  CK(cudaStreamSynchronize(st));
+  ms.clear();
+  for (int i = 0; i < 20; ++i) {
+    float t;
+    CK(cudaEventRecord(a, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / 100.0f);
+  }
+  *out_graph_us = median(ms) * 1e3;
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  CK(cudaStreamDestroy(st));
+}
+
+/* ---- phase breakdown ------------------------------------------------------------------------------ */
+
+enum { PH_START = 0, PH_COUNT, PH_MERGE, PH_PUBLISH, PH_SLOTS, PH_WAIT, PH_OFFSETS, PH_FINISH, PH_N };
+static const char* const ph_name[PH_N] = {"start", "count", "merge", "publish", "slots", "wait", "offsets", "finish"};
+
+/* epf_route_update_block's phases in its order, with a clock64 stamp after each (one extra
+ * __syncthreads per phase). stamps: [grid][PH_N] of this launch. Virtual ranks only. */
+__global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS) phase_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
+                                                                        const int64_t* topk, int T, int B, epf_error_record_t* rec,
+                                                                        long long* stamps) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t me = epf_team_for_block(team, 1, B);
+  const int index = (int)me.rank, bi = (int)(blockIdx.x % (unsigned)B);
+  const int64_t* ids = topk + (int64_t)index * route.layout.max_tokens * route.layout.top_k;
+  epf_wait_t w = epf_wait_make(plan.timeout_ns, rec, NULL, me.rank);
+  long long* st = stamps + (int64_t)blockIdx.x * PH_N;
+  epf_status_t s = EPF_OK;
+#define PHASE_STAMP(i)                    \
+  do {                                    \
+    __syncthreads();                      \
+    if (threadIdx.x == 0) st[i] = clock64(); \
+  } while (0)
+  PHASE_STAMP(PH_START);
+  epf_route_ctx_t c = epf_route_ctx_make(&route, index, me.rank, ids, T, bi, B, NULL, smem);
+  epf_route_count_block(&c);
+  PHASE_STAMP(PH_COUNT);
+  s = epf_route_merge_block(&c, w);
+  PHASE_STAMP(PH_MERGE);
+  if (s == EPF_OK && c.exchange) epf_route_publish_block(&c, me, &plan);
+  PHASE_STAMP(PH_PUBLISH);
+  if (s == EPF_OK) epf_route_slots_block(&c);
+  PHASE_STAMP(PH_SLOTS);
+  if (s == EPF_OK && c.exchange && bi < c.nranks) s = epf_route_wait_counts_block(&c, me, &plan, w);
+  PHASE_STAMP(PH_WAIT);
+  if (s == EPF_OK && c.exchange && bi < c.nranks) epf_route_offsets_block(&c, me, &plan);
+  PHASE_STAMP(PH_OFFSETS);
+  c.status = s;
+  epf_route_finish_block(&c, s);
+  PHASE_STAMP(PH_FINISH);
+#undef PHASE_STAMP
+}
+
+static void phase_breakdown(Setup& s, int B, int launches, double clock_khz) {
+  const int grid = B * s.route.count;
+  const int threads = epf_route_block_threads(&s.route.layout);
+  const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
+  const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
+  long long* d_st;
+  std::vector<long long> h((size_t)launches * grid * PH_N);
+  std::vector<float> worst[PH_N], b0[PH_N], total;
+  CK(cudaMalloc(&d_st, h.size() * sizeof(long long)));
+  for (int i = 0; i < 20; ++i) /* warm-up, same epochs as below would be reused: keep counting up */
+    phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, s.rec, d_st);
+  for (int i = 0; i < launches; ++i)
+    phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, s.rec, d_st + (size_t)i * grid * PH_N);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), d_st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < launches; ++i) {
+    float tmax = 0.f;
+    for (int p = 1; p < PH_N; ++p) {
+      float m = 0.f;
+      for (int g = 0; g < grid; ++g) {
+        const long long* x = &h[((size_t)i * grid + g) * PH_N];
+        const float us = (float)((double)(x[p] - x[p - 1]) / clock_khz * 1e3);
+        if (us > m) m = us;
+        if (g == 0) b0[p].push_back(us);
+      }
+      worst[p].push_back(m);
+    }
+    for (int g = 0; g < grid; ++g) {
+      const long long* x = &h[((size_t)i * grid + g) * PH_N];
+      const float us = (float)((double)(x[PH_FINISH] - x[PH_START]) / clock_khz * 1e3);
+      if (us > tmax) tmax = us;
+    }
+    total.push_back(tmax);
+  }
+  printf("| %5d | %6d | %6d |", s.R, s.T, B);
+  for (int p = 1; p < PH_N; ++p) printf(" %5.2f / %5.2f |", median(worst[p]), median(b0[p]));
+  printf(" %6.2f |\n", median(total));
+  {
+    epf_error_record_t rec;
+    CK(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
+    if (rec.count != 0) {
+      fprintf(stderr, "phase kernel: device reported %u errors (first: %s)\n", rec.count, epf_status_name((epf_status_t)rec.status));
+      exit(1);
+    }
+  }
+  CK(cudaFree(d_st));
+}
+
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? atoi(argv[1]) : 2000;
   int ndev = 0;
@@ -268,6 +416,42 @@ int main(int argc, char** argv) {
   for (int R = 2; R <= 8; R *= 2)
     printf("| one block per virtual rank, E = 256, 10000 rounds in one kernel                    | %5d | %8.2f |\n", R,
            time_exchange(R, 256, 10000));
+
+  printf("\n| launch floor: empty kernel, the update's launch shape | grid | threads | smem B | event us | graph us |\n");
+  printf("|-------------------------------------------------------|------|---------|--------|----------|----------|\n");
+  {
+    Setup s;
+    setup(s, 1, 256, 8, 128, 0u);
+    const int threads = epf_route_block_threads(&s.route.layout);
+    const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
+    static const int grids[] = {1, 16, 128};
+    for (size_t gi = 0; gi < sizeof(grids) / sizeof(grids[0]); ++gi) {
+      double ev, gr;
+      time_empty(grids[gi], threads, smem, reps, &ev, &gr);
+      printf("| %-53s | %4d | %7d | %6zu | %8.2f | %8.2f |\n", "empty kernel", grids[gi], threads, smem, ev, gr);
+    }
+    teardown(s);
+  }
+
+  printf("\nphase breakdown (clock64 per block, a __syncthreads + stamp after each phase; median of 200 launches;\n"
+         "slowest block / block 0, us; total = slowest block start..finish; E = 256, K = 8, full update)\n\n");
+  printf("| ranks | T/rank | blocks |");
+  for (int p = 1; p < PH_N; ++p) printf(" %-13s |", ph_name[p]);
+  printf(" total  |\n|-------|--------|--------|");
+  for (int p = 1; p < PH_N; ++p) printf("---------------|");
+  printf("--------|\n");
+  {
+    int clock_khz = 0;
+    CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    struct { int R, T, B; } pc[] = {{1, 4096, 4}, {1, 4096, 16}, {1, 128, 1}, {8, 4096, 4}, {8, 4096, 16}, {8, 128, 1}};
+    for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); ++i) {
+      Setup s;
+      setup(s, pc[i].R, 256, 8, pc[i].T, 0u);
+      if ((int64_t)pc[i].B * s.route.count <= s.route.resident_blocks && pc[i].B <= s.route.layout.max_blocks)
+        phase_breakdown(s, pc[i].B, 200, (double)clock_khz);
+      teardown(s);
+    }
+  }
   return 0;
 }
 /* SPDX-License-Identifier: Apache-2.0 */
