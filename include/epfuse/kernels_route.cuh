@@ -138,7 +138,7 @@ EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
 
 /* The update kernel: grid = blocks_per_rank (real rank) or nranks * blocks_per_rank (virtual
  * ranks), epf_route_block_threads threads, epf_route_smem_bytes dynamic shared memory. */
-static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS) epf__route_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
+static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
                                                 epf_route_step_t step, int virtual_ranks, int blocks_per_rank) {
   extern __shared__ uint4 epf__route_kernel_smem[];
   const epf_team_t me = epf_team_for_block(team, virtual_ranks, blocks_per_rank);

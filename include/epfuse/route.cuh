@@ -302,8 +302,9 @@ EPF_DEVICE_INLINE int epf__route_block_exclusive_sum(int x, int* out_total, int*
  *   Does:     warp w of the block owns a contiguous token range (blocks in order, warps in order
  *             inside). Entries (t, k) are visited 32 at a time in (t, k) order; __match_any_sync
  *             groups equal experts and the group's highest lane adds the group size into the
- *             warp's own row of c->hist (no atomics). Tokens are visited one per lane for the
- *             destination-rank masks. Then c->hist columns become exclusive prefixes over warps
+ *             warp's own row of c->hist (no atomics). Destination-rank masks: with K a power of
+ *             two <= 32 and R <= 32 an OR over each token's K lanes of the same step (no second
+ *             load of the ids); otherwise tokens are visited again, one per lane. Then c->hist columns become exclusive prefixes over warps
  *             and the block totals [E counts, R counts, dropped] go to scratch[block_index]
  *             (with num_blocks == 1 also to c->tot: they are the rank's totals).
  *             Block 0 also resets header->status.
@@ -330,7 +331,13 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   __syncwarp();
   epf__route_warp_range(c, &t0, &t1);
 
-  /* (token, k) entries in order: per-expert counts */
+  /* (token, k) entries in order: per-expert counts. Fused (K a power of two <= 32, R <= 32): a
+   * token's K entries are K aligned lanes of one 32-entry step, so an OR over those lanes gives
+   * its destination-rank mask in its first lane, and is_token_in_rank / the per-rank counts come
+   * from the ids already loaded (no second pass over the ids). */
+  const bool fused = K <= 32 && (K & (K - 1)) == 0 && R <= 32;
+  const int kshift = __ffs(K) - 1;
+  uint32_t rcnt = 0u; /* fused: lane r < R keeps the count of rank r */
   for (i0 = t0 * K; i0 < t1 * K; i0 += 32 * EPF__ROUTE_STEPS) {
     int ev[EPF__ROUTE_STEPS], u;
 #pragma unroll
@@ -344,43 +351,68 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       const uint32_t peers = __match_any_sync(0xffffffffu, e);
       if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] += __popc(peers);
       __syncwarp();
-    }
-  }
-
-  /* tokens, one per lane: destination masks, is_token_in_rank, per-rank counts (lane-held:
-   * lane l keeps the count of rank 32 q + l in cnt[q]) */
-#pragma unroll
-  for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) cnt[q] = 0u;
-  for (tb = t0; tb < t1; tb += 32) {
-    const int64_t t = tb + lane;
-    const bool valid = t < t1;
-    uint32_t m[EPF__ROUTE_MASK_WORDS];
-    int r;
-    epf__route_token_mask(c, t, valid, m);
-    if (valid) {
-      uint8_t* dst = c->token_in_rank + t * R;
-      if ((R & 3) == 0) {
-        for (r = 0; r < R; r += 4) {
-          const uint32_t v = epf__route_mask_bit(m, r) | (epf__route_mask_bit(m, r + 1) << 8) |
-                             (epf__route_mask_bit(m, r + 2) << 16) | (epf__route_mask_bit(m, r + 3) << 24);
-          *(uint32_t*)(dst + r) = v;
+      if (fused) {
+        const int64_t i = i0 + 32 * u + lane;
+        uint32_t m = e >= 0 ? 1u << (e / c->experts_per_rank) : 0u;
+        int o, r;
+        for (o = 1; o < K; o <<= 1) m |= __shfl_xor_sync(0xffffffffu, m, o);
+        /* lane % K == 0 starts a token (the warp's range starts at a token, K divides 32) */
+        const bool lead = (lane & (K - 1)) == 0 && i < t1 * K;
+        if (lead) {
+          uint8_t* dst = c->token_in_rank + (i >> kshift) * R;
+          if ((R & 3) == 0) {
+            for (r = 0; r < R; r += 4)
+              *(uint32_t*)(dst + r) = ((m >> r) & 1u) | (((m >> (r + 1)) & 1u) << 8) | (((m >> (r + 2)) & 1u) << 16) |
+                                      (((m >> (r + 3)) & 1u) << 24);
+          } else {
+            for (r = 0; r < R; ++r) dst[r] = (uint8_t)((m >> r) & 1u);
+          }
         }
-      } else {
-        for (r = 0; r < R; ++r) dst[r] = (uint8_t)epf__route_mask_bit(m, r);
-      }
-    }
-#pragma unroll
-    for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) {
-      int b;
-      for (b = 0; b < 32 && q * 32 + b < R; ++b) {
-        const uint32_t bal = __ballot_sync(0xffffffffu, (m[q] >> b) & 1u);
-        if (lane == b) cnt[q] += (uint32_t)__popc(bal);
+        for (r = 0; r < R; ++r) {
+          const uint32_t bal = __ballot_sync(0xffffffffu, lead && ((m >> r) & 1u));
+          if (lane == r) rcnt += (uint32_t)__popc(bal);
+        }
       }
     }
   }
+  if (fused) {
+    if (lane < R) H[E + lane] = (int32_t)rcnt;
+  } else {
+    /* tokens, one per lane: destination masks, is_token_in_rank, per-rank counts (lane-held:
+     * lane l keeps the count of rank 32 q + l in cnt[q]) */
 #pragma unroll
-  for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
-    if (q * 32 + lane < R) H[E + q * 32 + lane] = (int32_t)cnt[q];
+    for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) cnt[q] = 0u;
+    for (tb = t0; tb < t1; tb += 32) {
+      const int64_t t = tb + lane;
+      const bool valid = t < t1;
+      uint32_t m[EPF__ROUTE_MASK_WORDS];
+      int r;
+      epf__route_token_mask(c, t, valid, m);
+      if (valid) {
+        uint8_t* dst = c->token_in_rank + t * R;
+        if ((R & 3) == 0) {
+          for (r = 0; r < R; r += 4) {
+            const uint32_t v = epf__route_mask_bit(m, r) | (epf__route_mask_bit(m, r + 1) << 8) |
+                               (epf__route_mask_bit(m, r + 2) << 16) | (epf__route_mask_bit(m, r + 3) << 24);
+            *(uint32_t*)(dst + r) = v;
+          }
+        } else {
+          for (r = 0; r < R; ++r) dst[r] = (uint8_t)epf__route_mask_bit(m, r);
+        }
+      }
+#pragma unroll
+      for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) {
+        int b;
+        for (b = 0; b < 32 && q * 32 + b < R; ++b) {
+          const uint32_t bal = __ballot_sync(0xffffffffu, (m[q] >> b) & 1u);
+          if (lane == b) cnt[q] += (uint32_t)__popc(bal);
+        }
+      }
+    }
+#pragma unroll
+    for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
+      if (q * 32 + lane < R) H[E + q * 32 + lane] = (int32_t)cnt[q];
+  }
   {
     const int n = epf__warp_reduce_t(*(epf__warp_reduce_temp_t*)((char*)c->cub_temp + warp * EPF__ROUTE_CUB_BYTES_PER_WARP))
                       .Sum((int)dropped);

@@ -289,7 +289,7 @@ static const char* const ph_name[PH_N] = {"start", "count", "merge", "publish", 
 
 /* epf_route_update_block's phases in its order, with a clock64 stamp after each (one extra
  * __syncthreads per phase). stamps: [grid][PH_N] of this launch. Virtual ranks only. */
-__global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS) phase_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
+__global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
                                                                         const int64_t* topk, int T, int B, epf_error_record_t* rec,
                                                                         long long* stamps) {
   extern __shared__ uint4 smem[];
