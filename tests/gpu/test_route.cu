@@ -7,6 +7,7 @@
  *   - virtual ranks R in {1, 2, 4, 8}: count exchange and offsets, 3 back-to-back steps per case
  *     (both COUNTS parities), per-rank T from device memory, small capacities (overflow), epochs
  *     across the 2^32 wrap;
+ *   - both count paths and both offset paths (R 3 / 12 / 40 virtual ranks, K 3 / 6 / 8 / 16);
  *   - T = 65536 (E 256 / 1024, K 8 / 32, R 1 / 2 / 8);
  *   - a CUDA graph of one update replayed 1000 times with fresh topk_idx (and T) written into the
  *     captured input buffers between replays, checked every 50th replay and the last;
@@ -510,6 +511,42 @@ static void test_virtual_ranks(void** state) {
   EPF_CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
+/* Both count paths and both offset paths: K a power of two <= 32 with R <= 32 derives the
+ * destination masks from the entry pass, any other K or R > 32 walks the tokens again; R <= 8
+ * keeps every source's count in registers for the receive offsets, R > 8 loads them in batches. */
+static void test_count_paths(void** state) {
+  static const int ranks[] = {3, 12, 40}, Ks[] = {3, 6, 8, 16};
+  int runs = 0;
+  cudaStream_t stream;
+  (void)state;
+  EPF_CHECK_CUDA(cudaStreamCreate(&stream));
+  for (int ri = 0; ri < 3; ++ri)
+    for (int ki = 0; ki < 4; ++ki) {
+      const int R = ranks[ri], K = Ks[ki], E = R * (ki + 2), Tmax = (int)rand_in(100, 400);
+      const int layout = (ri + ki) % 2 ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
+      const int A = ki % 2 ? 16 : 1;
+      const int idx64 = (ri + ki) % 2;
+      Team tm;
+      uint32_t dropped = 0;
+      team_init(tm, R, E, K, Tmax, A, layout, 0, idx64, 0u, 3, 0u);
+      for (int stepi = 0; stepi < 2; ++stepi) {
+        const int pattern = stepi == 0 ? PAT_RANDOM : PAT_OUT_OF_RANGE;
+        const int B = R <= 12 ? (int)rand_in(1, 3) : 1; /* R = 40: 40 blocks, surely co-resident */
+        std::vector<int> T(R);
+        for (int r = 0; r < R; ++r) T[r] = (int)rand_in(0, Tmax);
+        snprintf(g_case, sizeof(g_case), "paths R=%d E=%d K=%d Tmax=%d %s %s A=%d B=%d %s", R, E, K, Tmax,
+                 idx64 ? "int64" : "int32", layout == EPF_LAYOUT_RANK_MAJOR ? "RM" : "EM", A, B, pat_name[pattern]);
+        dropped += run_step(tm, pattern, T, 1, B, 1u + (uint32_t)stepi, stream);
+        ++runs;
+      }
+      assert_int_equal(tm.rec_host->dropped_routes, dropped);
+      assert_int_equal(tm.rec_host->count, 0);
+      team_free(tm);
+    }
+  printf("count paths: %d steps (R 3/12/40, K 3/6/8/16) bit-exact\n", runs);
+  EPF_CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 /* T = 65536. */
 static void test_large_T(void** state) {
   struct { int R, E, K, idx64, layout, B; } cases[] = {
@@ -853,7 +890,8 @@ static void test_nccl_one_rank(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_one_rank_matrix),
-      cmocka_unit_test(test_virtual_ranks), cmocka_unit_test(test_local_only),
+      cmocka_unit_test(test_virtual_ranks), cmocka_unit_test(test_count_paths),
+      cmocka_unit_test(test_local_only),
       cmocka_unit_test(test_large_T),       cmocka_unit_test(test_graph_replay),
       cmocka_unit_test(test_import),
 #ifdef EPF_TEST_WITH_NCCL
