@@ -1,21 +1,34 @@
 /* epfuse/combine_ll.cuh — low-latency combine: push half and reduce half as block functions — part of epfuse v0.1
  *
- * What it is: the way back of LL EP. The expert rank pushes each output row to its source; the
- * source weights and reduces in FP32 in k order, bitwise deterministic.
+ * What it is: the way back of LL EP. The expert rank pushes each output row to its source (or,
+ * with EPF_LL_Y_IN_PLACE_PULL, lets the source read it where it is); the source weights and
+ * reduces in FP32 in k order, bitwise deterministic.
  *   SEND (epf_ll_combine_send_block; never waits): for every row the dispatch receive of this
- *     round counted (recv_counts), one warp per (row, 256-element chunk) reads the expert output
- *     (a caller buffer in the FIXED or PACKED order, or IN_PLACE over the receive rows) and
- *     stores it into row epf_ll_combine_row(plan, epoch, src_token, k) of the SOURCE's COMBINE
- *     region (src_token and k come from the row's metadata). The last block of the rank to finish
- *     release-stores (epoch, 0) into SIG_LL_COMBINE[parity][rank] of every active source — also of
- *     sources it had no rows for, so every source can wait for every rank.
+ *     round counted (recv_counts), one warp per (row, EPF_LL_SEND_CHUNKS 256-element chunks)
+ *     reads the expert output (a caller buffer in the FIXED or PACKED order, or IN_PLACE over the
+ *     receive rows) and stores it into row epf_ll_combine_row(plan, epoch, src_token, k) of the
+ *     SOURCE's COMBINE region (src_token and k come from the row's metadata). The last block of
+ *     the rank to finish release-stores (epoch, 0) into SIG_LL_COMBINE[parity][rank] of every
+ *     active source — also of sources it had no rows for, so every source can wait for every rank.
+ *     PULL (y_layout EPF_LL_Y_IN_PLACE_PULL, BF16 combine payload): nothing is moved; the last
+ *     block publishes (epoch, EPF__LL_COMBINE_PULL) instead: "my outputs are in my receive rows".
  *   RECV (epf_ll_combine_recv_block; bounded waits): every block waits for the combine signal of
- *     every rank, then one warp per (token, 256-element chunk) computes
+ *     every rank; for ranks that signalled PULL it rebuilds the dispatch's slot table from
+ *     topk_idx (the same deterministic scan as the dispatch send), so (token, k) -> the expert
+ *     rank's receive row epf_ll_recv_row(plan, c, le, rank, slot); then one warp per (token,
+ *     256-element chunk) computes
  *       out[t][h] = BF16_RNE( fma(w_{k_n}, y_{k_n}[h], ... fma(w_{k_0}, y_{k_0}[h], 0.0f)) )
  *     over the token's present entries k_0 < k_1 < ... (acc starts at +0.0f; one rounding per
  *     fma; BF16 -> FP32 is exact). An entry is present when its expert id is in [0, E) and its
  *     rank signalled this round. A repeated expert id of a token reads the output of its first
- *     occurrence (the dispatch sent it once) with its own weight.
+ *     occurrence (the dispatch sent it once) with its own weight. Pushed or pulled, the rows hold
+ *     the same bytes and are summed in the same order: the two transports give identical bits.
+ *   Pull and the buffers: the expert rank's receive rows of round c are next written by the
+ *     dispatch send of round c + 2 of some source, which follows that source's combine of round
+ *     c + 1, which waited for this expert rank's combine send of c + 1, which follows its dispatch
+ *     receive of c + 1, which waited for every source's dispatch send of c + 1 — each after that
+ *     source finished reading round c. So the rows a source pulls are stable while it reads them
+ *     (the same argument as for the landing rows; docs/low-latency.md).
  *   MXFP8 on the way back (plan.combine_payload): the expert side quantizes each 32-element group
  *     of y (quant.cuh lane8 block; landing row = hidden E4M3 bytes, then hidden / 32 scale
  *     bytes), the source uses y = dequantize (exact in FP32) and the same fma chain
@@ -33,18 +46,23 @@
  *   __syncthreads();
  *   epf_ll_combine_recv_block(&plan, ctx, &cargs, smem);   // source side
  *
+ * COMPILE-TIME OPTIONS: EPF_LL_SEND_CHUNKS (4: 256-element chunks per push unit),
+ *   EPF_LL_COMBINE_BATCH (8: rows in flight per lane in the reduce). Performance only.
+ *
  * Contents:
  *   bool         epf_ll_combine_payload_supported(int payload)                           [EPF_HD]
  *   void         epf_ll_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *   epf_status_t epf_ll_combine_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
- * Requirements: CUDA, sm_80+ (BF16 conversions), sm_90 / sm_100 compiled (-Werror); first GPU run pending.
+ * Requirements: CUDA, sm_80+ (BF16 conversions); push run on H200 (v1); pull and the 4-chunk push compiled for
+ *   sm_90 / sm_100 (-Werror), GPU run pending.
  */
 #ifndef EPF_COMBINE_LL_CUH
 #define EPF_COMBINE_LL_CUH
 
 #include "combine.cuh"
 #include "config.h"
+#include "dispatch_ll.cuh"
 #include "host.h"
 #include "ll.cuh"
 #include "ptx.cuh"
@@ -60,6 +78,16 @@ EPF_BEGIN_DECLS
 EPF_HD bool epf_ll_combine_payload_supported(int payload) {
   return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8;
 }
+
+/* Value half of a combine signal word: 0 = the peer pushed its outputs into this rank's COMBINE
+ * rows; EPF__LL_COMBINE_PULL = read them from the peer's receive rows (EPF_LL_Y_IN_PLACE_PULL). */
+#define EPF__LL_COMBINE_PULL 1u
+
+/* 256-element chunks of one row that a warp of the combine push moves per unit (loads in flight
+ * per lane before the stores). */
+#ifndef EPF_LL_SEND_CHUNKS
+#define EPF_LL_SEND_CHUNKS 4
+#endif
 
 /* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
 #ifndef EPF_LL_COMBINE_BATCH
@@ -91,15 +119,18 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
   const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_SEND);
   const uint32_t drecv = epf_ld_relaxed_gpu_u32(&ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV]);
-  const bool in_place = a->y_layout == EPF_LL_Y_IN_PLACE;
+  const bool in_place = a->y_layout == EPF_LL_Y_IN_PLACE || a->y_layout == EPF_LL_Y_IN_PLACE_PULL;
   const bool ok_round = drecv == epoch && a->recv_counts != NULL && (a->y != NULL || in_place) &&
                         (!in_place || plan->payload == EPF_PAYLOAD_BF16) &&
                         (a->y_layout == EPF_LL_Y_FIXED || a->y_layout == EPF_LL_Y_PACKED || in_place);
+  /* pull: the sources read the outputs from this rank's receive rows; nothing to push */
+  const bool pull = a->y_layout == EPF_LL_Y_IN_PLACE_PULL && plan->combine_payload == EPF_PAYLOAD_BF16;
   const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
   uint32_t* mask = (uint32_t*)smem;
   void* ws = (char*)smem + EPF__LL_MASK_BYTES;
   uint32_t* pre = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [E + 1], group g = le * R + src */
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   int64_t u, units;
@@ -113,26 +144,33 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
     epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
                      epoch, drecv, 0);
-  for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
-    const int s = g % R;
-    int32_t n = ok_round && epf__ll_active(mask, s) ? a->recv_counts[g] : 0;
-    pre[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
+  if (!pull) { /* block-uniform */
+    for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
+      const int s = g % R;
+      int32_t n = ok_round && epf__ll_active(mask, s) ? a->recv_counts[g] : 0;
+      pre[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
+    }
+    epf__ll_scan_block(pre, E, ws);
+    units = (int64_t)pre[E] * ngroups;
+  } else {
+    units = 0;
   }
-  epf__ll_scan_block(pre, E, ws);
-  units = (int64_t)pre[E] * nchunks;
 
+  /* one unit = (row, group of EPF_LL_SEND_CHUNKS 256-element chunks): one metadata load per
+   * group, then all the group's loads in flight before its stores */
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
-    const uint32_t r = (uint32_t)(u / nchunks);
-    const int c = (int)(u - (int64_t)r * nchunks);
+    const uint32_t r = (uint32_t)(u / ngroups);
+    const int c0 = (int)(u - (int64_t)r * ngroups) * EPF_LL_SEND_CHUNKS;
     const int gi = epf__ll_find_group(pre, E, r);
     const int le = gi / R, s = gi - le * R;
     const int j = (int)(r - pre[gi]);
     const int64_t fixed = ((int64_t)le * R + s) * Tmax + j;
     const uint4 meta = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, pbase + fixed)));
     const int t = (int)meta.x, src_rank = (int)(int16_t)(meta.y & 0xffffu), k = (int)(int16_t)(meta.y >> 16);
-    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
     const char* src;
     char* dst;
+    uint4 v[EPF_LL_SEND_CHUNKS];
+    int ci;
     if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
     if (in_place)
       src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, pbase + fixed));
@@ -141,19 +179,24 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
     else
       src = (const char*)a->y + fixed * (int64_t)H * 2;
     dst = (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
-    if (!mx) {
-      if (col < H)
-        epf_st_v4_u32(dst + (int64_t)col * 2,
-                      in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2));
-    } else { /* landing row: hidden E4M3 bytes, then hidden / 32 E8M0 bytes */
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      uint8_t sb = 0;
-      uint2 q;
-      if (col < H) v = in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2);
-      q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb); /* all lanes, converged */
-      if (col < H) {
-        *(uint2*)(dst + col) = q;
-        if ((lane & 3) == 0) ((uint8_t*)dst)[H + col / EPF_MXFP8_GROUP] = sb;
+#pragma unroll
+    for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
+      const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
+      v[ci] = make_uint4(0u, 0u, 0u, 0u);
+      if (col < H) v[ci] = in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2);
+    }
+#pragma unroll
+    for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
+      const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
+      if (!mx) {
+        if (col < H) epf_st_v4_u32(dst + (int64_t)col * 2, v[ci]);
+      } else if (c0 + ci < nchunks) { /* warp-uniform; landing row: hidden E4M3 bytes, then hidden / 32 E8M0 bytes */
+        uint8_t sb = 0;
+        const uint2 q = epf_mxfp8_quantize_lane8_bf16_warp(v[ci], mx_rule, &sb); /* all lanes, converged */
+        if (col < H) {
+          *(uint2*)(dst + col) = q;
+          if ((lane & 3) == 0) ((uint8_t*)dst)[H + col / EPF_MXFP8_GROUP] = sb;
+        }
       }
     }
   }
@@ -166,54 +209,106 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
                                   epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
                                                          epf_ll_combine_signal_index(plan, epoch, rank)),
                                   g),
-          epoch, 0u);
+          epoch, pull ? EPF__LL_COMBINE_PULL : 0u);
     }
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
   }
+}
+
+/* epf__ll_combine_slots_block — the dispatch send's slot table of this round, rebuilt from the
+ * combine operands (same topk_idx, same num_tokens; dropped ids are not counted again): where each
+ * (token, k) landed in its expert rank's receive rows. [collective:block] */
+EPF_DEVICE_INLINE void epf__ll_combine_slots_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                   const epf_ll_combine_args_t* a, uint32_t* code, uint32_t* hist,
+                                                   uint32_t* cnt, int seg_len, int nseg) {
+  epf_ll_dispatch_args_t da;
+  da.x = NULL;
+  da.topk_idx = a->topk_idx;
+  da.topk_weights = NULL;
+  da.num_tokens = a->num_tokens;
+  da.topk_int64 = a->topk_int64;
+  da.recv_counts = NULL;
+  da.expert_counts = NULL;
+  da.packed_x = NULL;
+  da.packed_scales = NULL;
+  da.packed_meta = NULL;
+  da.round = NULL;
+  epf__ll_slots_block(plan, ctx, &da, code, hist, cnt, seg_len, nseg, false);
 }
 
 /* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
  *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
  *             ctx.nblocks blocks of the rank, once per round.
  *   Input:    a->topk_idx / a->topk_weights / a->num_tokens: exactly what this rank dispatched
- *             with in this round; a->out [num_tokens][hidden] BF16.
+ *             with in this round; a->out [num_tokens][hidden] BF16; a->y_layout only as a hint
+ *             (EPF_LL_Y_IN_PLACE_PULL: the peers will likely let this rank pull, so the slot table
+ *             is built while the signals are still on their way).
  *   Does:     round c = state.epoch[COMBINE_RECV] + 1; waits (bounded; masked ranks skipped) for
  *             SIG_LL_COMBINE[c & 1][d] of every rank d; writes out (see the file manual); the last
- *             block sets state.epoch[COMBINE_RECV] = c.
+ *             block sets state.epoch[COMBINE_RECV] = c. The outputs of rank d come from this
+ *             rank's COMBINE rows (d pushed: signal value 0) or straight from d's receive rows of
+ *             dispatch round c (d signalled EPF__LL_COMBINE_PULL): row epf_ll_recv_row(plan, c,
+ *             le, rank, slot), slot rebuilt from topk_idx exactly as the dispatch send computed it.
  *   Result:   [result:all] EPF_OK, or the block's first failure by priority (TIMEOUT, ABORTED,
  *             PEER_MASKED). A rank that failed contributes zero to this block's tokens.
  *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   .sys acquire per rank, __syncthreads, then plain loads of the own COMBINE region.
+ *   Memory:   .sys acquire per rank, __syncthreads, then plain loads of the own COMBINE region
+ *             and (pull) of the peers' receive rows.
  *   Co-residency: waits on the combine send halves of every rank; in one launch with them
  *             [needs-co-residency]. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                          const epf_ll_combine_args_t* a, void* smem) {
   const epf_team_t team = ctx.team;
-  const int R = team.nranks, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank, H = plan->hidden;
+  const int R = team.nranks, rank = team.rank, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank;
+  const int H = plan->hidden, Tmax = plan->max_tokens_per_rank;
   const int T = a->num_tokens;
   const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
   const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_RECV);
+  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity; /* the dispatch round's rows */
   const epf_wait_t w = epf_ll_wait(plan, ctx);
   uint32_t* present = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [EPF_MASK_WORDS] */
+  uint32_t* pulled = present + EPF_MASK_WORDS;                      /* [EPF_MASK_WORDS] */
+  /* the slot table (pull), laid out as epf_ll_combine_smem_bytes sized it */
+  uint32_t* code = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES + epf__ll_align16(2u * EPF_MASK_WORDS * 4u));
+  uint32_t* hist = code + epf__ll_align16((size_t)Tmax * (size_t)K * 4u) / 4u;
+  const int TK = T * K;
+  const int nseg_max = epf__ll_segments((int)blockDim.x);
+  const int nseg = TK <= 0 ? 1 : ((TK + 31) / 32 < nseg_max ? (TK + 31) / 32 : nseg_max);
+  const int seg_len = TK > 0 ? ((((TK + nseg - 1) / nseg) + 31) & ~31) : 32;
+  uint32_t* cnt = hist + epf__ll_align16((size_t)nseg * (size_t)E * 4u) / 4u;
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int64_t units = (int64_t)T * nchunks;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
+  /* peers pull only with a BF16 combine payload (the plan is the same on every rank) */
+  const bool early_slots = !mx && a->y_layout == EPF_LL_Y_IN_PLACE_PULL && T > 0;
   epf_status_t mine = EPF_OK, res;
+  bool any_pull = false;
   int64_t u;
   int i;
 
-  for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) present[i] = 0u;
+  for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
+    present[i] = 0u;
+    pulled[i] = 0u;
+  }
+  if (early_slots) /* block-uniform */
+    epf__ll_combine_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg);
   __syncthreads();
   for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
     const uint64_t off =
         epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE, epf_ll_combine_signal_index(plan, epoch, i));
-    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, NULL);
-    if (st == EPF_OK)
+    uint32_t v = 0u;
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, &v);
+    if (st == EPF_OK) {
       atomicOr(&present[i >> 5], 1u << (i & 31));
-    else if (mine == EPF_OK)
+      if (!mx && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
+    } else if (mine == EPF_OK) {
       mine = st;
+    }
   }
-  res = epf__block_status(mine); /* __syncthreads: present[] complete, landing rows acquired */
+  res = epf__block_status(mine); /* __syncthreads: present[] / pulled[] complete, rows acquired */
+  for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || pulled[i] != 0u; /* block-uniform */
+  if (any_pull && !early_slots && T > 0) /* a peer lets this rank pull although it did not expect it */
+    epf__ll_combine_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg);
 
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
@@ -229,9 +324,22 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
       if (k < K) {
         int first_k;
         const int e = epf__ll_route(a->topk_idx, a->topk_int64, t, k, K, E, &first_k);
-        if (e >= 0 && epf__ll_active(present, e / EL)) {
-          src = (const char*)epf_local_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
-          wk = a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+        const int d = e >= 0 ? e / EL : 0;
+        if (e >= 0 && epf__ll_active(present, d)) {
+          if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
+            src = (const char*)epf_local_ptr(team,
+                                             epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
+          } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows */
+            const int p = t * K + first_k;
+            const uint32_t cd = code[p];
+            if (cd != EPF__LL_CODE_NONE && (int)(cd >> 16) == e) {
+              const uint32_t slot = (cd & 0xffffu) + hist[(p / seg_len) * E + e];
+              if (slot < (uint32_t)Tmax)
+                src = (const char*)epf_peer_ptr(
+                    team, epf_plan_recv_token_offset(plan, pbase + ((int64_t)(e - d * EL) * R + rank) * Tmax + slot), d);
+            }
+          }
+          if (src != NULL) wk = a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
         }
       }
       m = __ballot_sync(0xffffffffu, src != NULL);

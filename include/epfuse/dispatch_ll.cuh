@@ -87,10 +87,14 @@ EPF_HD uint32_t* epf__ll_send_hist(void* smem, const epf_plan_t* plan) {
  *   or a repeated expert of the token) or (expert << 16) | slot-within-segment;
  *   hist[seg * E + e]: slots of expert e in segments before `seg` (exclusive prefix);
  *   cnt[e]: this rank's copies to expert e (<= num_tokens).
- * The slot of pair i is (code[i] & 0xffff) + hist[(i / seg_len) * E + (code[i] >> 16)].
+ * The slot of pair i is (code[i] & 0xffff) + hist[(i / seg_len) * E + (code[i] >> 16)]; it does
+ * not depend on seg_len / nseg (any nseg <= the block's warps, seg_len a multiple of 32 with
+ * nseg * seg_len >= T * K), so the combine can rebuild the dispatch's slots with its own split.
+ * count_dropped: add ids outside [-1, E) to record->dropped_routes (block 0; the dispatch send).
  * [collective:block] */
 EPF_DEVICE_INLINE void epf__ll_slots_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
-                                           uint32_t* code, uint32_t* hist, uint32_t* cnt, int seg_len, int nseg) {
+                                           uint32_t* code, uint32_t* hist, uint32_t* cnt, int seg_len, int nseg,
+                                           bool count_dropped) {
   const int K = plan->top_k, E = plan->num_experts;
   const int TK = a->num_tokens * K;
   const int lane = epf_lane_id(), warp = epf_warp_id();
@@ -114,7 +118,7 @@ EPF_DEVICE_INLINE void epf__ll_slots_block(const epf_plan_t* plan, epf_ll_ctx_t 
       }
       {
         const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
-        if (dropped != 0u && lane == 0 && ctx.block == 0 && ctx.record != NULL)
+        if (count_dropped && dropped != 0u && lane == 0 && ctx.block == 0 && ctx.record != NULL)
           epf_error_count_add(&ctx.record->dropped_routes, (uint32_t)__popc(dropped));
       }
       peers = __match_any_sync(0xffffffffu, e);
@@ -186,7 +190,7 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
   int64_t u;
 
   epf__ll_snapshot_mask_block(plan, ctx, mask);
-  epf__ll_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg);
+  epf__ll_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg, true);
 
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);

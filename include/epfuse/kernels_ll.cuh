@@ -40,6 +40,7 @@
  *   epf_status_t epf_ll_mask_clean(const epf_ll_launch_t*, cudaStream_t)
  *   epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cudaStream_t)
  *   int          epf_ll_blocks_per_rank(const epf_ll_launch_t*, int num_tokens, int is_combine)
+ *   EPF_LL_BPR_COMBINE, EPF_LL_BPR_COMBINE_PULL             is_combine values
  *   kernels (static __global__): epf_ll_dispatch_kernel, epf_ll_combine_kernel, epf_ll_clean_kernel,
  *   epf_ll_state_kernel, epf_ll_error_clear_kernel
  *   Host-side error reading: epf_error_read (host.h) on the host-mapped record, no device sync.
@@ -62,6 +63,9 @@
 EPF_BEGIN_DECLS
 
 #define EPF_LL_DEFAULT_THREADS 512
+/* is_combine values of epf_ll_blocks_per_rank */
+#define EPF_LL_BPR_COMBINE 1
+#define EPF_LL_BPR_COMBINE_PULL 2
 #define EPF_LL_CLEAN_THREADS 128
 
 /* What a launcher needs besides the operands. Fill with epf_ll_launch_make, then adjust. */
@@ -214,15 +218,22 @@ EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t
 }
 
 /* epf_ll_blocks_per_rank — the launchers' choice when L->blocks_per_rank is 0: enough warps for
- *   one (token or row, 256-element chunk) unit each (dispatch: num_tokens units per chunk column;
- *   combine: num_tokens * top_k), at most the resident capacity divided by the ranks of the
- *   launch, at least 1. Scope: host. Returns 1 if the occupancy query fails. */
+ *   one unit each (dispatch and the combine's reduce: (token, 256-element chunk); the combine
+ *   push: (row, EPF_LL_SEND_CHUNKS chunks), num_tokens * top_k rows; a pull combine,
+ *   EPF_LL_BPR_COMBINE_PULL: the reduce's units only, since its send half moves nothing), at most
+ *   the resident capacity divided by the ranks of the launch, at least 1. is_combine: 0
+ *   dispatch, EPF_LL_BPR_COMBINE (1), EPF_LL_BPR_COMBINE_PULL (2). Scope: host. Returns 1 if the
+ *   occupancy query fails. */
 EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
   const int threads = epf__ll_threads(L);
   const size_t smem = epf_ll_smem_bytes(&L->plan, threads);
   const void* kernel = is_combine ? (const void*)epf_ll_combine_kernel : (const void*)epf_ll_dispatch_kernel;
   const int64_t nchunks = (L->plan.hidden + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int64_t units = (int64_t)(num_tokens > 0 ? num_tokens : 1) * (is_combine ? L->plan.top_k : 1) * nchunks;
+  const int64_t ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
+  const int64_t tokens = num_tokens > 0 ? num_tokens : 1;
+  const int64_t push = tokens * L->plan.top_k * ngroups; /* the push's (row, chunk group) units */
+  const int64_t units = is_combine == EPF_LL_BPR_COMBINE ? (push > tokens * nchunks ? push : tokens * nchunks)
+                                                         : tokens * nchunks;
   const int64_t want = (units + threads / 32 - 1) / (threads / 32);
   int cap = 0, ranks = epf__ll_ranks_in_launch(L);
   int64_t bpr;
@@ -253,6 +264,12 @@ EPF_INLINE epf_status_t epf__ll_grid(const epf_ll_launch_t* L, const void* kerne
 }
 
 EPF_INLINE bool epf__ll_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0u; }
+
+/* epf__ll_combine_pulls — does this call's send half only signal (EPF_LL_Y_IN_PLACE_PULL with a
+ * BF16 combine payload)? Then the reduce is the whole work and sizes the grid. */
+EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args) {
+  return args->y_layout == EPF_LL_Y_IN_PLACE_PULL && L->plan.combine_payload == EPF_PAYLOAD_BF16;
+}
 
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
@@ -298,6 +315,8 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
                                        cudaStream_t stream) {
   int bpr = 0, grid = 0;
   size_t smem = 0;
+  const bool in_place =
+      args != NULL && (args->y_layout == EPF_LL_Y_IN_PLACE || args->y_layout == EPF_LL_Y_IN_PLACE_PULL);
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
@@ -306,17 +325,18 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
   if (st != EPF_OK) return st;
   if (halves & EPF_LL_SEND) {
     if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
-    if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && args->y_layout != EPF_LL_Y_IN_PLACE)
+    if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && !in_place)
       return EPF_ERR_INVALID_ARGUMENT;
-    if (args->y_layout == EPF_LL_Y_IN_PLACE && L->plan.payload != EPF_PAYLOAD_BF16) return EPF_ERR_PAYLOAD;
-    if (args->y_layout != EPF_LL_Y_IN_PLACE && args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
+    if (in_place && L->plan.payload != EPF_PAYLOAD_BF16) return EPF_ERR_PAYLOAD;
+    if (!in_place && args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
     if (!epf__ll_aligned16(args->y)) return EPF_ERR_ALIGNMENT;
   }
   if (halves & EPF_LL_RECV) {
     if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
     if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
   }
-  st = epf__ll_grid(L, (const void*)epf_ll_combine_kernel, halves, args->num_tokens, 1, &bpr, &grid, &smem);
+  st = epf__ll_grid(L, (const void*)epf_ll_combine_kernel, halves, args->num_tokens,
+                    epf__ll_combine_pulls(L, args) ? EPF_LL_BPR_COMBINE_PULL : EPF_LL_BPR_COMBINE, &bpr, &grid, &smem);
   if (st != EPF_OK) return st;
   epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                      L->abort_word, L->virtual_ranks, bpr, halves,

@@ -108,11 +108,20 @@ typedef enum epf_ll_phase {
  *   PACKED   caller buffer in the packed order of epf_ll_dispatch_args_t.packed_x:
  *            row le * (R * T) + (rows of sources < src for le) + slot
  *   IN_PLACE the receive rows of the window themselves (the experts overwrote their inputs);
- *            BF16 dispatch payload only. */
+ *            BF16 dispatch payload only. The expert side pushes them to the sources.
+ *   IN_PLACE_PULL  as IN_PLACE, but nothing is pushed: the expert side only signals, and each
+ *            source reads its outputs straight from this rank's receive rows (PULL, like the HT
+ *            default): every output row crosses memory once instead of three times (read + push
+ *            + read back). Same results, bit for bit. BF16 combine payload only (with an MXFP8
+ *            combine payload it behaves as IN_PLACE). Extra rule: this rank must leave the
+ *            round's receive rows untouched until its next dispatch receive returns (by then
+ *            every source has finished reading them). The mode travels in the combine signal
+ *            word, so ranks may mix IN_PLACE_PULL with the other layouts in one round. */
 typedef enum epf_ll_y_layout {
   EPF_LL_Y_FIXED = 0,
   EPF_LL_Y_PACKED = 1,
-  EPF_LL_Y_IN_PLACE = 2
+  EPF_LL_Y_IN_PLACE = 2,
+  EPF_LL_Y_IN_PLACE_PULL = 3
 } epf_ll_y_layout_t;
 
 /* Per-rank LL state, in device memory (one per rank; an array of R for virtual ranks). Initialise
@@ -170,7 +179,9 @@ typedef struct epf_ll_combine_args {
   void* out;                   /* recv out: [T][hidden] BF16 */
   int32_t num_tokens;          /* recv: tokens of this call (the dispatch's) */
   int32_t topk_int64;          /* recv: topk_idx is int64_t */
-  int32_t y_layout;            /* send: epf_ll_y_layout_t */
+  int32_t y_layout;            /* send: epf_ll_y_layout_t; recv: only a hint (IN_PLACE_PULL: build
+                                  the slot table before waiting; what each peer did travels in
+                                  its signal word) */
   int32_t reserved;
 } epf_ll_combine_args_t;
 
@@ -357,11 +368,17 @@ EPF_HD size_t epf_ll_dispatch_smem_bytes(const epf_plan_t* plan, int threads) {
   return EPF__LL_HDR_BYTES + (send > recv ? send : recv);
 }
 
-/* epf_ll_combine_smem_bytes — the combine blocks' scratch: per-group prefix (E + 1 words) and
- *   the present-rank bits. */
+/* epf_ll_combine_smem_bytes — the combine blocks' scratch: the send's per-group prefix (E + 1
+ *   words); the receive's present / pulled rank bits and, for peers that let it pull
+ *   (EPF_LL_Y_IN_PLACE_PULL), the dispatch's slot table (the same tables as the dispatch send:
+ *   T * K codes, per-segment histograms, per-expert counts). The max of the two halves. */
 EPF_HD size_t epf_ll_combine_smem_bytes(const epf_plan_t* plan, int threads) {
-  (void)threads;
-  return EPF__LL_HDR_BYTES + epf__ll_align16(((size_t)plan->num_experts + 1u) * 4u) + 16u * EPF_MASK_WORDS;
+  const size_t TK = (size_t)plan->max_tokens_per_rank * (size_t)plan->top_k;
+  const size_t E = (size_t)plan->num_experts;
+  const size_t send = epf__ll_align16((E + 1u) * 4u) + 16u * EPF_MASK_WORDS;
+  const size_t recv = epf__ll_align16(2u * EPF_MASK_WORDS * 4u) + epf__ll_align16(TK * 4u) +
+                      epf__ll_align16((size_t)epf__ll_segments(threads) * E * 4u) + epf__ll_align16(E * 4u);
+  return EPF__LL_HDR_BYTES + (send > recv ? send : recv);
 }
 
 /* epf_ll_smem_bytes — enough for every LL block and for epf_ll_mask_clean_block. */

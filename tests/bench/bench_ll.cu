@@ -9,7 +9,8 @@
  * back to back with an event between every two launches, and the median event time of each
  * operation is reported. So a time includes the graph launch gap in the stream, the slot scan,
  * the copies, the signalling and the waits: everything a decode step would pay. Combine uses
- * identity experts in place (y = the received rows), so each combine follows its dispatch.
+ * identity experts in place (y = the received rows), so each combine follows its dispatch; the
+ * BF16 case runs twice: combine pushing (EPF_LL_Y_IN_PLACE) and pulling (EPF_LL_Y_IN_PLACE_PULL).
  *
  * Bytes, all three conventions of notes/ANCHORS.md plus the copy convention (aggregate over the 8
  * virtual ranks, i.e. what the one GPU moved):
@@ -111,6 +112,7 @@ static double bl_copy_ceiling(size_t bytes, int reps) {
 
 typedef struct {
   int R, T, H, K, E, payload, cpayload, reps, bpr, threads;
+  int pull; /* combine with EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch): the sources read the outputs */
 } bl_case_t;
 
 static const char* bl_payload(int p) {
@@ -202,14 +204,17 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   da.round = round;
   memset(&ca, 0, sizeof(ca));
   ca.y = y;
-  ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : EPF_LL_Y_IN_PLACE;
+  ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : c->pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
   ca.recv_counts = recv_counts;
   ca.topk_idx = topk;
   ca.topk_weights = w;
   ca.out = out;
   ca.num_tokens = T;
   bpr_d = epf_ll_blocks_per_rank(&L, T, 0);
-  bpr_c = epf_ll_blocks_per_rank(&L, T, 1);
+  bpr_c = epf_ll_blocks_per_rank(&L, T,
+                                 ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16
+                                     ? EPF_LL_BPR_COMBINE_PULL
+                                     : EPF_LL_BPR_COMBINE);
 
   BL_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BL_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -262,9 +267,13 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
     /* what the kernels themselves read and write in HBM: dispatch reads x once per token and
      * writes every copy + metadata; combine reads y, writes and re-reads the landing rows, writes out */
     const double issued_d = (double)delivered * (row + 16.0) + (double)R * T * bf16_row;
-    const double issued_c = (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) + (double)R * T * bf16_row;
-    printf("%-7s->%-7s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d\n", bl_payload(c->payload), bl_payload(c->cpayload), R,
-           T, H, K, E, bpr_d, bpr_c);
+    const int pulled = ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16;
+    /* pull: every output row read once where the expert left it, out written; no landing rows */
+    const double issued_c = pulled ? (double)delivered * bf16_row + (double)R * T * bf16_row
+                                   : (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) +
+                                         (double)R * T * bf16_row;
+    printf("%-7s->%-7s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d%s\n", bl_payload(c->payload), bl_payload(c->cpayload), R,
+           T, H, K, E, bpr_d, bpr_c, pulled ? "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)" : "");
     printf("   dispatch %8.2f us | copy-conv %7.1f GB/s = %5.1f%% of ceiling | issued %7.1f GB/s = %5.1f%% | "
            "topk-logical %7.1f GB/s | recv-logical %7.1f GB/s | link %7.1f GB/s\n",
            us_d, copy_d / us_d * 1e-3, 100.0 * copy_d / us_d * 1e-3 / ceiling_gbs, issued_d / us_d * 1e-3,
@@ -342,14 +351,17 @@ int main(int argc, char** argv) {
          "in one launch\n",
          c.reps, c.R);
   for (int ti = 0; ti < ntok; ++ti) {
-    static const int pl[][2] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16},
-                                {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16},
-                                {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16},
-                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8}};
-    for (int pi = 0; pi < 4; ++pi) {
+    /* {dispatch payload, combine payload, pull combine} */
+    static const int pl[][3] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1},
+                                {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0},
+                                {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0}};
+    for (int pi = 0; pi < 5; ++pi) {
       c.T = tokens[ti];
       c.payload = pl[pi][0];
       c.cpayload = pl[pi][1];
+      c.pull = pl[pi][2];
       if (epf_payload_vector_width(c.payload) == 0 || c.H % epf_payload_vector_width(c.payload) != 0) continue;
       bl_run(&c, ceiling);
     }

@@ -4,7 +4,9 @@
  *     x top-k in {1, 8}, E = 64 or 256; random routing with -1 entries, repeated experts and (in
  *     some cases) ids outside [-1, E); two back-to-back rounds per case (both parities); fused and
  *     split halves (with other work between the halves); fixed (zero-copy) and packed outputs; y
- *     in the fixed, packed and in-place orders; int32 and int64 topk; identity experts
+ *     in the fixed, packed and in-place orders, and in place with the pull combine
+ *     (EPF_LL_Y_IN_PLACE_PULL: rounds 3 and 4 of every BF16-dispatch case; with an MXFP8 combine
+ *     payload it falls back to pushing); int32 and int64 topk; identity experts
  *     (combine(dispatch(x)) = sum_k w_k x) and a per-expert affine transform. Checked bit-exact:
  *     every received row and metadata row, counts per (expert, source) and per expert, the packed
  *     copy, the dropped-route counter, and the combine output against an FP32 k-order fmaf
@@ -13,10 +15,12 @@
  *     FP8, co-residency);
  *   - 1000 CUDA-graph replays of dispatch -> experts -> combine with fresh routing, weights and
  *     inputs written into the captured buffers between replays (counts checked every replay, the
- *     combine output every 10th and the last, the received rows every 100th and the last);
+ *     combine output every 10th and the last, the received rows every 100th and the last); 300
+ *     more with experts in place and the pull combine (combine output checked every replay);
  *   - fault injection: a virtual rank stops taking part; with EPF_FLAG_FAULT_TOLERANT the others
  *     finish within the timeout, the error record and the masks show it, the next round skips it
  *     at once; after epf_ll_mask_clean it is re-admitted and the next round is exact again.
+ *     Then two pull-combine rounds (everybody; the rank silent again: masked, survivors exact).
  *     Without the flag: timeouts recorded, results as if absent, clean re-synchronises;
  *   - a real 1-rank NCCL window (when epfuse::nccl exists).
  * Every output is poisoned before every round; every CUDA call is checked.
@@ -327,10 +331,15 @@ static epf_ll_dispatch_args_t fix_dargs(const fix_t* f, int packed) {
   return a;
 }
 
+/* IN_PLACE and IN_PLACE_PULL: the experts overwrite the window's receive rows */
+__host__ __device__ static inline int y_in_place(int y_layout) {
+  return y_layout == EPF_LL_Y_IN_PLACE || y_layout == EPF_LL_Y_IN_PLACE_PULL;
+}
+
 static epf_ll_combine_args_t fix_cargs(const fix_t* f, int y_layout) {
   epf_ll_combine_args_t a;
   memset(&a, 0, sizeof(a));
-  a.y = y_layout == EPF_LL_Y_IN_PLACE ? NULL : f->y;
+  a.y = y_in_place(y_layout) ? NULL : f->y;
   a.recv_counts = f->recv_counts;
   a.topk_idx = f->topk;
   a.topk_weights = f->w;
@@ -393,7 +402,7 @@ __global__ void experts_kernel(epf_plan_t plan, char* win, const uint32_t* round
       src = epf_local_ptr(team, epf_plan_recv_token_offset(&plan, wrow));
       sc = (const uint8_t*)epf_local_ptr(team, epf_plan_recv_scale_offset(&plan, wrow));
     }
-    uint16_t* dst = y_layout == EPF_LL_Y_IN_PLACE ? (uint16_t*)src
+    uint16_t* dst = y_in_place(y_layout) ? (uint16_t*)src
                     : y_layout == EPF_LL_Y_PACKED ? y + (uint64_t)r * ybytes + (uint64_t)prow * H
                                                    : y + (uint64_t)r * ybytes + (uint64_t)fr * H;
     for (int h = (int)threadIdx.x; h < H; h += (int)blockDim.x)
@@ -682,7 +691,9 @@ static void test_matrix(void** state) {
                                    : payload == EPF_PAYLOAD_FP8_128 ? ((ci >> 1) & 1 ? EPF_FLAG_SCALE_UE8M0 : 0u)
                                                                     : 0u;
             const int scale_layout = payload == EPF_PAYLOAD_MXFP8 && (ci & 1) ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : 0;
-            const uint32_t rounds = payload == EPF_PAYLOAD_BF16 || T <= 128 ? 2u : 1u;
+            /* BF16 dispatch: rounds 3 and 4 (both parities again) use the pull combine
+             * (EPF_LL_Y_IN_PLACE_PULL; with an MXFP8 combine payload it falls back to pushing) */
+            const uint32_t rounds = payload == EPF_PAYLOAD_BF16 ? 4u : T <= 128 ? 2u : 1u;
             fix_t f;
             char what[200];
             if (g_quick && (T > 7 || R > 4)) continue;
@@ -699,7 +710,8 @@ static void test_matrix(void** state) {
               int identity;
               ref_t ref;
               if (payload != EPF_PAYLOAD_BF16 && y_layout == EPF_LL_Y_IN_PLACE) y_layout = EPF_LL_Y_FIXED;
-              identity = y_layout == EPF_LL_Y_IN_PLACE ? (int)(round & 1) : (int)((ci + round) & 1) == 0;
+              if (payload == EPF_PAYLOAD_BF16 && round > 2) y_layout = EPF_LL_Y_IN_PLACE_PULL;
+              identity = y_in_place(y_layout) ? (int)(round & 1) : (int)((ci + round) & 1) == 0;
               snprintf(what, sizeof(what),
                        "R=%d T=%d H=%d K=%d E=%d %s->%s%s round %u (split %d packed %d y %d identity %d int64 %d)", R,
                        T, H, K, E, payload_name(payload), payload_name(cpayload),
@@ -709,7 +721,7 @@ static void test_matrix(void** state) {
               epf_error_clear(f.rec_h);
               run_round(&f, round, split, packed, y_layout, identity);
               ref_dispatch(&f, 0u, &ref);
-              check_dispatch(&f, &ref, 0u, round, y_layout != EPF_LL_Y_IN_PLACE, packed, what);
+              check_dispatch(&f, &ref, 0u, round, !y_in_place(y_layout), packed, what);
               check_combine(&f, 0u, identity, what);
               if (f.rec_h->dropped_routes != ref.dropped)
                 fail_msg("%s: dropped_routes %u, want %u", what, f.rec_h->dropped_routes, ref.dropped);
@@ -791,6 +803,8 @@ static void test_refusals(void** state) {
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
     ca.y_layout = EPF_LL_Y_IN_PLACE;
     assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_PAYLOAD);
+    ca.y_layout = EPF_LL_Y_IN_PLACE_PULL;
+    assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_PAYLOAD);
     ca.y_layout = EPF_LL_Y_FIXED;
     /* a slot table that no block's shared memory can hold is not an LL configuration */
     c.payload = EPF_PAYLOAD_BF16;
@@ -818,23 +832,24 @@ static void test_refusals(void** state) {
 /* CUDA graphs: 1000 replays with fresh routing                                                  */
 /* ============================================================================================ */
 
-static void test_graph_replays(void** state) {
-  const int R = 8, T = 8, H = 2880, K = 8, E = 64, replays = g_quick ? 20 : 1000;
+/* pull: experts in place and the pull combine (EPF_LL_Y_IN_PLACE_PULL); otherwise packed y */
+static void graph_replays(int pull, int replays) {
+  const int R = 8, T = 8, H = 2880, K = 8, E = 64;
+  const int y_layout = pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_PACKED;
   fix_t f;
   cudaStream_t s;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   epf_ll_dispatch_args_t da;
   epf_ll_combine_args_t ca;
-  (void)state;
   fix_init(&f, R, T, H, K, E, 0, 0u, 5000000000ull);
   f.T = T;
   da = fix_dargs(&f, 1);
-  ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+  ca = fix_cargs(&f, y_layout);
   EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, s), EPF_OK);
-  run_experts(&f, 1, EPF_LL_Y_PACKED, 0, -1, s);
+  run_experts(&f, !pull, y_layout, 0, -1, s);
   assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, s), EPF_OK); /* split halves inside the graph */
   busy_kernel<<<8, 64, 0, s>>>(g_sink, 100);
   assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_RECV, s), EPF_OK);
@@ -856,8 +871,9 @@ static void test_graph_replays(void** state) {
         if (counts[g] != ref.counts[g]) fail_msg("replay %d: count[%d] = %d, want %d", i, g, counts[g], ref.counts[g]);
       free(counts);
     }
-    if (rows) check_dispatch(&f, &ref, 0u, (uint32_t)i, 1, 1, "graph replay");
-    if (full) check_combine(&f, 0u, 0, "graph replay");
+    /* in place: the experts overwrote the window rows (counts and rounds still checked) */
+    if (rows) check_dispatch(&f, &ref, 0u, (uint32_t)i, !pull, 1, pull ? "graph replay (pull)" : "graph replay");
+    if (full || pull) check_combine(&f, 0u, 0, pull ? "graph replay (pull)" : "graph replay");
     ref_free(&ref);
   }
   assert_int_equal(f.rec_h->count, 0);
@@ -870,11 +886,23 @@ static void test_graph_replays(void** state) {
         assert_int_equal(st[r].arrive[ph], 0);
       }
   }
-  printf("graph: %d replays of dispatch -> experts -> combine with fresh routing, all exact\n", replays);
+  printf("graph: %d replays of dispatch -> experts -> combine%s with fresh routing, all exact\n", replays,
+         pull ? " (pull)" : "");
   EPF_CHECK_CUDA(cudaGraphExecDestroy(exec));
   EPF_CHECK_CUDA(cudaGraphDestroy(graph));
   EPF_CHECK_CUDA(cudaStreamDestroy(s));
   fix_free(&f);
+}
+
+static void test_graph_replays(void** state) {
+  (void)state;
+  graph_replays(0, g_quick ? 20 : 1000);
+}
+
+/* the same with the pull combine: every replay's output checked */
+static void test_graph_replays_pull(void** state) {
+  (void)state;
+  graph_replays(1, g_quick ? 20 : 300);
 }
 
 /* ============================================================================================ */
@@ -912,12 +940,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* one round with `silent` not taking part; returns the wall time of the round */
-static double fault_round(fix_t* f, uint32_t epoch, int silent) {
+/* one round with `silent` not taking part, experts writing y in `y_layout`; returns the wall time */
+static double fault_round_y(fix_t* f, uint32_t epoch, int silent, int y_layout) {
   const int bpr = 2, threads = 256;
   const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
   epf_ll_dispatch_args_t da = fix_dargs(f, 0);
-  epf_ll_combine_args_t ca = fix_cargs(f, EPF_LL_Y_FIXED);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
   double t0;
   fix_poison(f, epoch);
   assert_int_equal(epf_virtual_grid_check((const void*)fault_dispatch_kernel, threads, smem, f->R * bpr, 0), EPF_OK);
@@ -926,10 +954,23 @@ static double fault_round(fix_t* f, uint32_t epoch, int silent) {
   t0 = now_s();
   fault_dispatch_kernel<<<f->R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, silent);
   EPF_CHECK_CUDA(cudaGetLastError());
-  run_experts(f, 0, EPF_LL_Y_FIXED, 0, silent, 0);
+  run_experts(f, 0, y_layout, 0, silent, 0);
   fault_combine_kernel<<<f->R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, silent);
   EPF_CHECK_LAUNCH();
   return now_s() - t0;
+}
+
+static double fault_round(fix_t* f, uint32_t epoch, int silent) {
+  return fault_round_y(f, epoch, silent, EPF_LL_Y_FIXED);
+}
+
+/* check_rows = 0 after experts in place (the window rows hold y then) */
+static void check_round_vs_ref_rows(fix_t* f, uint32_t absent, uint32_t epoch, int check_rows, const char* what) {
+  ref_t ref;
+  ref_dispatch(f, absent, &ref);
+  check_dispatch(f, &ref, absent, epoch, check_rows, 0, what);
+  check_combine(f, absent, 0, what);
+  ref_free(&ref);
 }
 
 static void check_round_vs_ref(fix_t* f, uint32_t absent, uint32_t epoch, const char* what) {
@@ -1019,6 +1060,26 @@ static void test_fault_tolerant(void** state) {
     run_round(&f, 5, 1, 0, EPF_LL_Y_FIXED, 0);
     check_round_vs_ref(&f, 0u, 5, "FT round 5 (ready-made, split)");
   }
+
+  /* the pull combine (experts in place): round 6 everybody; round 7 rank 2 silent again -> the
+   * survivors finish within the timeout, mask it, and pull only from each other */
+  epf_error_clear(f.rec_h); /* after the sync of the last check */
+  fix_fill(&f, 32, 0);
+  (void)fault_round_y(&f, 6, -1, EPF_LL_Y_IN_PLACE_PULL);
+  check_round_vs_ref_rows(&f, 0u, 6, 0, "FT round 6 (pull)");
+  assert_int_equal(f.rec_h->count, 0);
+  fix_fill(&f, 32, 0);
+  dt = fault_round_y(&f, 7, silent, EPF_LL_Y_IN_PLACE_PULL);
+  printf("FT: pull round with a silent rank took %.1f ms\n", dt * 1e3);
+  assert_true(dt < 3.0);
+  epf_error_read(f.rec_h, &rec);
+  assert_int_equal(rec.valid, 1);
+  assert_int_equal(rec.status, EPF_ERR_TIMEOUT);
+  assert_int_equal(rec.peer, silent);
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r)
+    if (r != silent) assert_int_equal((masks[r * EPF_MASK_WORDS] >> silent) & 1u, 0u);
+  check_round_vs_ref_rows(&f, 1u << silent, 7, 0, "FT round 7 (pull, rank 2 silent)");
   printf("FT: silent rank masked by all survivors within the timeout, skipped next round, re-admitted by clean\n");
   fix_free(&f);
 }
@@ -1107,6 +1168,7 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_graph_replays),
+      cmocka_unit_test(test_graph_replays_pull),
       cmocka_unit_test(test_fault_tolerant),
       cmocka_unit_test(test_not_fault_tolerant),
 #if defined(EPF_TEST_WITH_NCCL)
