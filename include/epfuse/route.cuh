@@ -124,6 +124,9 @@ typedef struct epf_route_ctx {
   int32_t* tot;               /* smem [E + R + 1]: this rank's totals (+ dropped) */
   int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
   void* cub_temp;             /* smem [32][EPF__ROUTE_CUB_BYTES_PER_WARP] */
+  int32_t ids_cached;         /* 1: this warp's range is one batch and ids[] holds this lane's
+                                 entries (set by epf_route_count_block, read by _slots_block) */
+  int32_t ids[EPF__ROUTE_STEPS];
 } epf_route_ctx_t;
 
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
@@ -199,6 +202,7 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.tot = c.hist + epf__route_align4(hist);
   c.misc = c.tot + epf__route_align4(row + 1u);
   c.cub_temp = (void*)(c.misc + EPF__ROUTE_MISC_INTS);
+  c.ids_cached = 0;
   return c;
 }
 
@@ -338,12 +342,14 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   const bool fused = K <= 32 && (K & (K - 1)) == 0 && R <= 32;
   const int kshift = __ffs(K) - 1;
   uint32_t rcnt = 0u; /* fused: lane r < R keeps the count of rank r */
+  c->ids_cached = (t1 - t0) * K <= 32 * EPF__ROUTE_STEPS;
   for (i0 = t0 * K; i0 < t1 * K; i0 += 32 * EPF__ROUTE_STEPS) {
     int ev[EPF__ROUTE_STEPS], u;
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int64_t i = i0 + 32 * u + lane;
       ev[u] = i < t1 * K ? epf__route_expert(c, i, &dropped) : -1;
+      c->ids[u] = ev[u];
     }
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
@@ -552,10 +558,12 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
 /* epf_route_slots_block — pass 2: slot and destination rank of every (t, k) of this block's
  *   tokens, and (RANK_MAJOR) the rank-major slot of every (t, destination).
  *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
- *   Does:     the same walk as pass 1; slot(t, k) = c->hist[warp][e] (blocks and warps before) +
- *             the number of equal experts in lower lanes of the same 32-entry step; the group's
- *             highest lane then advances c->hist[warp][e]. slot = dst = -1 for -1 and dropped
- *             ids. Rank-major: per destination r a ballot over the lanes' tokens.
+ *   Does:     the same walk as pass 1 (when a warp's range is one batch of 32 x
+ *             EPF__ROUTE_STEPS entries, on the ids epf_route_count_block left in c->ids, not
+ *             loaded again: call both with the same ctx); slot(t, k) = c->hist[warp][e] (blocks
+ *             and warps before) + the number of equal experts in lower lanes of the same 32-entry
+ *             step; the group's highest lane then advances c->hist[warp][e]. slot = dst = -1 for
+ *             -1 and dropped ids. Rank-major: per destination r a ballot over the lanes' tokens.
  *   Memory:   plain coalesced stores to slot / dst_rank / rm_slot rows [0, T). No peer access. */
 EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   const int lane = epf_lane_id(), warp = epf_warp_id();
@@ -569,7 +577,7 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int64_t i = i0 + 32 * u + lane;
-      ev[u] = i < t1 * K ? epf__route_expert(c, i, NULL) : -1;
+      ev[u] = c->ids_cached ? c->ids[u] : i < t1 * K ? epf__route_expert(c, i, NULL) : -1;
     }
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
