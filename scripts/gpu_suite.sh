@@ -41,7 +41,10 @@ fi
 if has sanitize; then
   for t in ${SANITIZE_TESTS:-}; do
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/gpu/$t" >"$OUT/sanitize-$t-$tool.log" 2>&1
+      # API errors are not reported: NCCL probes features with calls that fail by design (e.g.
+      # cuMemCreate without fabric handles); every CUDA call of ours is checked by the tests.
+      compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 "$B/tests/gpu/$t" \
+        >"$OUT/sanitize-$t-$tool.log" 2>&1
       echo "sanitize $t $tool: exit $?" | tee -a "$OUT/sanitize.log"
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitize-$t-$tool.log" | tee -a "$OUT/sanitize.log"
     done
