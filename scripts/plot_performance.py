@@ -26,6 +26,7 @@ def main():
     titles = {
         "quant": "Quantization of [32768, 7168] BF16 on one H200",
         "ht": "HT dispatch / combine, 8 virtual ranks, T=4096, H=7168, top-8 of 256 (one H200)",
+        "ll": "LL dispatch / combine, 8 virtual ranks, T=128, H=7168, top-8 of 256 (one H200, copy convention)",
     }
     os.makedirs(os.path.join(ROOT, "docs", "img"), exist_ok=True)
     for group, title in titles.items():
