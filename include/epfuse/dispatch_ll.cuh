@@ -53,7 +53,7 @@
  *   void         epf_ll_dispatch_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *   epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *
- * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 / sm_100 compiled (-Werror); first GPU run pending.
+ * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 / sm_100 compiled (-Werror); tested on an H200.
  */
 #ifndef EPF_DISPATCH_LL_CUH
 #define EPF_DISPATCH_LL_CUH

@@ -66,7 +66,7 @@
  *   void     epf_ll_mask_set(epf_ll_state_t*, const uint32_t* mask)                     [device]
  *   epf_status_t epf_ll_mask_clean_block(const epf_plan_t*, epf_ll_ctx_t, void* smem)   [collective:block]
  *
- * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); first GPU run pending), CUB from the toolkit (cub::WarpScan).
+ * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); tested on an H200), CUB from the toolkit (cub::WarpScan).
  */
 #ifndef EPF_LL_CUH
 #define EPF_LL_CUH
