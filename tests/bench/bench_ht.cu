@@ -15,37 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "epf_bench.h"
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_ht.cuh"
 
-#define CK(call)                                                                                      \
-  do {                                                                                                \
-    cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
-      exit(1);                                                                                        \
-    }                                                                                                 \
-  } while (0)
-#define CS(call)                                                                                      \
-  do {                                                                                                \
-    epf_status_t s_ = (call);                                                                         \
-    if (s_ != EPF_OK) {                                                                               \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, epf_status_message(s_));           \
-      exit(1);                                                                                        \
-    }                                                                                                 \
-  } while (0)
-
 static uint64_t rng = 0x1234567;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-static int cmp_f(const void* a, const void* b) {
-  const float x = *(const float*)a, y = *(const float*)b;
-  return x < y ? -1 : x > y;
-}
 
 __global__ void fill_kernel(uint16_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -100,12 +74,12 @@ int main(int argc, char** argv) {
     for (int k = 0; k < K; ++k) {
       int e, dup;
       do {
-        e = (int)(rnd() % (uint64_t)E);
+        e = (int)(epf_bench_splitmix(&rng) % (uint64_t)E);
         dup = 0;
         for (int j = 0; j < k; ++j) dup |= topk[i * K + j] == e;
       } while (dup && K <= E);
       topk[i * K + k] = e;
-      w[i * K + k] = (float)(rnd() % 1000) / 1000.f;
+      w[i * K + k] = (float)(epf_bench_splitmix(&rng) % 1000) / 1000.f;
       ++valid;
       if (layout == EPF_LAYOUT_EXPERT_MAJOR) {
         ++recv_rows[e / EL];
@@ -135,42 +109,42 @@ int main(int argc, char** argv) {
   cfg.flags = push ? EPF_FLAG_COMBINE_PUSH : 0u;
   cfg.recv_capacity = max_rows + 64;
   epf_plan_t plan;
-  CS(epf_plan_compute(&cfg, &plan));
+  EPF_BENCH_OK(epf_plan_compute(&cfg, &plan));
   char* window;
-  CK(cudaMalloc(&window, (size_t)R * plan.total_bytes));
-  CK(cudaMemset(window, 0, (size_t)R * plan.total_bytes));
+  EPF_BENCH_CUDA(cudaMalloc(&window, (size_t)R * plan.total_bytes));
+  EPF_BENCH_CUDA(cudaMemset(window, 0, (size_t)R * plan.total_bytes));
   epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
   epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
   rc.index_type = EPF_INDEX_INT32;
   uint64_t rbytes;
-  CS(epf_route_size(&plan, &rc, &rbytes));
+  EPF_BENCH_OK(epf_route_size(&plan, &rc, &rbytes));
   void* rbuf;
-  CK(cudaMalloc(&rbuf, rbytes * R));
+  EPF_BENCH_CUDA(cudaMalloc(&rbuf, rbytes * R));
   epf_route_t route;
-  CS(epf_route_init(&plan, &rc, rbuf, rbytes * R, R, 1u, 0, &route));
+  EPF_BENCH_OK(epf_route_init(&plan, &rc, rbuf, rbytes * R, R, 1u, 0, &route));
   void *d_topk, *d_x, *d_out, *d_eo = NULL, *d_view = NULL;
   float* d_w;
   epf_ht_state_t* d_state;
   const int64_t expert_rows = plan.recv_capacity * (layout == EPF_LAYOUT_RANK_MAJOR ? (K < EL ? K : EL) : 1) + EL;
-  CK(cudaMalloc(&d_topk, (size_t)R * T * K * 4));
-  CK(cudaMalloc(&d_w, (size_t)R * T * K * 4));
-  CK(cudaMalloc(&d_x, (size_t)R * T * H * 2));
-  CK(cudaMalloc(&d_out, (size_t)R * T * H * 2));
-  CK(cudaMalloc(&d_state, R * sizeof(epf_ht_state_t)));
-  CK(cudaMemset(d_state, 0, R * sizeof(epf_ht_state_t)));
+  EPF_BENCH_CUDA(cudaMalloc(&d_topk, (size_t)R * T * K * 4));
+  EPF_BENCH_CUDA(cudaMalloc(&d_w, (size_t)R * T * K * 4));
+  EPF_BENCH_CUDA(cudaMalloc(&d_x, (size_t)R * T * H * 2));
+  EPF_BENCH_CUDA(cudaMalloc(&d_out, (size_t)R * T * H * 2));
+  EPF_BENCH_CUDA(cudaMalloc(&d_state, R * sizeof(epf_ht_state_t)));
+  EPF_BENCH_CUDA(cudaMemset(d_state, 0, R * sizeof(epf_ht_state_t)));
   const int need_eo = layout == EPF_LAYOUT_RANK_MAJOR || payload != EPF_PAYLOAD_BF16 || combine != EPF_PAYLOAD_BF16 || push;
   if (need_eo) {
-    CK(cudaMalloc(&d_eo, (size_t)R * expert_rows * H * 2));
+    EPF_BENCH_CUDA(cudaMalloc(&d_eo, (size_t)R * expert_rows * H * 2));
     fill_kernel<<<1024, 256>>>((uint16_t*)d_eo, (size_t)R * expert_rows * H, 7u);
   }
-  if (layout == EPF_LAYOUT_RANK_MAJOR) CK(cudaMalloc(&d_view, (size_t)R * expert_rows * plan.row_bytes));
-  CK(cudaMemcpy(d_topk, topk, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_w, w, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
+  if (layout == EPF_LAYOUT_RANK_MAJOR) EPF_BENCH_CUDA(cudaMalloc(&d_view, (size_t)R * expert_rows * plan.row_bytes));
+  EPF_BENCH_CUDA(cudaMemcpy(d_topk, topk, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
+  EPF_BENCH_CUDA(cudaMemcpy(d_w, w, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
   fill_kernel<<<1024, 256>>>((uint16_t*)d_x, (size_t)R * T * H, 1u);
-  CK(cudaGetLastError());
+  EPF_BENCH_CUDA(cudaGetLastError());
   epf_error_record_t *rec_h, *rec_d;
-  CK(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
-  CK(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
+  EPF_BENCH_CUDA(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
+  EPF_BENCH_CUDA(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
   epf_error_clear(rec_h);
 
   epf_route_step_t rs = epf_route_step_make(d_topk, T, epf_wait_make(plan.timeout_ns, rec_d, NULL, 0));
@@ -189,50 +163,45 @@ int main(int argc, char** argv) {
   /* copy ceiling: a device-to-device copy of 2 GiB, read + write counted */
   const size_t cbytes = (size_t)1 << 31;
   void *ca, *cb;
-  CK(cudaMalloc(&ca, cbytes));
-  CK(cudaMalloc(&cb, cbytes));
-  CK(cudaMemset(ca, 1, cbytes));
+  EPF_BENCH_CUDA(cudaMalloc(&ca, cbytes));
+  EPF_BENCH_CUDA(cudaMalloc(&cb, cbytes));
+  EPF_BENCH_CUDA(cudaMemset(ca, 1, cbytes));
   cudaEvent_t ev[5];
-  for (int i = 0; i < 5; ++i) CK(cudaEventCreate(&ev[i]));
+  for (int i = 0; i < 5; ++i) EPF_BENCH_CUDA(cudaEventCreate(&ev[i]));
   float* te = (float*)malloc(sizeof(float) * (iters + 3));
   float* tc = (float*)malloc(sizeof(float) * (iters + 3));
   float *tr = (float*)malloc(sizeof(float) * (iters + 3)), *td = (float*)malloc(sizeof(float) * (iters + 3)),
         *tx = (float*)malloc(sizeof(float) * (iters + 3));
   for (int i = 0; i < iters + 3; ++i) {
-    CK(cudaEventRecord(ev[0]));
-    CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
-    CK(cudaEventRecord(ev[1]));
-    CK(cudaEventSynchronize(ev[1]));
-    CK(cudaEventElapsedTime(&tc[i], ev[0], ev[1]));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[0]));
+    EPF_BENCH_CUDA(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[1]));
+    EPF_BENCH_CUDA(cudaEventSynchronize(ev[1]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&tc[i], ev[0], ev[1]));
   }
   for (int i = 0; i < iters + 3; ++i) {
-    CK(cudaEventRecord(ev[0]));
-    CS(epf_route_update(&route, team, &plan, &rs, 0));
-    CK(cudaEventRecord(ev[1]));
-    CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
-    CK(cudaEventRecord(ev[2]));
-    if (layout == EPF_LAYOUT_RANK_MAJOR) CS(epf_ht_expand(&route, team, &plan, &hs, 0));
-    CK(cudaEventRecord(ev[3]));
-    CS(epf_ht_combine(&route, team, &plan, &hs, d_topk, 0));
-    CK(cudaEventRecord(ev[4]));
-    CK(cudaEventSynchronize(ev[4]));
-    CK(cudaEventElapsedTime(&tr[i], ev[0], ev[1]));
-    CK(cudaEventElapsedTime(&td[i], ev[1], ev[2]));
-    CK(cudaEventElapsedTime(&te[i], ev[2], ev[3]));
-    CK(cudaEventElapsedTime(&tx[i], ev[3], ev[4]));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[0]));
+    EPF_BENCH_OK(epf_route_update(&route, team, &plan, &rs, 0));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[1]));
+    EPF_BENCH_OK(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[2]));
+    if (layout == EPF_LAYOUT_RANK_MAJOR) EPF_BENCH_OK(epf_ht_expand(&route, team, &plan, &hs, 0));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[3]));
+    EPF_BENCH_OK(epf_ht_combine(&route, team, &plan, &hs, d_topk, 0));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[4]));
+    EPF_BENCH_CUDA(cudaEventSynchronize(ev[4]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&tr[i], ev[0], ev[1]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&td[i], ev[1], ev[2]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&te[i], ev[2], ev[3]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&tx[i], ev[3], ev[4]));
   }
-  CK(cudaDeviceSynchronize());
+  EPF_BENCH_CUDA(cudaDeviceSynchronize());
   epf_error_record_t rec;
   epf_error_read(rec_h, &rec);
   /* medians of the timed iterations (the first 3 are warm-up) */
-  qsort(tc + 3, iters, sizeof(float), cmp_f);
-  qsort(tr + 3, iters, sizeof(float), cmp_f);
-  qsort(td + 3, iters, sizeof(float), cmp_f);
-  qsort(tx + 3, iters, sizeof(float), cmp_f);
-  qsort(te + 3, iters, sizeof(float), cmp_f);
-  const double us_e = te[3 + iters / 2] * 1e3;
-  const double us_copy = tc[3 + iters / 2] * 1e3, us_r = tr[3 + iters / 2] * 1e3, us_d = td[3 + iters / 2] * 1e3,
-               us_c = tx[3 + iters / 2] * 1e3;
+  const double us_e = epf_bench_median(te + 3, iters) * 1e3;
+  const double us_copy = epf_bench_median(tc + 3, iters) * 1e3, us_r = epf_bench_median(tr + 3, iters) * 1e3,
+               us_d = epf_bench_median(td + 3, iters) * 1e3, us_c = epf_bench_median(tx + 3, iters) * 1e3;
   const double copy_bw = 2.0 * cbytes / (us_copy * 1e-6) / 1e9;
   const double row = plan.row_bytes, crow = plan.combine_row_bytes;
   const double x_row = payload == EPF_PAYLOAD_BF16 ? 2.0 * H : 2.0 * H; /* BF16 input, quantized on the way */

@@ -36,32 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "epf_bench.h"
 #include "epfuse/kernels_ll.cuh"
 
-#define BL_CHECK(call)                                                                           \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
-#define BL_EPF(call)                                                                             \
-  do {                                                                                           \
-    epf_status_t s_ = (call);                                                                    \
-    if (s_ != EPF_OK) {                                                                          \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, epf_status_name(s_));      \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
 
 static uint64_t bl_rng = 0x5eed5eed12345678ull;
-static uint64_t bl_rand(void) {
-  uint64_t z = (bl_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 static int bl_cmp(const void* a, const void* b) {
   const float x = *(const float*)a, y = *(const float*)b;
@@ -89,23 +68,23 @@ static double bl_copy_ceiling(size_t bytes, int reps) {
   cudaEvent_t e0, e1;
   float* t = (float*)malloc(sizeof(float) * (size_t)reps);
   double gbs;
-  BL_CHECK(cudaMalloc(&a, bytes));
-  BL_CHECK(cudaMalloc(&b, bytes));
-  BL_CHECK(cudaMemset(a, 1, bytes));
-  BL_CHECK(cudaEventCreate(&e0));
-  BL_CHECK(cudaEventCreate(&e1));
+  EPF_BENCH_CUDA(cudaMalloc(&a, bytes));
+  EPF_BENCH_CUDA(cudaMalloc(&b, bytes));
+  EPF_BENCH_CUDA(cudaMemset(a, 1, bytes));
+  EPF_BENCH_CUDA(cudaEventCreate(&e0));
+  EPF_BENCH_CUDA(cudaEventCreate(&e1));
   for (int i = -3; i < reps; ++i) {
-    BL_CHECK(cudaEventRecord(e0, 0));
-    BL_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
-    BL_CHECK(cudaEventRecord(e1, 0));
-    BL_CHECK(cudaEventSynchronize(e1));
-    if (i >= 0) BL_CHECK(cudaEventElapsedTime(&t[i], e0, e1));
+    EPF_BENCH_CUDA(cudaEventRecord(e0, 0));
+    EPF_BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+    EPF_BENCH_CUDA(cudaEventRecord(e1, 0));
+    EPF_BENCH_CUDA(cudaEventSynchronize(e1));
+    if (i >= 0) EPF_BENCH_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
   }
   gbs = 2.0 * (double)bytes / (bl_median(t, reps) * 1e-3) / 1e9;
-  BL_CHECK(cudaFree(a));
-  BL_CHECK(cudaFree(b));
-  BL_CHECK(cudaEventDestroy(e0));
-  BL_CHECK(cudaEventDestroy(e1));
+  EPF_BENCH_CUDA(cudaFree(a));
+  EPF_BENCH_CUDA(cudaFree(b));
+  EPF_BENCH_CUDA(cudaEventDestroy(e0));
+  EPF_BENCH_CUDA(cudaEventDestroy(e1));
   free(t);
   return gbs;
 }
@@ -149,25 +128,25 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   cfg.mode = EPF_MODE_LL;
   cfg.payload = c->payload;
   cfg.combine_payload = c->cpayload;
-  BL_EPF(epf_plan_compute(&cfg, &plan));
+  EPF_BENCH_OK(epf_plan_compute(&cfg, &plan));
 
-  BL_CHECK(cudaMalloc(&win, (size_t)R * plan.total_bytes));
-  BL_CHECK(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
-  BL_CHECK(cudaMalloc(&state, (size_t)R * sizeof(epf_ll_state_t)));
-  BL_CHECK(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
-  BL_CHECK(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
+  EPF_BENCH_CUDA(cudaMalloc(&win, (size_t)R * plan.total_bytes));
+  EPF_BENCH_CUDA(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
+  EPF_BENCH_CUDA(cudaMalloc(&state, (size_t)R * sizeof(epf_ll_state_t)));
+  EPF_BENCH_CUDA(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
+  EPF_BENCH_CUDA(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
   epf_error_clear(rec_h);
-  BL_CHECK(cudaMalloc(&x, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
-  BL_CHECK(cudaMalloc(&out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
-  BL_CHECK(cudaMalloc(&topk, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, 0)));
-  BL_CHECK(cudaMalloc(&w, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
-  BL_CHECK(cudaMalloc(&recv_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
-  BL_CHECK(cudaMalloc(&round, (size_t)R * 4));
+  EPF_BENCH_CUDA(cudaMalloc(&x, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&topk, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&w, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&recv_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&round, (size_t)R * 4));
   if (c->payload != EPF_PAYLOAD_BF16) /* quantized rows cannot be overwritten in place by BF16 y */
-    BL_CHECK(cudaMalloc(&y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+    EPF_BENCH_CUDA(cudaMalloc(&y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
   bl_fill<<<1024, 256>>>(x, (int64_t)R * T * H, 12345u);
   if (y != NULL) bl_fill<<<1024, 256>>>(y, (int64_t)R * plan.recv_capacity * H, 777u);
-  BL_CHECK(cudaGetLastError());
+  EPF_BENCH_CUDA(cudaGetLastError());
   { /* routing: K distinct uniform experts per token; weights 1/K */
     int32_t* ht = (int32_t*)malloc((size_t)R * T * K * 4);
     float* hw = (float*)malloc((size_t)R * T * K * 4);
@@ -176,7 +155,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
         for (int k = 0; k < K; ++k) {
           int e, dup;
           do {
-            e = (int)(bl_rand() % (uint64_t)E);
+            e = (int)(epf_bench_splitmix(&bl_rng) % (uint64_t)E);
             dup = 0;
             for (int q = 0; q < k; ++q) dup |= ht[((size_t)r * T + t) * K + q] == e;
           } while (dup);
@@ -185,8 +164,8 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
           ++delivered;
           local_rows += e / EL == r;
         }
-    BL_CHECK(cudaMemcpy(topk, ht, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
-    BL_CHECK(cudaMemcpy(w, hw, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
+    EPF_BENCH_CUDA(cudaMemcpy(topk, ht, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
+    EPF_BENCH_CUDA(cudaMemcpy(w, hw, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
     free(ht);
     free(hw);
   }
@@ -194,7 +173,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   L = epf_ll_launch_make(&plan, epf_team_virtual(win, plan.total_bytes, 0, R), state, rec_d, 1);
   L.blocks_per_rank = c->bpr;
   L.threads = c->threads;
-  BL_EPF(epf_ll_state_reset(&L, 0));
+  EPF_BENCH_OK(epf_ll_state_reset(&L, 0));
   memset(&da, 0, sizeof(da));
   da.x = x;
   da.topk_idx = topk;
@@ -216,41 +195,41 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
                                      ? EPF_LL_BPR_COMBINE_PULL
                                      : EPF_LL_BPR_COMBINE);
 
-  BL_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  BL_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  BL_EPF(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, s));
-  BL_CHECK(cudaStreamEndCapture(s, &gd));
-  BL_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  BL_EPF(epf_ll_combine(&L, &ca, EPF_LL_BOTH, s));
-  BL_CHECK(cudaStreamEndCapture(s, &gc));
-  BL_CHECK(cudaGraphInstantiate(&xd, gd, 0));
-  BL_CHECK(cudaGraphInstantiate(&xc, gc, 0));
+  EPF_BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EPF_BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  EPF_BENCH_OK(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, s));
+  EPF_BENCH_CUDA(cudaStreamEndCapture(s, &gd));
+  EPF_BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  EPF_BENCH_OK(epf_ll_combine(&L, &ca, EPF_LL_BOTH, s));
+  EPF_BENCH_CUDA(cudaStreamEndCapture(s, &gc));
+  EPF_BENCH_CUDA(cudaGraphInstantiate(&xd, gd, 0));
+  EPF_BENCH_CUDA(cudaGraphInstantiate(&xc, gc, 0));
 
   ev = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * (size_t)(2 * c->reps + 1));
   td = (float*)malloc(sizeof(float) * (size_t)c->reps);
   tc = (float*)malloc(sizeof(float) * (size_t)c->reps);
-  for (int i = 0; i < 2 * c->reps + 1; ++i) BL_CHECK(cudaEventCreate(&ev[i]));
+  for (int i = 0; i < 2 * c->reps + 1; ++i) EPF_BENCH_CUDA(cudaEventCreate(&ev[i]));
   for (int i = 0; i < 10; ++i) { /* warm-up */
-    BL_CHECK(cudaGraphLaunch(xd, s));
-    BL_CHECK(cudaGraphLaunch(xc, s));
+    EPF_BENCH_CUDA(cudaGraphLaunch(xd, s));
+    EPF_BENCH_CUDA(cudaGraphLaunch(xc, s));
   }
-  BL_CHECK(cudaStreamSynchronize(s));
-  BL_CHECK(cudaEventRecord(ev[0], s));
+  EPF_BENCH_CUDA(cudaStreamSynchronize(s));
+  EPF_BENCH_CUDA(cudaEventRecord(ev[0], s));
   for (int i = 0; i < c->reps; ++i) {
-    BL_CHECK(cudaGraphLaunch(xd, s));
-    BL_CHECK(cudaEventRecord(ev[2 * i + 1], s));
-    BL_CHECK(cudaGraphLaunch(xc, s));
-    BL_CHECK(cudaEventRecord(ev[2 * i + 2], s));
+    EPF_BENCH_CUDA(cudaGraphLaunch(xd, s));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[2 * i + 1], s));
+    EPF_BENCH_CUDA(cudaGraphLaunch(xc, s));
+    EPF_BENCH_CUDA(cudaEventRecord(ev[2 * i + 2], s));
   }
-  BL_CHECK(cudaStreamSynchronize(s));
+  EPF_BENCH_CUDA(cudaStreamSynchronize(s));
   for (int i = 0; i < c->reps; ++i) {
-    BL_CHECK(cudaEventElapsedTime(&td[i], ev[2 * i], ev[2 * i + 1]));
-    BL_CHECK(cudaEventElapsedTime(&tc[i], ev[2 * i + 1], ev[2 * i + 2]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&td[i], ev[2 * i], ev[2 * i + 1]));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&tc[i], ev[2 * i + 1], ev[2 * i + 2]));
   }
   {
     int64_t got = 0;
     int32_t* hc = (int32_t*)malloc((size_t)R * E * 4);
-    BL_CHECK(cudaMemcpy(hc, recv_counts, (size_t)R * E * 4, cudaMemcpyDeviceToHost));
+    EPF_BENCH_CUDA(cudaMemcpy(hc, recv_counts, (size_t)R * E * 4, cudaMemcpyDeviceToHost));
     for (int i = 0; i < R * E; ++i) got += hc[i];
     free(hc);
     if (got != delivered || rec_h->count != 0)
@@ -284,25 +263,25 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
            us_c, copy_c / us_c * 1e-3, 100.0 * copy_c / us_c * 1e-3 / ceiling_gbs, issued_c / us_c * 1e-3,
            100.0 * issued_c / us_c * 1e-3 / ceiling_gbs, (double)R * T * K * bf16_row / us_c * 1e-3);
   }
-  for (int i = 0; i < 2 * c->reps + 1; ++i) BL_CHECK(cudaEventDestroy(ev[i]));
+  for (int i = 0; i < 2 * c->reps + 1; ++i) EPF_BENCH_CUDA(cudaEventDestroy(ev[i]));
   free(ev);
   free(td);
   free(tc);
-  BL_CHECK(cudaGraphExecDestroy(xd));
-  BL_CHECK(cudaGraphExecDestroy(xc));
-  BL_CHECK(cudaGraphDestroy(gd));
-  BL_CHECK(cudaGraphDestroy(gc));
-  BL_CHECK(cudaStreamDestroy(s));
-  BL_CHECK(cudaFree(win));
-  BL_CHECK(cudaFree(state));
-  BL_CHECK(cudaFreeHost(rec_h));
-  BL_CHECK(cudaFree(x));
-  BL_CHECK(cudaFree(out));
-  BL_CHECK(cudaFree(topk));
-  BL_CHECK(cudaFree(w));
-  BL_CHECK(cudaFree(recv_counts));
-  BL_CHECK(cudaFree(round));
-  if (y != NULL) BL_CHECK(cudaFree(y));
+  EPF_BENCH_CUDA(cudaGraphExecDestroy(xd));
+  EPF_BENCH_CUDA(cudaGraphExecDestroy(xc));
+  EPF_BENCH_CUDA(cudaGraphDestroy(gd));
+  EPF_BENCH_CUDA(cudaGraphDestroy(gc));
+  EPF_BENCH_CUDA(cudaStreamDestroy(s));
+  EPF_BENCH_CUDA(cudaFree(win));
+  EPF_BENCH_CUDA(cudaFree(state));
+  EPF_BENCH_CUDA(cudaFreeHost(rec_h));
+  EPF_BENCH_CUDA(cudaFree(x));
+  EPF_BENCH_CUDA(cudaFree(out));
+  EPF_BENCH_CUDA(cudaFree(topk));
+  EPF_BENCH_CUDA(cudaFree(w));
+  EPF_BENCH_CUDA(cudaFree(recv_counts));
+  EPF_BENCH_CUDA(cudaFree(round));
+  if (y != NULL) EPF_BENCH_CUDA(cudaFree(y));
 }
 
 int main(int argc, char** argv) {
@@ -342,7 +321,7 @@ int main(int argc, char** argv) {
   }
   {
     cudaDeviceProp prop;
-    BL_CHECK(cudaGetDeviceProperties(&prop, 0));
+    EPF_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("bench_ll on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
   }
   ceiling = bl_copy_ceiling((size_t)1 << 30, 20);

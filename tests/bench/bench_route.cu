@@ -27,34 +27,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "epf_bench.h"
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_route.cuh"
 #include "epfuse/route.cuh"
 
-#define CK(call)                                                                                       \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) {                                                                           \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));         \
-      exit(1);                                                                                         \
-    }                                                                                                  \
-  } while (0)
-#define CKS(call)                                                                                      \
-  do {                                                                                                 \
-    epf_status_t s_ = (call);                                                                          \
-    if (s_ != EPF_OK) {                                                                                \
-      fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, epf_status_name(s_));            \
-      exit(1);                                                                                         \
-    }                                                                                                  \
-  } while (0)
 
 static uint64_t g_rng = 0x1234567ull;
-static uint64_t rnd(void) {
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 struct Setup {
   epf_plan_t plan;
@@ -75,19 +54,19 @@ static void setup(Setup& s, int R, int E, int K, int T, uint32_t flags) {
   c.top_k = K;
   c.hidden = 7168;
   c.max_tokens_per_rank = T;
-  CKS(epf_plan_compute(&c, &s.plan));
+  EPF_BENCH_OK(epf_plan_compute(&c, &s.plan));
   rc.index_type = EPF_INDEX_INT64;
   rc.flags = flags;
   rc.max_blocks = 32;
-  CKS(epf_route_size(&s.plan, &rc, &bytes));
+  EPF_BENCH_OK(epf_route_size(&s.plan, &rc, &bytes));
   /* the window: only the signal / count regions matter here, but allocate the whole plan */
-  CK(cudaMalloc(&s.window, (size_t)R * s.plan.total_bytes));
-  CK(cudaMemset(s.window, 0, (size_t)R * s.plan.total_bytes));
-  CK(cudaMalloc(&s.route_buf, (size_t)R * bytes));
-  CK(cudaMalloc(&s.topk, (size_t)R * T * K * 8));
-  CK(cudaMalloc(&s.rec, sizeof(epf_error_record_t)));
-  CK(cudaMemset(s.rec, 0, sizeof(epf_error_record_t)));
-  CKS(epf_route_init(&s.plan, &rc, s.route_buf, (uint64_t)R * bytes, R, 0u, 0, &s.route));
+  EPF_BENCH_CUDA(cudaMalloc(&s.window, (size_t)R * s.plan.total_bytes));
+  EPF_BENCH_CUDA(cudaMemset(s.window, 0, (size_t)R * s.plan.total_bytes));
+  EPF_BENCH_CUDA(cudaMalloc(&s.route_buf, (size_t)R * bytes));
+  EPF_BENCH_CUDA(cudaMalloc(&s.topk, (size_t)R * T * K * 8));
+  EPF_BENCH_CUDA(cudaMalloc(&s.rec, sizeof(epf_error_record_t)));
+  EPF_BENCH_CUDA(cudaMemset(s.rec, 0, sizeof(epf_error_record_t)));
+  EPF_BENCH_OK(epf_route_init(&s.plan, &rc, s.route_buf, (uint64_t)R * bytes, R, 0u, 0, &s.route));
   { /* DeepSeek-like routing: K distinct experts per token, uniform */
     std::vector<int64_t> h((size_t)R * T * K);
     for (size_t t = 0; t < (size_t)R * T; ++t)
@@ -95,24 +74,24 @@ static void setup(Setup& s, int R, int E, int K, int T, uint32_t flags) {
         int64_t e;
         bool dup;
         do {
-          e = (int64_t)(rnd() % (uint64_t)E);
+          e = (int64_t)(epf_bench_splitmix(&g_rng) % (uint64_t)E);
           dup = false;
           for (int q = 0; q < k; ++q) dup |= h[t * K + q] == e;
         } while (dup);
         h[t * K + k] = e;
       }
-    CK(cudaMemcpy(s.topk, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+    EPF_BENCH_CUDA(cudaMemcpy(s.topk, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
   }
   s.R = R;
   s.T = T;
-  CK(cudaDeviceSynchronize());
+  EPF_BENCH_CUDA(cudaDeviceSynchronize());
 }
 
 static void teardown(Setup& s) {
-  CK(cudaFree(s.window));
-  CK(cudaFree(s.route_buf));
-  CK(cudaFree(s.topk));
-  CK(cudaFree(s.rec));
+  EPF_BENCH_CUDA(cudaFree(s.window));
+  EPF_BENCH_CUDA(cudaFree(s.route_buf));
+  EPF_BENCH_CUDA(cudaFree(s.topk));
+  EPF_BENCH_CUDA(cudaFree(s.rec));
 }
 
 static double median(std::vector<float>& v) {
@@ -130,52 +109,52 @@ static void time_update(Setup& s, int B, int reps, double* out_event_us, double*
   const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
   epf_route_step_t step = epf_route_step_make(s.topk, s.T, epf_wait_make(s.plan.timeout_ns, s.rec, NULL, 0));
   step.blocks_per_rank = B;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 50; ++i) CKS(epf_route_update(&s.route, team, &s.plan, &step, st));
-  CK(cudaStreamSynchronize(st));
+  EPF_BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  EPF_BENCH_CUDA(cudaEventCreate(&a));
+  EPF_BENCH_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 50; ++i) EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st));
+  EPF_BENCH_CUDA(cudaStreamSynchronize(st));
   for (int i = 0; i < reps; ++i) {
     float t;
-    CK(cudaEventRecord(a, st));
-    CKS(epf_route_update(&s.route, team, &s.plan, &step, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&t, a, b));
+    EPF_BENCH_CUDA(cudaEventRecord(a, st));
+    EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st));
+    EPF_BENCH_CUDA(cudaEventRecord(b, st));
+    EPF_BENCH_CUDA(cudaEventSynchronize(b));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
   *out_event_us = median(ms) * 1e3;
   /* graph of 100 updates */
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 100; ++i) CKS(epf_route_update(&s.route, team, &s.plan, &step, st));
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  CK(cudaStreamSynchronize(st));
+  EPF_BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < 100; ++i) EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st));
+  EPF_BENCH_CUDA(cudaStreamEndCapture(st, &g));
+  EPF_BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
+  EPF_BENCH_CUDA(cudaStreamSynchronize(st));
   ms.clear();
   for (int i = 0; i < 20; ++i) {
     float t;
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&t, a, b));
+    EPF_BENCH_CUDA(cudaEventRecord(a, st));
+    EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
+    EPF_BENCH_CUDA(cudaEventRecord(b, st));
+    EPF_BENCH_CUDA(cudaEventSynchronize(b));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t / 100.0f);
   }
   *out_graph_us = median(ms) * 1e3;
   {
     epf_error_record_t rec;
-    CK(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
+    EPF_BENCH_CUDA(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
     if (rec.count != 0) {
       fprintf(stderr, "device reported %u errors (first: %s)\n", rec.count, epf_status_name((epf_status_t)rec.status));
       exit(1);
     }
   }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaStreamDestroy(st));
+  EPF_BENCH_CUDA(cudaGraphExecDestroy(ge));
+  EPF_BENCH_CUDA(cudaGraphDestroy(g));
+  EPF_BENCH_CUDA(cudaEventDestroy(a));
+  EPF_BENCH_CUDA(cudaEventDestroy(b));
+  EPF_BENCH_CUDA(cudaStreamDestroy(st));
 }
 
 /* The count exchange alone: block r plays rank r; `rounds` rounds of publish + wait. */
@@ -205,27 +184,27 @@ static double time_exchange(int R, int E, int rounds) {
   setup(s, R, E, 8, 128, 0u);
   const int threads = 256;
   const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
-  CKS(epf_virtual_grid_check((const void*)exchange_kernel, threads, smem, R, 0));
-  CK(cudaMalloc(&d_status, R * sizeof(int)));
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  EPF_BENCH_OK(epf_virtual_grid_check((const void*)exchange_kernel, threads, smem, R, 0));
+  EPF_BENCH_CUDA(cudaMalloc(&d_status, R * sizeof(int)));
+  EPF_BENCH_CUDA(cudaEventCreate(&a));
+  EPF_BENCH_CUDA(cudaEventCreate(&b));
   const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, R);
   exchange_kernel<<<R, threads, smem>>>(s.route, team, s.plan, 100, 1u, s.rec, d_status); /* warm-up */
-  CK(cudaEventRecord(a));
+  EPF_BENCH_CUDA(cudaEventRecord(a));
   exchange_kernel<<<R, threads, smem>>>(s.route, team, s.plan, rounds, 101u, s.rec, d_status);
-  CK(cudaEventRecord(b));
-  CK(cudaEventSynchronize(b));
-  CK(cudaGetLastError());
-  CK(cudaEventElapsedTime(&ms, a, b));
-  CK(cudaMemcpy(status.data(), d_status, R * sizeof(int), cudaMemcpyDeviceToHost));
+  EPF_BENCH_CUDA(cudaEventRecord(b));
+  EPF_BENCH_CUDA(cudaEventSynchronize(b));
+  EPF_BENCH_CUDA(cudaGetLastError());
+  EPF_BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+  EPF_BENCH_CUDA(cudaMemcpy(status.data(), d_status, R * sizeof(int), cudaMemcpyDeviceToHost));
   for (int r = 0; r < R; ++r)
     if (status[r] != EPF_OK) {
       fprintf(stderr, "exchange: rank %d %s\n", r, epf_status_name((epf_status_t)status[r]));
       exit(1);
     }
-  CK(cudaFree(d_status));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  EPF_BENCH_CUDA(cudaFree(d_status));
+  EPF_BENCH_CUDA(cudaEventDestroy(a));
+  EPF_BENCH_CUDA(cudaEventDestroy(b));
   teardown(s);
   return (double)ms * 1e3 / rounds;
 }
@@ -242,44 +221,44 @@ static void time_empty(int grid, int threads, size_t smem, int reps, double* out
   cudaGraph_t g;
   cudaGraphExec_t ge;
   std::vector<float> ms;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  EPF_BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  EPF_BENCH_CUDA(cudaEventCreate(&a));
+  EPF_BENCH_CUDA(cudaEventCreate(&b));
   for (int i = 0; i < 50; ++i) empty_kernel<<<grid, threads, smem, st>>>(NULL);
-  CK(cudaGetLastError());
-  CK(cudaStreamSynchronize(st));
+  EPF_BENCH_CUDA(cudaGetLastError());
+  EPF_BENCH_CUDA(cudaStreamSynchronize(st));
   for (int i = 0; i < reps; ++i) {
     float t;
-    CK(cudaEventRecord(a, st));
+    EPF_BENCH_CUDA(cudaEventRecord(a, st));
     empty_kernel<<<grid, threads, smem, st>>>(NULL);
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&t, a, b));
+    EPF_BENCH_CUDA(cudaEventRecord(b, st));
+    EPF_BENCH_CUDA(cudaEventSynchronize(b));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
   *out_event_us = median(ms) * 1e3;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  EPF_BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < 100; ++i) empty_kernel<<<grid, threads, smem, st>>>(NULL);
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  CK(cudaStreamSynchronize(st));
+  EPF_BENCH_CUDA(cudaStreamEndCapture(st, &g));
+  EPF_BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
+  EPF_BENCH_CUDA(cudaStreamSynchronize(st));
   ms.clear();
   for (int i = 0; i < 20; ++i) {
     float t;
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    CK(cudaEventElapsedTime(&t, a, b));
+    EPF_BENCH_CUDA(cudaEventRecord(a, st));
+    EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
+    EPF_BENCH_CUDA(cudaEventRecord(b, st));
+    EPF_BENCH_CUDA(cudaEventSynchronize(b));
+    EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t / 100.0f);
   }
   *out_graph_us = median(ms) * 1e3;
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaStreamDestroy(st));
+  EPF_BENCH_CUDA(cudaGraphExecDestroy(ge));
+  EPF_BENCH_CUDA(cudaGraphDestroy(g));
+  EPF_BENCH_CUDA(cudaEventDestroy(a));
+  EPF_BENCH_CUDA(cudaEventDestroy(b));
+  EPF_BENCH_CUDA(cudaStreamDestroy(st));
 }
 
 /* ---- phase breakdown ------------------------------------------------------------------------------ */
@@ -332,14 +311,14 @@ static void phase_breakdown(Setup& s, int B, int launches, double clock_khz) {
   long long* d_st;
   std::vector<long long> h((size_t)launches * grid * PH_N);
   std::vector<float> worst[PH_N], b0[PH_N], total;
-  CK(cudaMalloc(&d_st, h.size() * sizeof(long long)));
+  EPF_BENCH_CUDA(cudaMalloc(&d_st, h.size() * sizeof(long long)));
   for (int i = 0; i < 20; ++i) /* warm-up, same epochs as below would be reused: keep counting up */
     phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, s.rec, d_st);
   for (int i = 0; i < launches; ++i)
     phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, s.rec, d_st + (size_t)i * grid * PH_N);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemcpy(h.data(), d_st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  EPF_BENCH_CUDA(cudaGetLastError());
+  EPF_BENCH_CUDA(cudaDeviceSynchronize());
+  EPF_BENCH_CUDA(cudaMemcpy(h.data(), d_st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   for (int i = 0; i < launches; ++i) {
     float tmax = 0.f;
     for (int p = 1; p < PH_N; ++p) {
@@ -364,13 +343,13 @@ static void phase_breakdown(Setup& s, int B, int launches, double clock_khz) {
   printf(" %6.2f |\n", median(total));
   {
     epf_error_record_t rec;
-    CK(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
+    EPF_BENCH_CUDA(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
     if (rec.count != 0) {
       fprintf(stderr, "phase kernel: device reported %u errors (first: %s)\n", rec.count, epf_status_name((epf_status_t)rec.status));
       exit(1);
     }
   }
-  CK(cudaFree(d_st));
+  EPF_BENCH_CUDA(cudaFree(d_st));
 }
 
 int main(int argc, char** argv) {
@@ -381,7 +360,7 @@ int main(int argc, char** argv) {
     printf("bench_route: no GPU\n");
     return 77;
   }
-  CK(cudaGetDeviceProperties(&prop, 0));
+  EPF_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   printf("bench_route on %s (%d SMs), median of %d launches; graph = per update in a graph of 100\n", prop.name,
          prop.multiProcessorCount, reps);
   printf("E = 256, K = 8, int64 topk_idx, uniform routing (8 distinct experts per token)\n\n");
@@ -442,7 +421,7 @@ int main(int argc, char** argv) {
   printf("--------|\n");
   {
     int clock_khz = 0;
-    CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    EPF_BENCH_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     struct { int R, T, B; } pc[] = {{1, 4096, 4}, {1, 4096, 16}, {1, 128, 1}, {8, 4096, 4}, {8, 4096, 16}, {8, 128, 1}};
     for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); ++i) {
       Setup s;
