@@ -24,7 +24,7 @@
  * Contents:
  *   void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden, int mxfp8, void* out_row)
  *   void epf_combine_pull_row_warp(team, plan, int src_rank, int64_t src_row, float weight, int ncopies, void* out_row)
- *   void epf_combine_reduce_local_warp(const void* rows, uint64_t row_stride, const float* w, int ncopies, int hidden, void* out_row)
+ *   void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst)
  *   void epf_combine_push_row_warp(team, plan, const void* expert_out_row, int dst_rank, int64_t combine_row)
  *   void epf_combine_signal_block(team, plan, uint32_t epoch)                     [collective:block]
  *   epf_status_t epf_combine_wait_block(team, plan, uint32_t epoch, epf_wait_t w) [collective:block]
@@ -168,39 +168,42 @@ EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan
                                plan->combine_payload == EPF_PAYLOAD_MXFP8, out_row);
 }
 
-/* epf_combine_reduce_local_warp — the same reduction over local rows (push combine, LL combine).
- *   Scope:    [collective:warp] [uniform-args].
- *   Input:    rows: ncopies BF16 rows of `hidden` elements, row j at rows + j * row_stride bytes,
- *             w[j] its weight. Every row j < ncopies is used, in ascending j: the caller passes
- *             the present copies only, compacted, keeping their k order.
- *   Memory:   plain loads and stores. */
-EPF_DEVICE_INLINE void epf_combine_reduce_local_warp(const void* rows, uint64_t row_stride, const float* w,
-                                                     int ncopies, int hidden, void* out_row) {
-  const int nvec = hidden >> 3;
-  uint4* out = (uint4*)out_row;
-  int i, j;
-  for (i = epf_lane_id(); i < nvec; i += 32) {
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (j = 0; j < ncopies; ++j)
-      epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)((const char*)rows + (uint64_t)j * row_stride) + i), w[j]);
-    epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
+/* epf_combine_put_row_warp — write one BF16 expert output row as a combine_payload row at dst:
+ *   a copy (BF16) or an MXFP8 quantization (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule
+ *   from the plan's flags). Scope: [collective:warp] [uniform-args]. dst: local or a peer's
+ *   window, 16-byte aligned. Memory: plain loads and stores, nothing published. */
+EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst) {
+  const int nvec = plan->hidden >> 3, lane = epf_lane_id();
+  int i;
+  if (plan->combine_payload == EPF_PAYLOAD_BF16) {
+    for (i = lane; i < nvec; i += 32) epf_st_v4_u32((uint4*)dst + i, epf_ld_v4_u32((const uint4*)src_bf16 + i));
+  } else {
+    const int rule = epf_mx_rule_from_flags(plan->flags);
+    int chunk;
+    for (chunk = 0; chunk * 32 < nvec; ++chunk) {
+      uint8_t sb;
+      uint2 q;
+      i = chunk * 32 + lane;
+      q = epf_mxfp8_quantize_lane8_bf16_warp(i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u),
+                                             rule, &sb);
+      if (i < nvec) {
+        *(uint2*)(dst + (uint64_t)i * 8u) = q;
+        if ((lane & 3) == 0) dst[plan->hidden + (i >> 2)] = (char)sb;
+      }
+    }
   }
 }
 
-/* epf_combine_push_row_warp — store one expert output row into the source's COMBINE region.
- *   Scope: [collective:warp] [uniform-args]. combine_row: the row of the source's COMBINE region
- *   (EXPERT_MAJOR: token * top_k + k). dst_rank < 0 or a row outside the region: no-op.
+/* epf_combine_push_row_warp — push one expert output row into row `combine_row` of the source's
+ *   COMBINE region (EXPERT_MAJOR: token * top_k + k; RANK_MAJOR: token * nranks + this rank), as
+ *   epf_combine_put_row_warp writes it. dst_rank < 0 or a row outside the region: no-op.
+ *   Scope: [collective:warp] [uniform-args].
  *   Memory: plain stores to the peer; publish with epf_arrive_last_block + epf_combine_signal_block. */
 EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan_t* plan, const void* expert_out_row,
                                                  int dst_rank, int64_t combine_row) {
   const uint64_t rows = plan->combine_row_bytes ? plan->region[EPF_REGION_COMBINE].bytes / plan->combine_row_bytes : 0;
-  const uint4* s = (const uint4*)expert_out_row;
-  uint4* d;
-  int i;
-  const int nvec = (int)(plan->combine_row_bytes >> 4);
   if (dst_rank < 0 || dst_rank >= team.nranks || combine_row < 0 || (uint64_t)combine_row >= rows) return;
-  d = (uint4*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank);
-  for (i = epf_lane_id(); i < nvec; i += 32) epf_st_v4_u32(d + i, epf_ld_v4_u32(s + i));
+  epf_combine_put_row_warp(plan, expert_out_row, (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank));
 }
 
 /* epf_combine_signal_block — publish combine readiness of `epoch` to every peer: thread p

@@ -409,27 +409,6 @@ EPF_DEVICE_INLINE const void* epf__ht_expert_row(const epf__ht_ctx_t* c, const e
                                              (uint64_t)plan->hidden * 2u;
 }
 
-/* Write one BF16 row (local) into a combine-payload row at dst (BF16 copy or MXFP8 quantize). */
-EPF_DEVICE_INLINE void epf__ht_put_combine_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst) {
-  if (plan->combine_payload == EPF_PAYLOAD_BF16) {
-    epf_copy_row_warp(dst, src_bf16, (uint32_t)plan->hidden * 2u);
-  } else {
-    const int nvec = plan->hidden >> 3, lane = epf_lane_id();
-    const int rule = epf_mx_rule_from_flags(plan->flags);
-    int chunk;
-    for (chunk = 0; chunk * 32 < nvec; ++chunk) {
-      const int i = chunk * 32 + lane;
-      const uint4 v = i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u);
-      uint8_t sb;
-      const uint2 q = epf_mxfp8_quantize_lane8_bf16_warp(v, rule, &sb);
-      if (i < nvec) {
-        *(uint2*)(dst + (uint64_t)i * 8u) = q;
-        if ((lane & 3) == 0) dst[plan->hidden + (i >> 2)] = (char)sb;
-      }
-    }
-  }
-}
-
 static __global__ void epf__ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
                                               const void* topk_idx, int virtual_ranks, int bpr) {
   const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
@@ -455,9 +434,9 @@ static __global__ void epf__ht_combine_kernel(epf_route_t route, epf_team_t team
         if (push) {
           const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
           const int t = meta[0], s = (int)(int16_t)(meta[1] & 0xffff), k = (int)(int16_t)((uint32_t)meta[1] >> 16);
-          epf__ht_put_combine_row_warp(&plan, y, (char*)epf_peer_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.K + k), s));
+          epf_combine_push_row_warp(c.team, &plan, y, s, (int64_t)t * c.K + k);
         } else if (step.expert_out != NULL) {
-          epf__ht_put_combine_row_warp(&plan, y, (char*)epf_local_ptr(c.team, epf_plan_expert_out_offset(&plan, r)));
+          epf_combine_put_row_warp(&plan, y, (char*)epf_local_ptr(c.team, epf_plan_expert_out_offset(&plan, r)));
         }
       }
     }
