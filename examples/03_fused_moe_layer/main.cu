@@ -1,31 +1,41 @@
-/* 03_fused_moe_layer — a whole MoE layer as a user fuses it: router -> route + dispatch (MXFP8 on
- * the way) -> experts (epilogue writes straight into the window) -> combine fused with the residual.
+/* 03_fused_moe_layer — a whole MoE layer as a user fuses it: ONE kernel for router + route update +
+ * dispatch (MXFP8 on the way) -> experts (epilogue writes straight into the window) -> combine
+ * fused with the residual.
  *
  * Learning objectives
  *   - Write your own kernels around the library: a router kernel (softmax top-k gating over a
- *     random router weight) that produces topk_idx / topk_weights on the device; an expert kernel
- *     that reads the receive region IN PLACE (MXFP8 rows + E8M0 scales) and whose epilogue stores
- *     its BF16 outputs where the combine will pull them (epf_plan_expert_out_offset); a combine
- *     kernel built from the public blocks (epf_combine_signal_block, epf_combine_wait_block,
- *     epf_combine_reduce_rows_warp) that adds the residual inside the same FP32 fma chain.
+ *     random router weight) that writes topk_idx / topk_weights, runs the route update
+ *     (epf_route_update_block) and dispatches its tokens quantized to MXFP8 in the SAME kernel;
+ *     an expert kernel that reads the receive region IN PLACE (MXFP8 rows + E8M0 scales) and whose
+ *     epilogue stores its BF16 outputs where the combine will pull them
+ *     (epf_plan_expert_out_offset); a combine kernel built from the public blocks
+ *     (epf_combine_signal_block, epf_combine_wait_block, epf_combine_reduce_rows_warp) that adds
+ *     the residual inside the same FP32 fma chain.
  *   - Where the fusion boundaries are, and why (see "Fusion boundaries" below).
- * Key concepts: expert-major receive rows (docs/layouts.md), the pull combine protocol (expert side
- *   signals SIG_COMBINE with the route epoch once outputs are in place; source side waits, then
- *   loads peers' rows through LSA pointers), [collective:block] / [collective:warp] contracts,
- *   co-residency of virtual-rank grids (epf_virtual_grid_check).
+ * Key concepts: expert-major receive rows (docs/layouts.md), the route's token partition over a
+ *   rank's blocks, a rank rendezvous between the route's offsets and the sends, the pull combine
+ *   protocol (expert side signals SIG_COMBINE with the route epoch once outputs are in place;
+ *   source side waits, then loads peers' rows through LSA pointers), [collective:block] /
+ *   [collective:warp] contracts, co-residency of virtual-rank grids (epf_virtual_grid_check).
  * When to use it: as the template of a production MoE layer: replace the scale "expert" with a
- *   grouped GEMM over the expert-major segments, keep the combine epilogue.
+ *   grouped GEMM over the expert-major segments, keep the router and combine kernels.
  * Performance notes: the residual costs no extra pass: it is lane K of the reduction (weight 1),
- *   so out = BF16(sum_k w_k y_k + residual) with ONE rounding. The expert stage here is a scalar
- *   dequant-scale loop, not tuned; the table reports per-stage times for orientation only.
+ *   so out = BF16(sum_k w_k y_k + residual) with ONE rounding. The router here is a scalar FP32
+ *   dot-product loop and the expert stage a scalar dequant-scale loop, not tuned; the table
+ *   reports per-stage times for orientation only.
  *
- * Fusion boundaries (honest): router, route update, dispatch, experts and combine are FIVE launches
- * (route update and dispatch through kernels_route.cuh / kernels_ht.cuh launchers). The router is
- * not fused with the route update because the update is a team-wide count exchange whose launcher
- * owns its grid shape and shared memory; fusing router + update + dispatch into one kernel needs
- * route.cuh's block functions plus a grid-wide wait between the count exchange and the sends
- * (co-resident grid), which this example does not attempt yet. The expert epilogue -> combine
- * boundary is a launch boundary, which is what makes the outputs complete before the signal.
+ * Fusion boundaries (honest): four launches by default. fused_router_dispatch_kernel is router +
+ * route update + dispatch send + dispatch receive wait: grid R x 8 blocks (virtual ranks), all
+ * co-resident (the count exchange, the rank rendezvous and the dispatch signals spin on each other:
+ * checked with epf_virtual_grid_check; if the device cannot hold them the example falls back to
+ * --unfused). Each block routes exactly the tokens the route's block of the same index counts (so
+ * the route reads only ids this block wrote: a __syncthreads orders them), and a rank rendezvous
+ * after the update makes every block's send offsets visible before any block sends (the route
+ * computes the offsets of destination d in block d % blocks only). Then the experts kernel, then
+ * combine + residual. The expert epilogue -> combine boundary stays a launch boundary: it is what
+ * makes every output complete before the combine signal. --unfused runs the original five launches
+ * (router_kernel, epf_route_update, epf_ht_dispatch, experts, combine); both paths are checked
+ * bit-exact against the same CPU reference (two CTest tests).
  */
 #include <math.h>
 #include <stdint.h>
@@ -40,39 +50,148 @@
 #define ROUTER_THREADS 256 /* E <= ROUTER_THREADS */
 #define COMBINE_THREADS 512
 
-/* ---- router: logits = x . Wr^T (FP32 fma chain over h, in order), top-k, softmax over the k ----- */
+/* ---- router: logits = x . Wr^T (FP32 fma chain over h, in order), top-k, softmax over the k -----
+ * The two device functions are shared by router_kernel (--unfused) and the fused kernel, so both
+ * paths produce the same bits. */
+__device__ float router_logit(const uint16_t* xr, const uint16_t* wrow, int H) {
+  float acc = 0.f;
+  for (int h = 0; h < H; ++h) acc = __fmaf_rn(epf_bf16_to_float(xr[h]), epf_bf16_to_float(wrow[h]), acc);
+  return acc;
+}
+
+/* top-k of E logits (ties: lowest id), softmax over the k; one thread per token */
+__device__ void router_topk_softmax(const float* logit, int E, int K, int32_t* out_idx, float* out_w) {
+  int sel[32];
+  float ex[32], sum = 0.f;
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    for (int j = 0; j < E; ++j) {
+      int taken = 0;
+      for (int i = 0; i < k; ++i) taken |= sel[i] == j;
+      if (!taken && (best < 0 || logit[j] > logit[best])) best = j; /* ties: lowest id */
+    }
+    sel[k] = best;
+  }
+  for (int k = 0; k < K; ++k) sum += (ex[k] = expf(logit[sel[k]] - logit[sel[0]]));
+  for (int k = 0; k < K; ++k) {
+    out_idx[k] = sel[k];
+    out_w[k] = ex[k] / sum;
+  }
+}
+
 __global__ void router_kernel(const uint16_t* x, const uint16_t* wr, int H, int E, int K, int32_t* out_idx,
                               float* out_w) {
   __shared__ float logit[ROUTER_THREADS];
   const int64_t t = blockIdx.x; /* one block per token (all virtual ranks' tokens, packed) */
   const int e = (int)threadIdx.x;
-  if (e < E) {
-    const uint16_t* xr = x + t * H;
-    const uint16_t* wrow = wr + (int64_t)e * H;
-    float acc = 0.f;
-    for (int h = 0; h < H; ++h) acc = __fmaf_rn(epf_bf16_to_float(xr[h]), epf_bf16_to_float(wrow[h]), acc);
-    logit[e] = acc;
+  if (e < E) logit[e] = router_logit(x + t * H, wr + (int64_t)e * H, H);
+  __syncthreads();
+  if (threadIdx.x == 0) router_topk_softmax(logit, E, K, out_idx + t * K, out_w + t * K);
+}
+
+/* ---- the fused kernel: router + route update + MXFP8 dispatch in ONE launch ----------------------
+ * Grid: R * bpr blocks (virtual ranks; block b plays rank b / bpr), all co-resident
+ * (epf_virtual_grid_check), blockDim = epf_route_block_threads(&route.layout), dynamic smem =
+ * fused_smem_bytes. Block `block` of rank r:
+ *   1. router for exactly the tokens [T*block/bpr, T*(block+1)/bpr) of rank r: the block's share of
+ *      the route partition (route.cuh epf__route_warp_range: every warp of the block counts / slots
+ *      only tokens of that range), so the route's count and slot passes read only topk_idx entries
+ *      this block wrote. __syncthreads orders those global stores before the route's loads (the
+ *      same block; no other block ever reads them in this kernel).
+ *   2. epf_route_update_block (count, merge, publish, slots, wait counts, offsets, finish).
+ *   3. a rank rendezvous: epf_route_offsets_block writes send_offset[e] of destination d only in
+ *      block d % bpr, so before any block may read all of send_offset[E] every block of the rank
+ *      must be past its update. Same barrier as the route's merge: thread 0 acq_rel atomic add on a
+ *      per-rank word (epoch << 32 | arrivals; cumulative over the block's stores through
+ *      __syncthreads), the last block release-stores epoch << 32, the others wait for it with the
+ *      bounded epf_signal_wait_sys, fence.acq_rel.gpu, __syncthreads; then ld.relaxed.gpu.
+ *   4. the HT send for its own tokens: warp per token, lanes < K hold the K copies (EXPERT_MAJOR:
+ *      row = send_offset[e] + slot), metadata, the row quantized to MXFP8 on the way
+ *      (epf__ht_send_quant_warp, what epf_ht_dispatch runs); then epf_arrive_last_block, and the
+ *      last block of the rank release-signals SIG_DISPATCH in every peer (epf_dispatch_signal_block).
+ *   5. the receive half: block 0 of each rank waits for every peer (epf_dispatch_wait_block).
+ * The epoch of this step is the route's epoch word + 1, read before the route's merge barrier
+ * (block 0 stores the new epoch only after that barrier, as epf_route_ctx_make requires). */
+#define ROUTER_CHUNK 8 /* tokens whose E logits a fused block holds in shared memory at once */
+
+static size_t fused_smem_bytes(const epf_route_t* route, int threads, int E) {
+  const size_t route_smem = epf_route_smem_bytes(&route->layout, threads);
+  const size_t router_smem = (size_t)ROUTER_CHUNK * (size_t)E * sizeof(float);
+  return route_smem > router_smem ? route_smem : router_smem;
+}
+
+// example-begin fused_router_dispatch
+__global__ void __launch_bounds__(512, 1)
+    fused_router_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, const uint16_t* x,
+                                 const uint16_t* wr, int T, int bpr, int32_t* topk_idx, float* topk_w,
+                                 epf_ht_state_t* state, uint64_t* rank_barrier, epf_wait_t w) {
+  extern __shared__ uint4 fused_smem[]; /* router logits, then the route's shared memory */
+  const epf_team_t me = epf_team_for_block(team, 1, bpr);
+  const int rank = me.rank, block = (int)(blockIdx.x % (unsigned)bpr), lane = epf_lane_id();
+  const int K = plan.top_k, E = plan.num_experts, H = plan.hidden, EL = plan.experts_per_rank;
+  const uint64_t rank_tok = (uint64_t)rank * (uint64_t)plan.max_tokens_per_rank; /* packed inputs */
+  int32_t* idx = topk_idx + rank_tok * K; /* this rank's [T][K] */
+  float* wts = topk_w + rank_tok * K;
+  /* the route's token partition: block `block` counts and slots exactly [t0, t1) */
+  const int64_t t0 = (int64_t)T * block / bpr, t1 = (int64_t)T * (block + 1) / bpr;
+  const uint32_t epoch = *epf_route_epoch_ptr(&route, rank) + 1u; /* before the merge barrier */
+  w.rank = rank;
+
+  /* 1. router for [t0, t1) */
+  float* logit = (float*)fused_smem;
+  for (int64_t c0 = t0; c0 < t1; c0 += ROUTER_CHUNK) {
+    const int n = t1 - c0 < ROUTER_CHUNK ? (int)(t1 - c0) : ROUTER_CHUNK;
+    for (int i = (int)threadIdx.x; i < n * E; i += (int)blockDim.x) {
+      const int j = i / E, e = i - j * E;
+      logit[i] = router_logit(x + (rank_tok + (uint64_t)(c0 + j)) * H, wr + (int64_t)e * H, H);
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < n) {
+      const int64_t t = c0 + (int)threadIdx.x;
+      router_topk_softmax(logit + threadIdx.x * E, E, K, idx + t * K, wts + t * K);
+    }
+    __syncthreads(); /* topk stores before the route's loads; logits read before smem is reused */
   }
+
+  /* 2. the route update of this rank (count exchange with every peer inside) */
+  const epf_status_t st = epf_route_update_block(&route, rank, me, &plan, idx, T, block, bpr, w, NULL, fused_smem);
+
+  /* 3. rank rendezvous: every block's send_offset / slot stores before any block's sends */
+  epf_status_t bst = EPF_OK;
   __syncthreads();
   if (threadIdx.x == 0) {
-    int sel[32];
-    float ex[32], sum = 0.f;
-    for (int k = 0; k < K; ++k) {
-      int best = -1;
-      for (int j = 0; j < E; ++j) {
-        int taken = 0;
-        for (int i = 0; i < k; ++i) taken |= sel[i] == j;
-        if (!taken && (best < 0 || logit[j] > logit[best])) best = j; /* ties: lowest id */
-      }
-      sel[k] = best;
-    }
-    for (int k = 0; k < K; ++k) sum += (ex[k] = expf(logit[sel[k]] - logit[sel[0]]));
-    for (int k = 0; k < K; ++k) {
-      out_idx[t * K + k] = sel[k];
-      out_w[t * K + k] = ex[k] / sum;
-    }
+    uint64_t* word = rank_barrier + rank;
+    const uint64_t old = epf_atom_add_acq_rel_gpu_u64(word, 1ull);
+    if ((uint32_t)old == (uint32_t)(bpr - 1))
+      epf_st_release_gpu_u64(word, (uint64_t)epoch << 32);
+    else
+      bst = epf_signal_wait_sys(word, epoch, w, -1, NULL); /* bounded; a timeout lands in w.record */
+    epf_fence_acq_rel_gpu();
   }
+  const bool send = !__syncthreads_or(st != EPF_OK || bst != EPF_OK);
+
+  /* 4. send this block's tokens, MXFP8 on the way, into their final rows */
+  const int32_t* send_off = (const int32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_SEND_OFFSET); /* [E] */
+  const int32_t* dst_rank = (const int32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_DST_RANK);    /* [T][K] */
+  const int32_t* slot = (const int32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_SLOT);            /* [T][K] */
+  uint32_t dropped = 0;
+  for (int64_t t = t0 + epf_warp_id(); send && t < t1; t += (int64_t)(blockDim.x >> 5)) {
+    const int e = lane < K ? idx[t * K + lane] : -1;
+    const int d = lane < K ? dst_rank[t * K + lane] : -1;
+    const int64_t row =
+        d >= 0 ? (int64_t)(int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)send_off + e) + slot[t * K + lane] : -1;
+    if (lane < K && d >= 0) epf_dispatch_meta_em(me, &plan, d, row, (int)t, lane, e - d * EL, wts[t * K + lane]);
+    dropped += epf__ht_send_quant_warp(me, &plan, x + (rank_tok + (uint64_t)t) * H, d, row, K);
+  }
+  if (lane == 0 && dropped != 0u && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
+  if (epf_arrive_last_block(&state[rank].arrive[0], (uint32_t)bpr, 1u)) {
+    epf_dispatch_signal_block(me, &plan, epoch); /* .sys release, after every block's rows */
+    if (threadIdx.x == 0) state[rank].arrive[0] = 0u;
+  }
+  /* 5. receive half: every peer's rows are in this rank's window */
+  if (block == 0) (void)epf_dispatch_wait_block(me, &plan, epoch, w); /* failures land in w.record */
 }
+// example-end fused_router_dispatch
 
 /* ---- experts: y = bf16(dequant(MXFP8 row) * f(le, rank)), read in place, written into EXPERT_OUT -- */
 __global__ void experts_kernel(epf_route_t route, epf_plan_t plan, char* window) {
@@ -141,18 +260,20 @@ __global__ void combine_residual_kernel(epf_route_t route, epf_team_t team, epf_
 // example-end combine_residual
 
 int main(int argc, char** argv) {
-  int R = 8, T = 512, H = 2048, K = 4, E = 64, ctest = 0, bpr = 8;
+  int R = 8, T = 512, H = 2048, K = 4, E = 64, ctest = 0, bpr = 8, fused = 1;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--ctest")) ctest = 1;
+    else if (!strcmp(argv[i], "--unfused")) fused = 0;
     else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) R = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) H = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--topk") && i + 1 < argc) K = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--experts") && i + 1 < argc) E = atoi(argv[++i]);
     else {
-      printf("usage: %s [--ranks 8] [--tokens 512] [--hidden 2048] [--topk 4] [--experts 64] [--ctest]\n"
-             "  router -> route + dispatch (MXFP8) -> experts -> combine + residual on R virtual ranks,\n"
-             "  checked against a CPU reference of the whole layer. E <= 256, K < 32.\n", argv[0]);
+      printf("usage: %s [--ranks 8] [--tokens 512] [--hidden 2048] [--topk 4] [--experts 64] [--unfused] [--ctest]\n"
+             "  router + route + dispatch (MXFP8) in one kernel -> experts -> combine + residual on R virtual\n"
+             "  ranks, checked against a CPU reference of the whole layer. --unfused: router, route update\n"
+             "  and dispatch as three launches (five in all). E <= 256, K < 32.\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
   }
@@ -200,6 +321,7 @@ int main(int argc, char** argv) {
   int32_t* d_topk;
   float* d_w;
   epf_ht_state_t* d_state;
+  uint64_t* d_rank_barrier; /* fused kernel: one rendezvous word per rank (epoch << 32 | arrivals) */
   EX_CK(cudaMalloc(&d_x, (size_t)n * H * 2));
   EX_CK(cudaMalloc(&d_wr, (size_t)E * H * 2));
   EX_CK(cudaMalloc(&d_out, (size_t)n * H * 2));
@@ -207,6 +329,8 @@ int main(int argc, char** argv) {
   EX_CK(cudaMalloc(&d_w, (size_t)n * K * 4));
   EX_CK(cudaMalloc(&d_state, R * sizeof(epf_ht_state_t)));
   EX_CK(cudaMemset(d_state, 0, R * sizeof(epf_ht_state_t)));
+  EX_CK(cudaMalloc(&d_rank_barrier, R * sizeof(uint64_t)));
+  EX_CK(cudaMemset(d_rank_barrier, 0, R * sizeof(uint64_t)));
   EX_CK(cudaMemcpy(d_x, x, (size_t)n * H * 2, cudaMemcpyHostToDevice));
   EX_CK(cudaMemcpy(d_wr, wr, (size_t)E * H * 2, cudaMemcpyHostToDevice));
   epf_error_record_t *rec_h, *rec_d;
@@ -217,6 +341,15 @@ int main(int argc, char** argv) {
   int dev = 0;
   EX_CK(cudaGetDevice(&dev));
   EX_CS(epf_virtual_grid_check((const void*)combine_residual_kernel, COMBINE_THREADS, 0, R * bpr, dev));
+  /* the fused kernel: R * fbpr blocks spin on each other (count exchange, rank rendezvous, dispatch
+   * signals), so all of them must be resident at once; otherwise run the unfused launches */
+  const int fbpr = bpr < route.layout.max_blocks ? bpr : route.layout.max_blocks;
+  const int fthreads = epf_route_block_threads(&route.layout);
+  const size_t fsmem = fused_smem_bytes(&route, fthreads, E);
+  if (fused && epf_virtual_grid_check((const void*)fused_router_dispatch_kernel, fthreads, fsmem, R * fbpr, dev) != EPF_OK) {
+    fprintf(stderr, "fused kernel: %d blocks cannot be co-resident on this device; running --unfused\n", R * fbpr);
+    fused = 0;
+  }
 
   const epf_wait_t wt = epf_wait_make(plan.timeout_ns, rec_d, NULL, 0);
   epf_route_step_t rs = epf_route_step_make(d_topk, T, wt);
@@ -231,11 +364,18 @@ int main(int argc, char** argv) {
   for (int round = 0; round < 2; ++round) { /* round 2: the same layer again (epochs advance) */
     EX_CK(cudaMemset(d_out, 0xA7, (size_t)n * H * 2));
     EX_CK(cudaEventRecord(ev[0]));
-    router_kernel<<<(unsigned)n, ROUTER_THREADS>>>(d_x, d_wr, H, E, K, d_topk, d_w);
-    EX_CK(cudaGetLastError());
-    EX_CK(cudaEventRecord(ev[1]));
-    EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
-    EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+    if (fused) { /* ONE launch: router + route update + MXFP8 dispatch (+ receive wait) */
+      fused_router_dispatch_kernel<<<(unsigned)(R * fbpr), (unsigned)fthreads, fsmem>>>(
+          route, team, plan, d_x, d_wr, T, fbpr, d_topk, d_w, d_state, d_rank_barrier, wt);
+      EX_CK(cudaGetLastError());
+      EX_CK(cudaEventRecord(ev[1]));
+    } else { /* three launches */
+      router_kernel<<<(unsigned)n, ROUTER_THREADS>>>(d_x, d_wr, H, E, K, d_topk, d_w);
+      EX_CK(cudaGetLastError());
+      EX_CK(cudaEventRecord(ev[1]));
+      EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
+      EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+    }
     EX_CK(cudaEventRecord(ev[2]));
     experts_kernel<<<dim3(64, (unsigned)R), 256>>>(route, plan, window);
     EX_CK(cudaGetLastError());
@@ -313,9 +453,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 4; ++i) EX_CK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
   printf("fused MoE layer: %d virtual ranks, T=%d H=%d top-%d of %d experts, dispatch MXFP8, combine BF16 + residual\n",
          R, T, H, K, E);
+  printf("path: %s\n", fused ? "fused (router + route update + dispatch in one kernel, 4 launches)"
+                              : "unfused (5 launches)");
   printf("| stage | kernel(s) | us (round 2) |\n| --- | --- | ---: |\n");
-  printf("| router (softmax top-k) | router_kernel | %.1f |\n", ms[0] * 1e3);
-  printf("| route + dispatch (MXFP8) | epf_route_update, epf_ht_dispatch | %.1f |\n", ms[1] * 1e3);
+  if (fused) {
+    printf("| router + route + dispatch (MXFP8) | fused_router_dispatch_kernel | %.1f |\n", (ms[0] + ms[1]) * 1e3);
+  } else {
+    printf("| router (softmax top-k) | router_kernel | %.1f |\n", ms[0] * 1e3);
+    printf("| route + dispatch (MXFP8) | epf_route_update, epf_ht_dispatch | %.1f |\n", ms[1] * 1e3);
+  }
   printf("| experts (in place -> EXPERT_OUT) | experts_kernel | %.1f |\n", ms[2] * 1e3);
   printf("| combine + residual | combine_residual_kernel | %.1f |\n", ms[3] * 1e3);
   printf("router: %lld of %lld tokens match the CPU (top-k exact, max weight diff %.2e)\n",
