@@ -71,6 +71,32 @@ EPF_ABI(offsetof(epf_error_record_t, recv_overflow) == 68);
 EPF_ABI(offsetof(epf_error_record_t, masked_ranks) == 72);
 EPF_ABI(sizeof(epf_error_record_t) == 80);
 
+/* route memory (host.h "Route memory"): the header every route buffer starts with is read back
+ * from copied buffers (epf_route_import), so its layout is frozen too */
+EPF_ABI(offsetof(epf_route_config_t, size) == 0);
+EPF_ABI(offsetof(epf_route_config_t, magic) == 4);
+EPF_ABI(offsetof(epf_route_config_t, version) == 8);
+EPF_ABI(offsetof(epf_route_config_t, index_type) == 12);
+EPF_ABI(offsetof(epf_route_config_t, flags) == 28);
+EPF_ABI(sizeof(epf_route_config_t) == 32);
+EPF_ABI(offsetof(epf_route_header_t, size) == 0);
+EPF_ABI(offsetof(epf_route_header_t, magic) == 4);
+EPF_ABI(offsetof(epf_route_header_t, version) == 8);
+EPF_ABI(offsetof(epf_route_header_t, epoch) == 12);
+EPF_ABI(offsetof(epf_route_header_t, config_hash) == 16);
+EPF_ABI(offsetof(epf_route_header_t, total_bytes) == 24);
+EPF_ABI(offsetof(epf_route_header_t, nranks) == 32);
+EPF_ABI(offsetof(epf_route_header_t, recv_rows) == 80);
+EPF_ABI(offsetof(epf_route_header_t, barrier) == 104);
+EPF_ABI(sizeof(epf_route_header_t) == 112);
+EPF_ABI(sizeof(epf_route_segment_t) == 16);
+EPF_ABI(offsetof(epf_route_layout_t, size) == 0);
+EPF_ABI(offsetof(epf_route_layout_t, magic) == 4);
+EPF_ABI(offsetof(epf_route_layout_t, version) == 8);
+EPF_ABI(offsetof(epf_route_t, size) == 0);
+EPF_ABI(offsetof(epf_route_t, magic) == 4);
+EPF_ABI(offsetof(epf_route_t, version) == 8);
+
 /* status values are ABI: spot-check the ends of the list */
 EPF_ABI(EPF_OK == 0);
 EPF_ABI(EPF_ERR_CONFIG_MISMATCH == 20);
