@@ -5,7 +5,8 @@
 #   NCCL           from the machine's Python environment (site-packages/nvidia/nccl), or NCCL_ROOT
 # Usage: scripts/gpu_suite.sh [build] [test] [bench] [torch] [sanitize]   (default: all but sanitize)
 # Logs go to $OUT (or ./gpu-out): configure.log build.log ctest-gpu.log bench.log torch.log.
-# BENCHES="bench_ht bench_ll" / TORCH_SCRIPTS="check_quant_torch.py" / TESTS=regex select a subset.
+# BENCHES="bench_ht bench_ll" / TORCH_SCRIPTS="check_quant_torch.py" / TESTS=regex select a subset;
+# TARGETS="test_route bench_route" builds only those targets.
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -30,7 +31,7 @@ if has build; then
         -DCMOCKA_ROOT="$CMOCKA_ROOT" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} >"$OUT/configure.log" 2>&1 \
     || { tail -30 "$OUT/configure.log"; exit 1; }
   grep -E "NCCL|cmocka" "$OUT/configure.log" | head -5
-  cmake --build "$B" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+  cmake --build "$B" -j "$(nproc)" ${TARGETS:+--target $TARGETS} >"$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
   echo "build: ok"
 fi
 if has test; then

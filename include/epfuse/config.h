@@ -67,6 +67,9 @@
 #define EPF_INLINE inline
 #define EPF_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 #define EPF_DEVICE_INLINE __device__ __forceinline__
+/* private: a device function kept out of line (slow paths such as a wait that has to spin: one
+ * copy of the code instead of one per call site; the fast path around it stays inlined) */
+#define EPF__DEVICE_NOINLINE __device__ __noinline__ inline
 #elif defined(__cplusplus)
 #define EPF_INLINE inline
 #define EPF_HOST_DEVICE_INLINE inline

@@ -324,13 +324,14 @@ EPF_HD uint64_t epf_config_hash(const epf_config_t* c) {
  * (window, offset, peer) names the same region on every peer. Signals are uint64_t words. */
 typedef enum epf_region_id {
   EPF_REGION_HEADER = 0,       /* epf_window_header_t; offset 0, size fixed (EPF_HEADER_BYTES) */
-  EPF_REGION_SIG_COUNT,        /* [R] count-exchange arrival, one per source */
+  EPF_REGION_SIG_COUNT,        /* [R] one word per source: LL mask-clean rendezvous (the HT count exchange
+                                  needs no signal: every COUNTS word carries its epoch) */
   EPF_REGION_SIG_DISPATCH,     /* [R] HT dispatch arrival, one per source */
   EPF_REGION_SIG_COMBINE,      /* [R] combine arrival, one per peer */
   EPF_REGION_SIG_BARRIER,      /* [R] team barrier, one per peer */
   EPF_REGION_SIG_LL_DISPATCH,  /* LL: [2 parity][experts_per_rank][R] epoch|count */
   EPF_REGION_SIG_LL_COMBINE,   /* LL: [2 parity][R] */
-  EPF_REGION_COUNTS,           /* [2 parity][R source][E + R] uint32: per-expert, then per-rank counts */
+  EPF_REGION_COUNTS,           /* [2 parity][R source][E + R] uint64 (epoch << 32 | count): per-expert, then per-rank counts */
   EPF_REGION_RECV_TOKENS,      /* HT: [recv_capacity] rows; LL: [2][E_local][R][T] (EM) or [2][R][T] (RM) */
   EPF_REGION_RECV_SCALES,      /* the rows' scales (compact or swizzled); 0 bytes for BF16 */
   EPF_REGION_RECV_META,        /* the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row) */
@@ -485,7 +486,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
     sizes[EPF_REGION_SIG_LL_DISPATCH] = 2u * EL * R * 8u;
     sizes[EPF_REGION_SIG_LL_COMBINE] = 2u * R * 8u;
   }
-  sizes[EPF_REGION_COUNTS] = 2u * R * (E + R) * 4u;
+  sizes[EPF_REGION_COUNTS] = 2u * R * (E + R) * 8u;
   if (!epf__mul_ok(rows, p.row_bytes, &sizes[EPF_REGION_RECV_TOKENS])) return EPF_ERR_SIZE_OVERFLOW;
   if (c.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4) {
     /* 512-byte atoms of 128 rows x 4 scale columns; rows padded to 128, columns to 4 */
@@ -533,13 +534,14 @@ EPF_HD uint64_t epf_plan_signal_offset(const epf_plan_t* plan, epf_region_id_t r
   return plan->region[region].offset + (uint64_t)index * 8u;
 }
 
-/* epf_plan_counts_offset — uint32 count number `index` published by `src` into buffer `parity`:
+/* epf_plan_counts_offset — count word number `index` published by `src` into buffer `parity`
+ *   (a uint64 (epoch << 32 | count): the word carries the epoch of the update that wrote it):
  *   index in [0, E) is the (token, k) count of global expert `index`; index in [E, E + R) is the
  *   deduplicated token count for destination rank `index - E`. */
 EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int src, int index) {
   const uint64_t row = (uint64_t)plan->num_experts + (uint64_t)plan->nranks;
   return plan->region[EPF_REGION_COUNTS].offset +
-         (((uint64_t)(parity & 1) * (uint64_t)plan->nranks + (uint64_t)src) * row + (uint64_t)index) * 4u;
+         (((uint64_t)(parity & 1) * (uint64_t)plan->nranks + (uint64_t)src) * row + (uint64_t)index) * 8u;
 }
 
 /* epf_plan_recv_token_offset / _scale_offset / _meta_offset — row `row` of the receive region
@@ -719,7 +721,7 @@ typedef struct epf_route_config {
 
 /* The arrays of one route buffer, in address order. E = num_experts, R = nranks, EL = E / R,
  * T = max_tokens, K = top_k of the route. "exchange" = HT plan without EPF_ROUTE_FLAG_LOCAL_ONLY;
- * arrays that do not apply have 0 bytes (epf_route_ptr returns NULL for them). All int32. */
+ * arrays that do not apply have 0 bytes (epf_route_ptr returns NULL for them). All int32 unless noted. */
 typedef enum epf_route_array_id {
   EPF_ROUTE_HEADER = 0,      /* epf_route_header_t */
   EPF_ROUTE_EXPERT_COUNT,    /* [E] (token, k) pairs this rank routes to each global expert */
@@ -739,7 +741,7 @@ typedef enum epf_route_array_id {
                                 starts; [j][R] = segment end before padding (begin + count) */
   EPF_ROUTE_RECV_RM_OFFSET,  /* exchange, RANK_MAJOR: [R + 1] row where source s's tokens start;
                                 [R] = total */
-  EPF_ROUTE_SCRATCH,         /* [max_blocks][E + R + 1] partial counts of the update's blocks */
+  EPF_ROUTE_SCRATCH,         /* [max_blocks][E + R + 1] uint64 (epoch << 32 | count): partial counts of the update's blocks */
   EPF_ROUTE_ARRAY_COUNT
 } epf_route_array_id_t;
 
@@ -767,7 +769,7 @@ typedef struct epf_route_header {
   int64_t recv_rows;       /* exchange: rows this rank receives in the plan's layout (EM: padded) */
   int64_t recv_rows_em;    /* exchange: rows of the expert-major view (padded), either layout */
   int64_t recv_overflow;   /* exchange: max(0, recv_rows - plan.recv_capacity) */
-  uint64_t barrier;        /* the update's block barrier among one rank's blocks: epoch << 32 | arrivals */
+  uint64_t barrier;        /* reserved (v0.1's block barrier word; v0.2 updates validate the epoch each scratch count carries) */
 } epf_route_header_t;
 
 /* One local expert's segment of the expert-major receive layout. */
@@ -899,7 +901,7 @@ EPF_HD epf_status_t epf_route_layout_compute(const epf_plan_t* plan, const epf_r
     sizes[EPF_ROUTE_RECV_SRC_OFFSET] = EL * (R + 1u) * 4u;
     sizes[EPF_ROUTE_RECV_RM_OFFSET] = rm ? (R + 1u) * 4u : 0u;
   }
-  sizes[EPF_ROUTE_SCRATCH] = B * (E + R + 1u) * 4u;
+  sizes[EPF_ROUTE_SCRATCH] = B * (E + R + 1u) * 8u;
 
   off = 0;
   for (i = 0; i < EPF_ROUTE_ARRAY_COUNT; ++i) {

@@ -79,23 +79,23 @@
 
 EPF_BEGIN_DECLS
 
-/* Words of a per-token destination-rank bit mask held in registers. */
-#define EPF__ROUTE_MASK_WORDS ((EPF_MAX_RANKS + 31) / 32)
 /* misc shared-memory slots (int32) */
 #define EPF__ROUTE_MISC_WARP_SUMS 0 /* [33]: per-warp sums, [32] = block total */
 #define EPF__ROUTE_MISC_DROPPED 40
+#define EPF__ROUTE_MISC_ROWS_EM 41 /* offsets: rows of this rank's expert-major segment */
+#define EPF__ROUTE_MISC_ROWS_RM 42 /* offsets: rows of this rank's rank-major region */
 #define EPF__ROUTE_MISC_INTS 64
 #define EPF__ROUTE_CUB_BYTES_PER_WARP 16
-/* independent loads in flight per lane: 32-entry steps batched per warp, ids per token batch,
- * and scratch / count rows per batch (latency hiding; results do not depend on them) */
+/* A warp walks its tokens in BATCHES of whole tokens, at most EPF__ROUTE_BATCH (token, k) entries
+ * (EPF__ROUTE_STEPS 32-entry steps, loads in flight per lane); rows of counts per batch of loads
+ * (latency hiding; results do not depend on these). */
 #define EPF__ROUTE_STEPS 4
-#define EPF__ROUTE_IDS 8
-#define EPF__ROUTE_ROWS 8        /* count rows (sources) per batch: R <= 8 is one L2 round trip */
-#define EPF__ROUTE_MERGE_ROWS 16 /* scratch rows (blocks) per batch in the merge: B <= 16 is one */
+#define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
+#define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
- * Uniform over the block. */
+ * Uniform over the block except the warp's token range and the lane's cached ids. */
 typedef struct epf_route_ctx {
   epf_route_header_t* header;
   int32_t* expert_count;      /* [E] */
@@ -109,7 +109,7 @@ typedef struct epf_route_ctx {
   epf_route_segment_t* recv_segment; /* [EL] or NULL */
   int32_t* recv_src_offset;   /* [EL][R + 1] or NULL */
   int32_t* recv_rm_offset;    /* [R + 1] or NULL */
-  int32_t* scratch;           /* [max_blocks][E + R + 1] */
+  uint64_t* scratch;          /* [max_blocks][E + R + 1] (epoch << 32 | count) */
   uint32_t* epoch_word;       /* the route's epoch word for this rank */
   const void* topk_idx;       /* [num_tokens][K] */
   int64_t* recv_total_mapped; /* host-mapped int64 or NULL */
@@ -117,29 +117,33 @@ typedef struct epf_route_ctx {
   int32_t rank_major, exchange, alignment, mark_pads;
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
+  int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
+  int32_t t0, t1;             /* this warp's tokens [t0, t1) */
   uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
   int32_t status;             /* set by the phases: EPF_OK or the first failure */
   int64_t recv_capacity;
   int32_t* hist;              /* smem [num_warps][E + R]: per-warp counts, then running slots */
   int32_t* tot;               /* smem [E + R + 1]: this rank's totals (+ dropped) */
   int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
+  int32_t* stage;             /* smem [num_warps][EPF__ROUTE_BATCH]: a batch's destination ranks */
   void* cub_temp;             /* smem [32][EPF__ROUTE_CUB_BYTES_PER_WARP] */
-  int32_t ids_cached;         /* 1: this warp's range is one batch and ids[] holds this lane's
-                                 entries (set by epf_route_count_block, read by _slots_block) */
+  int32_t ids_cached;         /* 1: this warp's tokens are one batch and ids[] / first hold this
+                                 lane's entries (set by epf_route_count_block, read by _slots_block) */
+  uint32_t first;             /* bit u: the lane's entry of step u is its token's first to its rank */
   int32_t ids[EPF__ROUTE_STEPS];
 } epf_route_ctx_t;
 
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
 
 /* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads: 4 * (max(W * (E + R), 2 * E) + (E + R + 1) + 64) + 512 bytes (rounded),
- *   W = block_threads / 32. Scope: any thread, host or device. Pure. */
+ *   `block_threads` threads: 4 * (max(W * (E + R), 2 * E) + (E + R + 1) + 64 + W * 128) + 512
+ *   bytes (rounded), W = block_threads / 32. Scope: any thread, host or device. Pure. */
 EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
   const size_t W = (size_t)(block_threads / 32);
   const size_t row = (size_t)layout->num_experts + (size_t)layout->nranks;
   size_t hist = W * row;
   if (hist < 2u * (size_t)layout->num_experts) hist = 2u * (size_t)layout->num_experts;
-  return 4u * (epf__route_align4(hist) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS) +
+  return 4u * (epf__route_align4(hist) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS + W * EPF__ROUTE_BATCH) +
          32u * EPF__ROUTE_CUB_BYTES_PER_WARP;
 }
 
@@ -153,8 +157,11 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
  *   index: the buffer of the route group (0 for a real rank, the virtual rank otherwise); rank:
  *   the team rank the block plays; topk_idx: this rank's [num_tokens][K] ids; block_index in
  *   [0, num_blocks), num_blocks <= route->layout.max_blocks; smem: epf_route_smem_bytes bytes,
- *   16-byte aligned. Reads the epoch word (a plain load: call it before the rank's blocks meet in
- *   epf_route_merge_block, which is what makes block 0's later epoch store safe). */
+ *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
+ *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
+ *   every block's scratch row, which is what makes that store safe).
+ *   Token partition: block b owns tokens [T b / B, T (b + 1) / B), split again over its warps in
+ *   order; a fused kernel may rely on it (examples/03_fused_moe_layer). */
 EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
                                                      const void* topk_idx, int num_tokens, int block_index,
                                                      int num_blocks, int64_t* recv_total_mapped, void* smem) {
@@ -162,6 +169,7 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   const epf_route_layout_t* L = &route->layout;
   const size_t row = (size_t)L->num_experts + (size_t)L->nranks;
   size_t hist;
+  int64_t b0, b1, n;
   c.header = (epf_route_header_t*)epf_route_ptr(route, index, EPF_ROUTE_HEADER);
   c.expert_count = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_EXPERT_COUNT);
   c.rank_count = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RANK_COUNT);
@@ -174,7 +182,7 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.recv_segment = (epf_route_segment_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_SEGMENT);
   c.recv_src_offset = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_SRC_OFFSET);
   c.recv_rm_offset = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_RM_OFFSET);
-  c.scratch = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_SCRATCH);
+  c.scratch = (uint64_t*)epf_route_ptr(route, index, EPF_ROUTE_SCRATCH);
   c.epoch_word = epf_route_epoch_ptr(route, index);
   c.topk_idx = topk_idx;
   c.recv_total_mapped = recv_total_mapped;
@@ -193,6 +201,12 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.block_index = block_index;
   c.num_blocks = num_blocks;
   c.num_warps = (int32_t)(blockDim.x >> 5);
+  c.batch_tokens = EPF__ROUTE_BATCH / (L->top_k > 0 ? L->top_k : 1);
+  b0 = (int64_t)num_tokens * block_index / num_blocks;
+  b1 = (int64_t)num_tokens * (block_index + 1) / num_blocks;
+  n = b1 - b0;
+  c.t0 = (int32_t)(b0 + n * epf_warp_id() / c.num_warps);
+  c.t1 = (int32_t)(b0 + n * (epf_warp_id() + 1) / c.num_warps);
   c.epoch = *c.epoch_word + 1u;
   c.status = EPF_OK;
   c.recv_capacity = L->recv_capacity;
@@ -201,61 +215,14 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.hist = (int32_t*)smem;
   c.tot = c.hist + epf__route_align4(hist);
   c.misc = c.tot + epf__route_align4(row + 1u);
-  c.cub_temp = (void*)(c.misc + EPF__ROUTE_MISC_INTS);
+  c.stage = c.misc + EPF__ROUTE_MISC_INTS;
+  c.cub_temp = (void*)(c.stage + (size_t)c.num_warps * EPF__ROUTE_BATCH);
   c.ids_cached = 0;
+  c.first = 0u;
   return c;
 }
 
 /* ---- private helpers ------------------------------------------------------------------------ */
-
-/* entry i of topk_idx as an expert id in [-1, E); ids outside [-1, E) give -1 and count into
- * *dropped (when not NULL) */
-EPF_DEVICE_INLINE int epf__route_expert(const epf_route_ctx_t* c, int64_t i, uint32_t* dropped) {
-  const int64_t v = c->index64 ? ((const int64_t*)c->topk_idx)[i] : (int64_t)((const int32_t*)c->topk_idx)[i];
-  if (v >= -1 && v < (int64_t)c->num_experts) return (int)v;
-  if (dropped != NULL) *dropped += 1u;
-  return -1;
-}
-
-/* this warp's tokens [*t0, *t1): the block's share of [0, T), split again over the warps, in order */
-EPF_DEVICE_INLINE void epf__route_warp_range(const epf_route_ctx_t* c, int64_t* t0, int64_t* t1) {
-  const int64_t T = c->num_tokens;
-  const int64_t b0 = T * c->block_index / c->num_blocks, b1 = T * (c->block_index + 1) / c->num_blocks;
-  const int64_t n = b1 - b0, w = epf_warp_id(), W = c->num_warps;
-  *t0 = b0 + n * w / W;
-  *t1 = b0 + n * (w + 1) / W;
-}
-
-/* destination-rank bit mask of token t (all zero when !valid) */
-EPF_DEVICE_INLINE void epf__route_token_mask(const epf_route_ctx_t* c, int64_t t, bool valid, uint32_t* m) {
-  int q, k;
-#pragma unroll
-  for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) m[q] = 0u;
-  if (!valid) return;
-  for (k = 0; k < c->top_k; k += EPF__ROUTE_IDS) {
-    int ev[EPF__ROUTE_IDS], u;
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_IDS; ++u) ev[u] = k + u < c->top_k ? epf__route_expert(c, t * c->top_k + k + u, NULL) : -1;
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_IDS; ++u) {
-      if (ev[u] >= 0) {
-        const int d = ev[u] / c->experts_per_rank;
-#pragma unroll
-        for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
-          if (q == (d >> 5)) m[q] |= 1u << (d & 31);
-      }
-    }
-  }
-}
-
-EPF_DEVICE_INLINE uint32_t epf__route_mask_bit(const uint32_t* m, int r) {
-  uint32_t word = 0u;
-  int q;
-#pragma unroll
-  for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
-    if (q == (r >> 5)) word = m[q];
-  return (word >> (r & 31)) & 1u;
-}
 
 /* epf__route_block_status — epf__block_status with one barrier in the common case: when no
  * thread of the block failed (one __syncthreads_or) the answer is EPF_OK, exactly what
@@ -296,6 +263,119 @@ EPF_DEVICE_INLINE int epf__route_block_exclusive_sum(int x, int* out_total, int*
   return r;
 }
 
+/* epf__route_batch_load — this lane's entries of one batch: entry 32 u + lane of the batch that
+ * starts at (token, k) entry i0 and holds nb entries, as an expert id in [-1, E) (ev[u] = -1 past
+ * the batch). Ids outside [-1, E) give -1 and count into *dropped (when not NULL). [warp] */
+EPF_DEVICE_INLINE void epf__route_batch_load(const epf_route_ctx_t* c, int64_t i0, int nb, int* ev, uint32_t* dropped) {
+  const int lane = epf_lane_id();
+  int64_t v[EPF__ROUTE_STEPS];
+  int u;
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+    const int j = 32 * u + lane;
+    v[u] = -1;
+    if (j < nb)
+      v[u] = c->index64 ? ((const int64_t*)c->topk_idx)[i0 + j] : (int64_t)((const int32_t*)c->topk_idx)[i0 + j];
+  }
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+    const bool ok = v[u] >= -1 && v[u] < (int64_t)c->num_experts;
+    if (!ok && dropped != NULL) *dropped += 1u;
+    ev[u] = ok ? (int)v[u] : -1;
+  }
+}
+
+/* epf__route_batch_first — which of this lane's entries are their token's FIRST entry (lowest k)
+ * to their destination rank: bit u of the result for entry 32 u + lane. The batch's destination
+ * ranks go through the warp's c->stage row; each entry compares with its token's earlier entries
+ * (at most K - 1 shared-memory reads). Works for any K and R. [collective:warp] */
+EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, const int* ev) {
+  const int lane = epf_lane_id(), K = c->top_k, EL = c->experts_per_rank;
+  int32_t* S = c->stage + epf_warp_id() * EPF__ROUTE_BATCH;
+  uint32_t first = 0u;
+  int u;
+  __syncwarp(); /* the previous batch's reads of S are done */
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) S[32 * u + lane] = ev[u] >= 0 ? ev[u] / EL : -1;
+  __syncwarp();
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+    const int j = 32 * u + lane;
+    const int d = S[j];
+    if (d >= 0) {
+      int q = j - j % K;
+      while (q < j && S[q] != d) ++q;
+      if (q == j) first |= 1u << u;
+    }
+  }
+  return first;
+}
+
+/* epf__route_fill_warp — the warp stores `n` bytes of value `byte` at p (4-byte stores where p and
+ * n allow). [collective:warp]; ends with __syncwarp (the stores are ordered before the warp's
+ * later stores to the same bytes). */
+EPF_DEVICE_INLINE void epf__route_fill_warp(void* p, int64_t n, uint8_t byte) {
+  const int lane = epf_lane_id();
+  int64_t x;
+  if (((uintptr_t)p & 3u) == 0u && (n & 3) == 0) {
+    const uint32_t w = 0x01010101u * byte;
+#pragma unroll 1
+    for (x = lane; x < (n >> 2); x += 32) ((uint32_t*)p)[x] = w;
+  } else {
+#pragma unroll 1
+    for (x = lane; x < n; x += 32) ((uint8_t*)p)[x] = byte;
+  }
+  __syncwarp();
+}
+
+/* epf__route_wait_words — slow path of epf__route_sum_words: wait (bounded by w) until each of the
+ * n words p[i * stride] carries `epoch`. Returns EPF_OK or the first failure (recorded by the wait;
+ * peer = peer0 + i for the diagnostic, -1 when peer0 < 0). Out of line: one copy of the spin loop
+ * and its diagnostics, whatever the number of call sites. */
+EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_words(const uint64_t* p, int64_t stride, int n, uint32_t epoch,
+                                                       int peer0, epf_wait_t w) {
+  int i;
+  for (i = 0; i < n; ++i) {
+    const epf_status_t st = epf_signal_wait_sys(p + (int64_t)i * stride, epoch, w, peer0 < 0 ? -1 : peer0 + i, NULL);
+    if (st != EPF_OK) return st;
+  }
+  return EPF_OK;
+}
+
+/* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
+ * (epoch << 32 | count) word that must carry `epoch`: *tot = all, *pre = those with i < split;
+ * keep (may be NULL): the first EPF__ROUTE_ROWS counts. Loads EPF__ROUTE_ROWS words per round
+ * trip (ld.relaxed.sys: peers' words, or the rank's own scratch); when a word does not carry the
+ * epoch yet, waits for the batch (epf__route_wait_words) and loads it again. After a failure
+ * (kept in *st; later batches do not wait) words without the epoch count 0. */
+EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
+                                            int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre, int* keep) {
+  int i0, u, a = 0, b = 0;
+  for (i0 = 0; i0 < n; i0 += EPF__ROUTE_ROWS) {
+    uint64_t v[EPF__ROUTE_ROWS];
+    for (;;) {
+      bool all = true;
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_ROWS; ++u)
+        v[u] = i0 + u < n ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride) : (uint64_t)epoch << 32;
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_ROWS; ++u) all = all && epf_signal_epoch(v[u]) == epoch;
+      if (all || *st != EPF_OK) break;
+      *st = epf__route_wait_words(p + (int64_t)i0 * stride, stride, n - i0 < EPF__ROUTE_ROWS ? n - i0 : EPF__ROUTE_ROWS,
+                                  epoch, peer0 < 0 ? -1 : peer0 + i0, w);
+    }
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+      const int cnt = epf_signal_epoch(v[u]) == epoch ? (int)(uint32_t)v[u] : 0;
+      if (keep != NULL && i0 == 0) keep[u] = cnt;
+      a += cnt;
+      if (i0 + u < split) b += cnt;
+    }
+  }
+  *tot = a;
+  *pre = b;
+}
+
 /* ---- pass 1 ----------------------------------------------------------------------------------- */
 
 /* epf_route_count_block — pass 1 over this block's tokens: per-warp counts per expert and per
@@ -304,16 +384,19 @@ EPF_DEVICE_INLINE int epf__route_block_exclusive_sum(int x, int* out_total, int*
  *   Scope:    [collective:block] [uniform-args] every thread, converged; exactly one block per
  *             (rank, block_index) of an update.
  *   Does:     warp w of the block owns a contiguous token range (blocks in order, warps in order
- *             inside). Entries (t, k) are visited 32 at a time in (t, k) order; __match_any_sync
- *             groups equal experts and the group's highest lane adds the group size into the
- *             warp's own row of c->hist (no atomics). Destination-rank masks: with K a power of
- *             two <= 32 and R <= 32 an OR over each token's K lanes of the same step (no second
- *             load of the ids); otherwise tokens are visited again, one per lane. Then c->hist columns become exclusive prefixes over warps
- *             and the block totals [E counts, R counts, dropped] go to scratch[block_index]
- *             (with num_blocks == 1 also to c->tot: they are the rank's totals).
- *             Block 0 also resets header->status.
- *   Memory:   reads topk_idx; writes token_in_rank rows [0, T) of its tokens and its scratch row
- *             (plain stores, published by epf_route_merge_block). Smem: c->hist, c->misc.
+ *             inside) and walks it in batches of whole tokens (at most 128 entries). Entries
+ *             (t, k) are visited 32 at a time in (t, k) order; __match_any_sync groups equal
+ *             experts and the group's highest lane adds the group size into the warp's own row of
+ *             c->hist (no atomics). An entry that is its token's first to its destination rank
+ *             (epf__route_batch_first) counts for that rank the same way and sets
+ *             is_token_in_rank[t][rank] (the batch's rows are zeroed first). Then c->hist columns
+ *             become exclusive prefixes over warps and the block totals [E counts, R counts,
+ *             dropped] go to scratch[block_index] as (epoch << 32 | count) words (with
+ *             num_blocks == 1 to c->tot instead: they are the rank's totals). Block 0 also resets
+ *             header->status.
+ *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
+ *             scratch row (st.relaxed.gpu, each word carries the epoch: no fence, no flag).
+ *             Smem: c->hist, c->stage, c->misc.
  *   [smem-reuse] starts with a __syncthreads. */
 EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   typedef cub::WarpReduce<int> epf__warp_reduce_t;
@@ -321,103 +404,43 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   EPF_STATIC_ASSERT(sizeof(epf__warp_reduce_temp_t) <= EPF__ROUTE_CUB_BYTES_PER_WARP, "cub temp storage");
   const int lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
-  int32_t* H = c->hist + (int64_t)warp * row;
-  uint32_t dropped = 0u, cnt[EPF__ROUTE_MASK_WORDS];
-  int64_t t0, t1, i0, tb;
-  int x, q;
+  int32_t* H = c->hist + warp * row;
+  uint32_t dropped = 0u;
+  int x, tb;
   __syncthreads();
   if (threadIdx.x == 0) {
     c->misc[EPF__ROUTE_MISC_DROPPED] = 0;
     if (c->block_index == 0) c->header->status = EPF_OK;
   }
-  __syncthreads();
   for (x = lane; x < row; x += 32) H[x] = 0;
-  __syncwarp();
-  epf__route_warp_range(c, &t0, &t1);
+  c->ids_cached = c->t1 - c->t0 <= c->batch_tokens;
+  __syncthreads();
 
-  /* (token, k) entries in order: per-expert counts. Fused (K a power of two <= 32, R <= 32): a
-   * token's K entries are K aligned lanes of one 32-entry step, so an OR over those lanes gives
-   * its destination-rank mask in its first lane, and is_token_in_rank / the per-rank counts come
-   * from the ids already loaded (no second pass over the ids). */
-  const bool fused = K <= 32 && (K & (K - 1)) == 0 && R <= 32;
-  const int kshift = __ffs(K) - 1;
-  uint32_t rcnt = 0u; /* fused: lane r < R keeps the count of rank r */
-  c->ids_cached = (t1 - t0) * K <= 32 * EPF__ROUTE_STEPS;
-  for (i0 = t0 * K; i0 < t1 * K; i0 += 32 * EPF__ROUTE_STEPS) {
+  for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
+    const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
     int ev[EPF__ROUTE_STEPS], u;
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-      const int64_t i = i0 + 32 * u + lane;
-      ev[u] = i < t1 * K ? epf__route_expert(c, i, &dropped) : -1;
-      c->ids[u] = ev[u];
-    }
+    uint32_t first;
+    epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
+    first = epf__route_batch_first(c, ev);
+    epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int e = ev[u];
-      const uint32_t peers = __match_any_sync(0xffffffffu, e);
-      if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] += __popc(peers);
+      const int d = (first >> u) & 1u ? e / c->experts_per_rank : -1;
+      const uint32_t pe = __match_any_sync(0xffffffffu, e);
+      const uint32_t pd = __match_any_sync(0xffffffffu, d);
+      if (e >= 0 && lane == 31 - __clz((int)pe)) H[e] += __popc(pe);
+      if (d >= 0) {
+        if (lane == 31 - __clz((int)pd)) H[E + d] += __popc(pd);
+        c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
+      }
       __syncwarp();
-      if (fused) {
-        const int64_t i = i0 + 32 * u + lane;
-        uint32_t m = e >= 0 ? 1u << (e / c->experts_per_rank) : 0u;
-        int o, r;
-        for (o = 1; o < K; o <<= 1) m |= __shfl_xor_sync(0xffffffffu, m, o);
-        /* lane % K == 0 starts a token (the warp's range starts at a token, K divides 32) */
-        const bool lead = (lane & (K - 1)) == 0 && i < t1 * K;
-        if (lead) {
-          uint8_t* dst = c->token_in_rank + (i >> kshift) * R;
-          if ((R & 3) == 0) {
-            for (r = 0; r < R; r += 4)
-              *(uint32_t*)(dst + r) = ((m >> r) & 1u) | (((m >> (r + 1)) & 1u) << 8) | (((m >> (r + 2)) & 1u) << 16) |
-                                      (((m >> (r + 3)) & 1u) << 24);
-          } else {
-            for (r = 0; r < R; ++r) dst[r] = (uint8_t)((m >> r) & 1u);
-          }
-        }
-        for (r = 0; r < R; ++r) {
-          const uint32_t bal = __ballot_sync(0xffffffffu, lead && ((m >> r) & 1u));
-          if (lane == r) rcnt += (uint32_t)__popc(bal);
-        }
-      }
     }
-  }
-  if (fused) {
-    if (lane < R) H[E + lane] = (int32_t)rcnt;
-  } else {
-    /* tokens, one per lane: destination masks, is_token_in_rank, per-rank counts (lane-held:
-     * lane l keeps the count of rank 32 q + l in cnt[q]) */
+    if (c->ids_cached) {
 #pragma unroll
-    for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) cnt[q] = 0u;
-    for (tb = t0; tb < t1; tb += 32) {
-      const int64_t t = tb + lane;
-      const bool valid = t < t1;
-      uint32_t m[EPF__ROUTE_MASK_WORDS];
-      int r;
-      epf__route_token_mask(c, t, valid, m);
-      if (valid) {
-        uint8_t* dst = c->token_in_rank + t * R;
-        if ((R & 3) == 0) {
-          for (r = 0; r < R; r += 4) {
-            const uint32_t v = epf__route_mask_bit(m, r) | (epf__route_mask_bit(m, r + 1) << 8) |
-                               (epf__route_mask_bit(m, r + 2) << 16) | (epf__route_mask_bit(m, r + 3) << 24);
-            *(uint32_t*)(dst + r) = v;
-          }
-        } else {
-          for (r = 0; r < R; ++r) dst[r] = (uint8_t)epf__route_mask_bit(m, r);
-        }
-      }
-#pragma unroll
-      for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) {
-        int b;
-        for (b = 0; b < 32 && q * 32 + b < R; ++b) {
-          const uint32_t bal = __ballot_sync(0xffffffffu, (m[q] >> b) & 1u);
-          if (lane == b) cnt[q] += (uint32_t)__popc(bal);
-        }
-      }
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) c->ids[u] = ev[u];
+      c->first = first;
     }
-#pragma unroll
-    for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q)
-      if (q * 32 + lane < R) H[E + q * 32 + lane] = (int32_t)cnt[q];
   }
   {
     const int n = epf__warp_reduce_t(*(epf__warp_reduce_temp_t*)((char*)c->cub_temp + warp * EPF__ROUTE_CUB_BYTES_PER_WARP))
@@ -426,87 +449,67 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   }
   __syncthreads();
 
-  /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row (and, with one
-   * block per rank, straight into c->tot: they are the rank's totals, no merge needed) */
+  /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row, or with one
+   * block per rank straight into c->tot (they are the rank's totals, no merge needed) */
   {
-    int32_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
+    uint64_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
+    const uint64_t tag = (uint64_t)c->epoch << 32;
     const bool single = c->num_blocks == 1;
-    for (x = (int)threadIdx.x; x < row; x += (int)blockDim.x) {
+    for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int32_t run = 0;
       int w;
-      for (w = 0; w < W; ++w) {
-        const int32_t v = c->hist[(int64_t)w * row + x];
-        c->hist[(int64_t)w * row + x] = run;
-        run += v;
+      if (x < row) {
+        for (w = 0; w < W; ++w) {
+          const int32_t v = c->hist[w * row + x];
+          c->hist[w * row + x] = run;
+          run += v;
+        }
+      } else {
+        run = c->misc[EPF__ROUTE_MISC_DROPPED];
       }
-      part[x] = run;
-      if (single) c->tot[x] = run;
-    }
-    if (threadIdx.x == 0) {
-      part[row] = c->misc[EPF__ROUTE_MISC_DROPPED];
-      if (single) c->tot[row] = c->misc[EPF__ROUTE_MISC_DROPPED];
+      if (single)
+        c->tot[x] = run;
+      else
+        epf_st_relaxed_gpu_u64(part + x, tag | (uint32_t)run);
     }
   }
 }
 
 /* ---- the rank's blocks meet ------------------------------------------------------------------- */
 
-/* epf_route_merge_block — the rank's blocks meet (when num_blocks > 1), then every block adds
- *   the counts of the blocks before it to its warps' prefixes and gets the rank's totals. With
- *   num_blocks == 1 there is nothing to meet or merge (no barrier, no scratch read back): the
- *   totals epf_route_count_block left in c->tot are the rank's.
+/* epf_route_merge_block — every block of the rank gets the counts of the blocks before it (added
+ *   to its warps' prefixes) and the rank's totals. With num_blocks == 1 there is nothing to merge
+ *   (the totals epf_route_count_block left in c->tot are the rank's).
  *   Scope:    [collective:block] [uniform-args] after epf_route_count_block, in every block of the
  *             rank; the rank's num_blocks blocks must be co-resident [needs-co-residency] [blocking].
- *   Does:     barrier on header->barrier (epoch << 32 | arrivals; the last block to arrive stores
- *             epoch << 32, the others wait for it, bounded by w); then c->hist[w][x] += the
- *             scratch counts of blocks < block_index; c->tot = the rank's totals [E + R + 1].
- *             Block 0 writes expert_count, rank_count, header rank / num_tokens / dropped_routes
- *             and adds dropped ids to w.record->dropped_routes.
- *   Result:   [result:all] EPF_OK, or the barrier's failure (also kept in c->status).
- *   Memory:   .gpu acq_rel atomic / release store / acquire wait on the barrier word (cumulative
- *             over the block's scratch stores through __syncthreads); scratch read with
- *             ld.relaxed.gpu. */
+ *   Does:     thread x loads word x of every block's scratch row (ld.relaxed.gpu, 16 rows per
+ *             round trip); a word whose epoch is not this update's is waited for (bounded by w:
+ *             epf_signal_wait_sys, the diagnostic names the word). No barrier word, no fence: each
+ *             count carries its epoch. Then c->hist[w][x] += counts of blocks < block_index;
+ *             c->tot = the rank's totals [E + R + 1]. Block 0 writes expert_count, rank_count,
+ *             header rank / num_tokens / dropped_routes and adds dropped ids to
+ *             w.record->dropped_routes.
+ *   Result:   [result:all] EPF_OK, or a wait's failure (also kept in c->status). */
 EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wait_t w) {
   const int E = c->num_experts, R = c->nranks, row = E + R, W = c->num_warps, B = c->num_blocks;
   epf_status_t st = EPF_OK;
   int x;
   __syncthreads();
   if (B > 1) {
-    if (threadIdx.x == 0) {
-      uint64_t* word = &c->header->barrier;
-      const uint64_t old = epf_atom_add_acq_rel_gpu_u64(word, 1ull);
-      if ((uint32_t)old == (uint32_t)(B - 1))
-        epf_st_release_gpu_u64(word, (uint64_t)c->epoch << 32);
-      else
-        st = epf_signal_wait_sys(word, c->epoch, w, -1, NULL);
-      epf_fence_acq_rel_gpu();
+    for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
+      int base, total, wi;
+      epf__route_sum_words(c->scratch + x, row + 1, B, c->block_index, c->epoch, -1, w, &st, &total, &base, NULL);
+      if (x < row && base != 0)
+        for (wi = 0; wi < W; ++wi) c->hist[wi * row + x] += base;
+      c->tot[x] = total;
     }
     st = epf__route_block_status(st);
     if (st != EPF_OK) {
       c->status = st;
       return st;
     }
-    for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
-      int32_t base = 0, total = 0;
-      int b, u, wi;
-      for (b = 0; b < B; b += EPF__ROUTE_MERGE_ROWS) {
-        int32_t v[EPF__ROUTE_MERGE_ROWS];
-#pragma unroll
-        for (u = 0; u < EPF__ROUTE_MERGE_ROWS; ++u)
-          v[u] = b + u < B ? (int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)c->scratch + (int64_t)(b + u) * (row + 1) + x) : 0;
-#pragma unroll
-        for (u = 0; u < EPF__ROUTE_MERGE_ROWS; ++u) {
-          if (b + u < c->block_index) base += v[u];
-          total += v[u];
-        }
-      }
-      if (x < row && base != 0)
-        for (wi = 0; wi < W; ++wi) c->hist[(int64_t)wi * row + x] += base;
-      c->tot[x] = total;
-    }
   }
-  /* B == 1: epf_route_count_block left the totals in c->tot and the prefixes need no base */
-  __syncthreads();
+  /* B == 1: the __syncthreads above made epf_route_count_block's c->tot visible */
   if (c->block_index == 0) {
     for (x = (int)threadIdx.x; x < E; x += (int)blockDim.x) c->expert_count[x] = c->tot[x];
     for (x = (int)threadIdx.x; x < R; x += (int)blockDim.x) c->rank_count[x] = c->tot[E + x];
@@ -522,34 +525,29 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
 
 /* ---- count exchange --------------------------------------------------------------------------- */
 
-/* epf_route_publish_block — publish this rank's totals to its share of the peers and signal them.
+/* epf_route_publish_block — publish this rank's totals into its share of the peers' windows.
  *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
  *             Block b of the rank serves peers p = b, b + num_blocks, ... (so every peer is
  *             served once per update by exactly one block; this rank is its own peer).
- *   Does:     COUNTS[parity = epoch & 1][src = rank][0 .. E + R) of peer p = c->tot (uint32),
- *             __syncthreads, then SIG_COUNT[rank] of peer p = (epoch, tokens rank -> p) with a
- *             .sys release store (epf_signal_set_sys).
- *   Memory:   plain stores to peers, then .sys release (cumulative over the block through
- *             __syncthreads). Parity: a rank writes parity P of a peer again only at epoch + 2,
- *             which it reaches only after that peer has signalled epoch + 1, i.e. after the peer's
- *             update of this epoch (a separate kernel, or a later phase in a fused kernel) has
- *             finished reading parity P. A fused persistent kernel must keep that order. */
+ *   Does:     COUNTS[parity = epoch & 1][src = rank][0 .. E + R) of peer p = (epoch << 32 |
+ *             c->tot[x]) with .sys relaxed 8-byte stores. No signal, no fence: every word carries
+ *             its epoch (NCCL's LL idea), so the reader (epf_route_offsets_block) validates each
+ *             word it loads and the exchange costs one store and one load round trip.
+ *   Memory:   st.relaxed.sys u64 to peers (single-copy atomic: aligned 8-byte words).
+ *             Parity: a rank writes parity P of a peer again only at epoch + 2, which it reaches
+ *             only after that peer has published epoch + 1, i.e. after the peer's update of this
+ *             epoch (a separate kernel, or a later phase in a fused kernel) has finished reading
+ *             parity P. A fused persistent kernel must keep that order. */
 EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan) {
   const int E = c->num_experts, R = c->nranks, row = E + R, B = c->num_blocks, bi = c->block_index;
   const int parity = (int)(c->epoch & 1u);
   const int np = bi < R ? (R - bi + B - 1) / B : 0;
   const uint64_t counts_off = epf_plan_counts_offset(plan, parity, team.rank, 0);
-  const uint64_t sig_off = epf_plan_signal_offset(plan, EPF_REGION_SIG_COUNT, team.rank);
-  int64_t qi;
-  int i;
-  for (qi = threadIdx.x; qi < (int64_t)np * row; qi += blockDim.x) {
-    const int pi = (int)(qi / row), x = (int)(qi - (int64_t)pi * row), p = bi + pi * B;
-    ((uint32_t*)epf_peer_ptr(team, counts_off, p))[x] = (uint32_t)c->tot[x];
-  }
-  __syncthreads();
-  for (i = (int)threadIdx.x; i < np; i += (int)blockDim.x) {
-    const int p = bi + i * B;
-    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team, sig_off, p), c->epoch, (uint32_t)c->tot[E + p]);
+  const uint64_t tag = (uint64_t)c->epoch << 32;
+  int qi;
+  for (qi = (int)threadIdx.x; qi < np * row; qi += (int)blockDim.x) {
+    const int pi = qi / row, x = qi - pi * row, p = bi + pi * B;
+    epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, tag | (uint32_t)c->tot[x]);
   }
 }
 
@@ -558,91 +556,86 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
 /* epf_route_slots_block — pass 2: slot and destination rank of every (t, k) of this block's
  *   tokens, and (RANK_MAJOR) the rank-major slot of every (t, destination).
  *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
- *   Does:     the same walk as pass 1 (when a warp's range is one batch of 32 x
- *             EPF__ROUTE_STEPS entries, on the ids epf_route_count_block left in c->ids, not
- *             loaded again: call both with the same ctx); slot(t, k) = c->hist[warp][e] (blocks
- *             and warps before) + the number of equal experts in lower lanes of the same 32-entry
- *             step; the group's highest lane then advances c->hist[warp][e]. slot = dst = -1 for
- *             -1 and dropped ids. Rank-major: per destination r a ballot over the lanes' tokens.
- *   Memory:   plain coalesced stores to slot / dst_rank / rm_slot rows [0, T). No peer access. */
+ *   Does:     the same walk as pass 1 (when a warp's tokens are one batch, on the ids
+ *             epf_route_count_block left in the ctx, not loaded again: call both with the same
+ *             ctx); slot(t, k) = c->hist[warp][e] (blocks and warps before) + the number of equal
+ *             experts in lower lanes of the same 32-entry step; the group's highest lane then
+ *             advances c->hist[warp][e]. slot = dst = -1 for -1 and dropped ids. Rank-major: the
+ *             batch's rm_slot rows are set to -1, then each token's first entry to rank d takes
+ *             the next slot of column E + d the same way.
+ *   Memory:   plain coalesced stores to slot / dst_rank / rm_slot rows. No peer access. */
 EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   const int lane = epf_lane_id(), warp = epf_warp_id();
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
   const uint32_t lt = (1u << lane) - 1u;
-  int32_t* H = c->hist + (int64_t)warp * row;
-  int64_t t0, t1, i0, tb;
-  epf__route_warp_range(c, &t0, &t1);
-  for (i0 = t0 * K; i0 < t1 * K; i0 += 32 * EPF__ROUTE_STEPS) {
+  const bool rm = c->rank_major && c->rm_slot != NULL;
+  int32_t* H = c->hist + warp * row;
+  int tb;
+  for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
+    const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
+    const int64_t i0 = (int64_t)tb * K;
     int ev[EPF__ROUTE_STEPS], u;
+    uint32_t first = 0u;
+    if (c->ids_cached) {
 #pragma unroll
-    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-      const int64_t i = i0 + 32 * u + lane;
-      ev[u] = c->ids_cached ? c->ids[u] : i < t1 * K ? epf__route_expert(c, i, NULL) : -1;
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) ev[u] = c->ids[u];
+      first = c->first;
+    } else {
+      epf__route_batch_load(c, i0, nt * K, ev, NULL);
+      if (rm) first = epf__route_batch_first(c, ev);
     }
+    if (rm) epf__route_fill_warp(c->rm_slot + (int64_t)tb * R, (int64_t)nt * R * 4, 0xff);
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-      const int64_t i = i0 + 32 * u + lane;
-      const int e = ev[u];
-      const uint32_t peers = __match_any_sync(0xffffffffu, e);
+      const int j = 32 * u + lane, e = ev[u];
+      const uint32_t pe = __match_any_sync(0xffffffffu, e);
       int32_t base = 0, slot = -1, dst = -1;
       if (e >= 0) {
         base = H[e];
-        slot = base + __popc(peers & lt);
+        slot = base + __popc(pe & lt);
         dst = e / c->experts_per_rank;
       }
       __syncwarp();
-      if (e >= 0 && lane == 31 - __clz((int)peers)) H[e] = base + __popc(peers);
-      __syncwarp();
-      if (i < t1 * K) {
-        c->slot[i] = slot;
-        c->dst_rank[i] = dst;
+      if (e >= 0 && lane == 31 - __clz((int)pe)) H[e] = base + __popc(pe);
+      if (j < nt * K) {
+        c->slot[i0 + j] = slot;
+        c->dst_rank[i0 + j] = dst;
       }
-    }
-  }
-  if (c->rank_major && c->rm_slot != NULL) {
-    int32_t run[EPF__ROUTE_MASK_WORDS];
-    int q;
-#pragma unroll
-    for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) run[q] = q * 32 + lane < R ? H[E + q * 32 + lane] : 0;
-    for (tb = t0; tb < t1; tb += 32) {
-      const int64_t t = tb + lane;
-      const bool valid = t < t1;
-      uint32_t m[EPF__ROUTE_MASK_WORDS];
-      epf__route_token_mask(c, t, valid, m);
-#pragma unroll
-      for (q = 0; q < EPF__ROUTE_MASK_WORDS; ++q) {
-        int b;
-        for (b = 0; b < 32 && q * 32 + b < R; ++b) {
-          const uint32_t bit = (m[q] >> b) & 1u;
-          const uint32_t bal = __ballot_sync(0xffffffffu, bit);
-          const int32_t base = __shfl_sync(0xffffffffu, run[q], b);
-          if (valid) c->rm_slot[t * R + q * 32 + b] = bit ? base + __popc(bal & lt) : -1;
-          if (lane == b) run[q] += __popc(bal);
+      if (rm) {
+        const int d = (first >> u) & 1u ? dst : -1;
+        const uint32_t pd = __match_any_sync(0xffffffffu, d);
+        int32_t rbase = 0;
+        __syncwarp();
+        if (d >= 0) {
+          rbase = H[E + d];
+          c->rm_slot[(int64_t)(tb + j / K) * R + d] = rbase + __popc(pd & lt);
         }
+        __syncwarp();
+        if (d >= 0 && lane == 31 - __clz((int)pd)) H[E + d] = rbase + __popc(pd);
       }
+      __syncwarp();
     }
   }
 }
 
-/* epf_route_wait_counts_block — wait for every peer's count signal of this epoch.
- *   Scope:    [collective:block] [uniform-args] [blocking] any block of the rank that reads the
- *             exchanged counts (epf_route_offsets_block) calls it first.
- *   Does:     thread s (strided) waits for SIG_COUNT[s] of this rank's own window to reach the
- *             epoch (epf_signal_wait_sys: bounded, recorded in w.record on expiry, abort word).
- *   Result:   [result:all] EPF_OK, or the failure by priority (TIMEOUT > ABORTED > PEER_MASKED);
- *             also kept in c->status by the caller (epf_route_update_block).
- *   Memory:   .sys acquire per source, then fence.acq_rel.sys in the waiting threads, then
- *             __syncthreads: the block may read every source's COUNTS row of this parity. */
+/* epf_route_wait_counts_block — wait until every peer's count words of this epoch have arrived.
+ *   Scope:    [collective:block] [uniform-args] [blocking]. Optional: epf_route_offsets_block
+ *             waits for each word it reads by itself; a fused kernel that reads the COUNTS region
+ *             directly calls this first.
+ *   Does:     thread x (strided over the R x (E + R) words of this parity) loads each word and
+ *             waits (bounded, w) until it carries this epoch.
+ *   Result:   [result:all] EPF_OK, or the failure by priority (TIMEOUT > ABORTED > PEER_MASKED).
+ *   Memory:   ld.relaxed.sys / ld.acquire.sys of the own window's COUNTS. */
 EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t* c, epf_team_t team,
                                                            const epf_plan_t* plan, epf_wait_t w) {
+  const int row = c->num_experts + c->nranks;
+  const uint64_t* C = (const uint64_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
   epf_status_t st = EPF_OK;
-  int s;
-  for (s = (int)threadIdx.x; s < c->nranks; s += (int)blockDim.x) {
-    const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_COUNT, s);
-    const epf_status_t x = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), c->epoch, w, s, NULL);
-    if (x != EPF_OK && st == EPF_OK) st = x;
+  int q;
+  for (q = (int)threadIdx.x; q < row; q += (int)blockDim.x) {
+    int tot, pre;
+    epf__route_sum_words(C + q, row, c->nranks, 0, c->epoch, 0, w, &st, &tot, &pre, NULL);
   }
-  if ((int)threadIdx.x < c->nranks) epf_fence_acq_rel_sys();
   return epf__route_block_status(st);
 }
 
@@ -679,154 +672,126 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
   }
 }
 
-/* sum over sources s of C[s][x] (*tot) and over s < me (*pre); C rows of `row` uint32 */
-EPF_DEVICE_INLINE void epf__route_column_sums(const uint32_t* C, int row, int x, int R, int me, int* tot, int* pre) {
-  int s, u, a = 0, p = 0;
-  for (s = 0; s < R; s += EPF__ROUTE_ROWS) {
-    int v[EPF__ROUTE_ROWS];
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_ROWS; ++u) v[u] = s + u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)(s + u) * row + x) : 0;
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-      a += v[u];
-      if (s + u < me) p += v[u];
-    }
-  }
-  *tot = a;
-  *pre = p;
-}
-
 /* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
- *   Scope:    [collective:block] [uniform-args] after epf_route_wait_counts_block returned EPF_OK
- *             (and after pass 2: it reuses c->hist). Block b of the rank serves destinations
- *             d = b, b + num_blocks, ...; block rank % num_blocks is the RECEIVER block.
- *   Does:     for each served d and local expert j (e = d * EL + j):
+ *   Scope:    [collective:block] [uniform-args] [blocking] after pass 2 (it reuses c->hist), in
+ *             block 0 of the rank (one block computes every destination: E experts are one or
+ *             two block-wide steps).
+ *   Does:     thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for words
+ *             that do not carry this epoch yet (bounded by w); d = e / EL, j = e % EL:
  *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
- *               begin_d[j] = sum_{j' < j} padded_d[j'] (block scan),
- *               send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e].
- *             RANK_MAJOR, block 0: send_rm_offset[d] = sum_{s < rank} C[s][E + d] for every d.
- *             Receiver block: recv_segment[j] = {begin, count, padded, 0}, recv_src_offset[j][s] =
- *             begin + sum_{s' < s} C[s'][e] (s = 0..R), RANK_MAJOR recv_rm_offset[s] =
- *             sum_{s' < s} C[s'][E + rank] (s = 0..R); header recv_rows (plan layout), recv_rows_em,
- *             recv_overflow = max(0, recv_rows - recv_capacity); *c->recv_total_mapped =
- *             recv_rows (.sys store); then the pad rows' metadata (epf_route_mark_pad_rows_block)
- *             unless EPF_ROUTE_FLAG_NO_PAD_MARK.
+ *               begin_d[j] = sum_{j' < j} padded_d[j'] (one block scan over all e, restarted at
+ *               each destination), send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e].
+ *             RANK_MAJOR: send_rm_offset[d] = sum_{s < rank} C[s][E + d] for every d.
+ *             This rank's segment: recv_segment[j] = {begin, count, padded, 0}, recv_src_offset[j][s]
+ *             = begin + sum_{s' < s} C[s'][e] (s = 0..R), RANK_MAJOR recv_rm_offset[s] =
+ *             sum_{s' < s} C[s'][E + rank] (s = 0..R); header recv_rows (plan layout),
+ *             recv_rows_em, recv_overflow = max(0, recv_rows - recv_capacity);
+ *             *c->recv_total_mapped = recv_rows (.sys store); then the pad rows' metadata
+ *             (epf_route_mark_pad_rows_block) unless EPF_ROUTE_FLAG_NO_PAD_MARK.
+ *   Result:   [result:all] EPF_OK, or a wait's failure (then the offsets are not valid).
  *   Memory:   ld.relaxed.sys of the own window's COUNTS; plain stores to the route buffer. */
-EPF_DEVICE_INLINE void epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan) {
+EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan,
+                                                       epf_wait_t w) {
   const int E = c->num_experts, R = c->nranks, EL = c->experts_per_rank, row = E + R;
-  const int me = team.rank, B = c->num_blocks, bi = c->block_index, A = c->alignment;
-  const uint32_t* C = (const uint32_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
-  const bool receiver = bi == me % B;
-  const bool few = R <= EPF__ROUTE_ROWS; /* one batch of loads covers every source */
-  int64_t rows_em = 0, rows_rm = 0;
-  int d, s;
-  for (d = bi; d < R; d += B) {
-    int carry = 0, j0;
-    for (j0 = 0; j0 < EL; j0 += (int)blockDim.x) {
-      const int j = j0 + (int)threadIdx.x, e = d * EL + j;
-      const bool valid = j < EL;
-      int tot = 0, pre = 0, padded, excl, agg, u;
-      int v[EPF__ROUTE_ROWS]; /* few: every source's count of e, kept for recv_src_offset */
+  const int me = team.rank, A = c->alignment;
+  const uint64_t* C = (const uint64_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
+  int32_t* seg_start = c->hist; /* [R]: block-scan value at each destination's first expert */
+  epf_status_t st = EPF_OK;
+  int carry = 0, e0, d;
+  __syncthreads(); /* pass 2's last reads of c->hist */
+  for (e0 = 0; e0 < E; e0 += (int)blockDim.x) {
+    const int e = e0 + (int)threadIdx.x;
+    const bool valid = e < E;
+    const int dd = valid ? e / EL : 0, j = valid ? e - dd * EL : 0;
+    int tot = 0, pre = 0, padded, excl, agg, u;
+    int v[EPF__ROUTE_ROWS]; /* R <= EPF__ROUTE_ROWS: every source's count of e */
 #pragma unroll
-      for (u = 0; u < EPF__ROUTE_ROWS; ++u) v[u] = 0;
-      if (valid) {
-        if (few) {
-#pragma unroll
-          for (u = 0; u < EPF__ROUTE_ROWS; ++u)
-            v[u] = u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)u * row + e) : 0;
+    for (u = 0; u < EPF__ROUTE_ROWS; ++u) v[u] = 0;
+    if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, w, &st, &tot, &pre, v);
+    padded = valid ? (tot + A - 1) / A * A : 0;
+    excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
+    carry += agg;
+    if (valid && j == 0) seg_start[dd] = excl;
+    __syncthreads();
+    if (valid) {
+      const int begin = excl - seg_start[dd];
+      c->send_offset[e] = begin + pre;
+      if (dd == me) {
+        epf_route_segment_t sg;
+        int run = begin;
+        sg.begin = begin;
+        sg.count = tot;
+        sg.padded_count = padded;
+        sg.reserved = 0;
+        c->recv_segment[j] = sg;
+        if (R <= EPF__ROUTE_ROWS) {
 #pragma unroll
           for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-            tot += v[u];
-            if (u < me) pre += v[u];
+            if (u < R) c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
+            run += v[u];
           }
         } else {
-          epf__route_column_sums(C, row, e, R, me, &tot, &pre);
-        }
-      }
-      padded = (tot + A - 1) / A * A;
-      excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
-      carry += agg;
-      if (valid) {
-        c->send_offset[e] = excl + pre;
-        if (d == me) {
-          epf_route_segment_t sg;
-          int run = excl;
-          sg.begin = excl;
-          sg.count = tot;
-          sg.padded_count = padded;
-          sg.reserved = 0;
-          c->recv_segment[j] = sg;
-          if (few) {
-#pragma unroll
-            for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-              if (u < R) c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
-              run += v[u];
-            }
-          } else {
-            for (s = 0; s < R; s += EPF__ROUTE_ROWS) {
-              int w[EPF__ROUTE_ROWS];
-#pragma unroll
-              for (u = 0; u < EPF__ROUTE_ROWS; ++u)
-                w[u] = s + u < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)(s + u) * row + e) : 0;
-#pragma unroll
-              for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-                if (s + u < R) c->recv_src_offset[(int64_t)j * (R + 1) + s + u] = run;
-                run += w[u];
-              }
-            }
+          int s;
+          for (s = 0; s < R; ++s) {
+            c->recv_src_offset[(int64_t)j * (R + 1) + s] = run;
+            run += (int)(uint32_t)epf_ld_relaxed_sys_u64(C + (int64_t)s * row + e); /* validated above */
           }
-          c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;
         }
+        c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;
+        if (j == EL - 1) c->misc[EPF__ROUTE_MISC_ROWS_EM] = begin + padded;
       }
     }
-    if (d == me) rows_em = carry;
   }
-  if (c->rank_major && bi == 0) {
+  if (c->rank_major) {
+    int rcarry = 0, s0;
     for (d = (int)threadIdx.x; d < R; d += (int)blockDim.x) {
       int tot, pre;
-      epf__route_column_sums(C, row, E + d, me, me, &tot, &pre); /* sources s < me only */
+      epf__route_sum_words(C + E + d, row, me, me, c->epoch, 0, w, &st, &tot, &pre, NULL); /* s < me */
       c->send_rm_offset[d] = tot;
     }
-  }
-  if (!receiver) return;
-  if (c->rank_major) {
-    int carry = 0, s0;
     for (s0 = 0; s0 < R; s0 += (int)blockDim.x) {
       const int si = s0 + (int)threadIdx.x;
-      const int v = si < R ? (int)epf_ld_relaxed_sys_u32(C + (int64_t)si * row + E + me) : 0;
-      int agg;
-      const int excl = carry + epf__route_block_exclusive_sum(v, &agg, c->misc, c->cub_temp);
-      carry += agg;
+      int v = 0, agg, excl;
+      if (si < R) {
+        const uint64_t* p = C + (int64_t)si * row + E + me;
+        int z;
+        epf__route_sum_words(p, 0, 1, 0, c->epoch, si, w, &st, &v, &z, NULL);
+      }
+      excl = rcarry + epf__route_block_exclusive_sum(v, &agg, c->misc, c->cub_temp);
+      rcarry += agg;
       if (si < R) c->recv_rm_offset[si] = excl;
     }
-    if (threadIdx.x == 0) c->recv_rm_offset[R] = carry;
-    rows_rm = carry;
+    if (threadIdx.x == 0) {
+      c->recv_rm_offset[R] = rcarry;
+      c->misc[EPF__ROUTE_MISC_ROWS_RM] = rcarry;
+    }
   }
+  st = epf__route_block_status(st); /* also orders misc */
+  if (st != EPF_OK) return st;
   if (threadIdx.x == 0) {
-    const int64_t rows = c->rank_major ? rows_rm : rows_em;
+    const int64_t rows_em = EL > 0 ? c->misc[EPF__ROUTE_MISC_ROWS_EM] : 0;
+    const int64_t rows = c->rank_major ? (int64_t)c->misc[EPF__ROUTE_MISC_ROWS_RM] : rows_em;
     c->header->recv_rows = rows;
     c->header->recv_rows_em = rows_em;
     c->header->recv_overflow = rows > c->recv_capacity ? rows - c->recv_capacity : 0;
     if (c->recv_total_mapped != NULL) epf_st_relaxed_sys_u64((uint64_t*)c->recv_total_mapped, (uint64_t)rows);
   }
-  if (c->mark_pads) {
-    __syncthreads(); /* this block's recv_segment stores are visible to the whole block */
-    epf_route_mark_pad_rows_block(team, plan, c->recv_segment, EL);
-  }
+  if (c->mark_pads) epf_route_mark_pad_rows_block(team, plan, c->recv_segment, EL);
+  return EPF_OK;
 }
 
-/* epf_route_finish_block — end of an update: the receiver block records a failure (header
- *   status, recv_rows = -1, *recv_total_mapped = -status); block 0 stores the new epoch.
+/* epf_route_finish_block — end of an update: block 0 records a failure (header status,
+ *   recv_rows = -1, *recv_total_mapped = -status) and stores the new epoch.
  *   Scope:    [collective:block] [uniform-args] last phase, in every block of the rank.
- *   Memory:   plain stores; the epoch store needs no ordering inside the update (the rank's blocks
- *             read the epoch before epf_route_merge_block, and the next update is a later kernel
- *             on the same stream). */
+ *   Memory:   plain stores; the epoch store needs no ordering inside the update (every block of
+ *             the rank read the epoch before its scratch row, and block 0 has read every row; the
+ *             next update is a later kernel on the same stream). */
 EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_status_t st) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (st != EPF_OK) {
     atomicCAS(&c->header->status, (uint32_t)EPF_OK, (uint32_t)st);
-    if (c->exchange && c->block_index == c->rank % c->num_blocks) {
+    if (c->exchange && c->block_index == 0) {
       c->header->recv_rows = -1;
       if (c->recv_total_mapped != NULL) epf_st_relaxed_sys_u64((uint64_t*)c->recv_total_mapped, (uint64_t)-(int64_t)st);
     }
@@ -837,8 +802,9 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
   }
 }
 
-/* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, wait,
- *   offsets, finish (the phases above, in that order).
+/* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, offsets
+ *   (block 0, which waits for the peers' counts word by word), finish — the phases above, in
+ *   that order.
  *   Scope:    [collective:block] [uniform-args] every thread of each of the rank's num_blocks
  *             blocks (block_index 0 .. num_blocks - 1), converged; with virtual ranks every rank's
  *             blocks in one grid, all co-resident [needs-co-residency] [blocking].
@@ -855,7 +821,8 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
  *             every CUDA graph replay) advances it with no host work. All ranks of a team must
  *             start from the same epoch (epf_route_init's first_epoch) and update in lockstep.
  *   Memory:   see the phases; the route buffer must not be read by other kernels while the
- *             update runs. */
+ *             update runs. SEND_OFFSET and the receive arrays are written by block 0 only: a fused
+ *             kernel whose other blocks read them needs a rank-level rendezvous after this call. */
 EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, int index, epf_team_t team,
                                                       const epf_plan_t* plan, const void* topk_idx, int num_tokens,
                                                       int block_index, int num_blocks, epf_wait_t w,
@@ -869,11 +836,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
   if (st == EPF_OK) {
     if (c.exchange) epf_route_publish_block(&c, team, plan);
     epf_route_slots_block(&c);
-    /* blocks that serve a destination (block 0 always does) read the exchanged counts */
-    if (c.exchange && block_index < c.nranks) {
-      st = epf_route_wait_counts_block(&c, team, plan, w);
-      if (st == EPF_OK) epf_route_offsets_block(&c, team, plan);
-    }
+    if (c.exchange && block_index == 0) st = epf_route_offsets_block(&c, team, plan, w);
   }
   c.status = st;
   epf_route_finish_block(&c, st);

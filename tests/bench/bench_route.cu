@@ -263,47 +263,51 @@ static void time_empty(int grid, int threads, size_t smem, int reps, double* out
 
 /* ---- phase breakdown ------------------------------------------------------------------------------ */
 
-enum { PH_START = 0, PH_COUNT, PH_MERGE, PH_PUBLISH, PH_SLOTS, PH_WAIT, PH_OFFSETS, PH_FINISH, PH_N };
-static const char* const ph_name[PH_N] = {"start", "count", "merge", "publish", "slots", "wait", "offsets", "finish"};
+enum { PH_START = 0, PH_COUNT, PH_MERGE, PH_PUBLISH, PH_SLOTS, PH_OFFSETS, PH_FINISH, PH_N };
+static const char* const ph_name[PH_N] = {"start", "count", "merge", "publish", "slots", "offsets+wait", "finish"};
 
 /* epf_route_update_block's phases in its order, with a clock64 stamp after each (one extra
- * __syncthreads per phase). stamps: [grid][PH_N] of this launch. Virtual ranks only. */
+ * __syncthreads per phase). `iters` updates in one launch (epochs e0 + i; block 0 stores the epoch
+ * word at each finish, the others count it themselves); stamps of the LAST one, so iters = 2
+ * shows the update with warm instruction caches. stamps: [grid][PH_N]. Virtual ranks only. */
 __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
-                                                                        const int64_t* topk, int T, int B, epf_error_record_t* rec,
-                                                                        long long* stamps) {
+                                                                        const int64_t* topk, int T, int B, int iters,
+                                                                        epf_error_record_t* rec, long long* stamps) {
   extern __shared__ uint4 smem[];
   const epf_team_t me = epf_team_for_block(team, 1, B);
   const int index = (int)me.rank, bi = (int)(blockIdx.x % (unsigned)B);
   const int64_t* ids = topk + (int64_t)index * route.layout.max_tokens * route.layout.top_k;
   epf_wait_t w = epf_wait_make(plan.timeout_ns, rec, NULL, me.rank);
   long long* st = stamps + (int64_t)blockIdx.x * PH_N;
-  epf_status_t s = EPF_OK;
+  const uint32_t e0 = *epf_route_epoch_ptr(&route, index) + 1u;
+  for (int it = 0; it < iters; ++it) {
+    epf_status_t s = EPF_OK;
 #define PHASE_STAMP(i)                    \
   do {                                    \
     __syncthreads();                      \
     if (threadIdx.x == 0) st[i] = clock64(); \
   } while (0)
-  PHASE_STAMP(PH_START);
-  epf_route_ctx_t c = epf_route_ctx_make(&route, index, me.rank, ids, T, bi, B, NULL, smem);
-  epf_route_count_block(&c);
-  PHASE_STAMP(PH_COUNT);
-  s = epf_route_merge_block(&c, w);
-  PHASE_STAMP(PH_MERGE);
-  if (s == EPF_OK && c.exchange) epf_route_publish_block(&c, me, &plan);
-  PHASE_STAMP(PH_PUBLISH);
-  if (s == EPF_OK) epf_route_slots_block(&c);
-  PHASE_STAMP(PH_SLOTS);
-  if (s == EPF_OK && c.exchange && bi < c.nranks) s = epf_route_wait_counts_block(&c, me, &plan, w);
-  PHASE_STAMP(PH_WAIT);
-  if (s == EPF_OK && c.exchange && bi < c.nranks) epf_route_offsets_block(&c, me, &plan);
-  PHASE_STAMP(PH_OFFSETS);
-  c.status = s;
-  epf_route_finish_block(&c, s);
-  PHASE_STAMP(PH_FINISH);
+    PHASE_STAMP(PH_START);
+    epf_route_ctx_t c = epf_route_ctx_make(&route, index, me.rank, ids, T, bi, B, NULL, smem);
+    c.epoch = e0 + (uint32_t)it;
+    epf_route_count_block(&c);
+    PHASE_STAMP(PH_COUNT);
+    s = epf_route_merge_block(&c, w);
+    PHASE_STAMP(PH_MERGE);
+    if (s == EPF_OK && c.exchange) epf_route_publish_block(&c, me, &plan);
+    PHASE_STAMP(PH_PUBLISH);
+    if (s == EPF_OK) epf_route_slots_block(&c);
+    PHASE_STAMP(PH_SLOTS);
+    if (s == EPF_OK && c.exchange && bi == 0) s = epf_route_offsets_block(&c, me, &plan, w);
+    PHASE_STAMP(PH_OFFSETS);
+    c.status = s;
+    epf_route_finish_block(&c, s);
+    PHASE_STAMP(PH_FINISH);
 #undef PHASE_STAMP
+  }
 }
 
-static void phase_breakdown(Setup& s, int B, int launches, double clock_khz) {
+static void phase_breakdown(Setup& s, int B, int iters, int launches, double clock_khz) {
   const int grid = B * s.route.count;
   const int threads = epf_route_block_threads(&s.route.layout);
   const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
@@ -313,9 +317,9 @@ static void phase_breakdown(Setup& s, int B, int launches, double clock_khz) {
   std::vector<float> worst[PH_N], b0[PH_N], total;
   EPF_BENCH_CUDA(cudaMalloc(&d_st, h.size() * sizeof(long long)));
   for (int i = 0; i < 20; ++i) /* warm-up, same epochs as below would be reused: keep counting up */
-    phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, s.rec, d_st);
+    phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, iters, s.rec, d_st);
   for (int i = 0; i < launches; ++i)
-    phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, s.rec, d_st + (size_t)i * grid * PH_N);
+    phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, iters, s.rec, d_st + (size_t)i * grid * PH_N);
   EPF_BENCH_CUDA(cudaGetLastError());
   EPF_BENCH_CUDA(cudaDeviceSynchronize());
   EPF_BENCH_CUDA(cudaMemcpy(h.data(), d_st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
@@ -338,7 +342,7 @@ static void phase_breakdown(Setup& s, int B, int launches, double clock_khz) {
     }
     total.push_back(tmax);
   }
-  printf("| %5d | %6d | %6d |", s.R, s.T, B);
+  printf("| %5d | %6d | %6d | %5s |", s.R, s.T, B, iters > 1 ? "warm" : "cold");
   for (int p = 1; p < PH_N; ++p) printf(" %5.2f / %5.2f |", median(worst[p]), median(b0[p]));
   printf(" %6.2f |\n", median(total));
   {
@@ -413,10 +417,11 @@ int main(int argc, char** argv) {
   }
 
   printf("\nphase breakdown (clock64 per block, a __syncthreads + stamp after each phase; median of 200 launches;\n"
-         "slowest block / block 0, us; total = slowest block start..finish; E = 256, K = 8, full update)\n\n");
-  printf("| ranks | T/rank | blocks |");
+         "slowest block / block 0, us; total = slowest block start..finish; E = 256, K = 8, full update;\n"
+         "cold = one update per launch, warm = the second of two updates in one launch)\n\n");
+  printf("| ranks | T/rank | blocks | icache |");
   for (int p = 1; p < PH_N; ++p) printf(" %-13s |", ph_name[p]);
-  printf(" total  |\n|-------|--------|--------|");
+  printf(" total  |\n|-------|--------|--------|--------|");
   for (int p = 1; p < PH_N; ++p) printf("---------------|");
   printf("--------|\n");
   {
@@ -427,7 +432,7 @@ int main(int argc, char** argv) {
       Setup s;
       setup(s, pc[i].R, 256, 8, pc[i].T, 0u);
       if ((int64_t)pc[i].B * s.route.count <= s.route.resident_blocks && pc[i].B <= s.route.layout.max_blocks)
-        phase_breakdown(s, pc[i].B, 200, (double)clock_khz);
+        for (int iters = 1; iters <= 2; ++iters) phase_breakdown(s, pc[i].B, iters, 200, (double)clock_khz);
       teardown(s);
     }
   }

@@ -284,7 +284,7 @@ static void expected_sizes(const epf_config_t* r, uint64_t* s) {
       s[EPF_REGION_SIG_BARRIER] = 8 * R;
   s[EPF_REGION_SIG_LL_DISPATCH] = ll ? 8 * 2 * EL * R : 0;
   s[EPF_REGION_SIG_LL_COMBINE] = ll ? 8 * 2 * R : 0;
-  s[EPF_REGION_COUNTS] = 4 * 2 * R * (E + R);
+  s[EPF_REGION_COUNTS] = 8 * 2 * R * (E + R);
   s[EPF_REGION_RECV_TOKENS] = rows * row_bytes;
   s[EPF_REGION_RECV_SCALES] = r->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4
                                   ? (rows + 127) / 128 * 128 * ((H / 32 + 3) / 4 * 4)
@@ -333,7 +333,7 @@ static void test_plan_random(void** state) {
     /* accessors stay inside their regions */
     assert_true(epf_plan_signal_offset(&p, EPF_REGION_SIG_BARRIER, r.nranks - 1) + 8 <=
                 p.region[EPF_REGION_SIG_BARRIER].offset + p.region[EPF_REGION_SIG_BARRIER].bytes);
-    assert_true(epf_plan_counts_offset(&p, 1, r.nranks - 1, r.num_experts + r.nranks - 1) + 4 ==
+    assert_true(epf_plan_counts_offset(&p, 1, r.nranks - 1, r.num_experts + r.nranks - 1) + 8 ==
                 p.region[EPF_REGION_COUNTS].offset + p.region[EPF_REGION_COUNTS].bytes);
     {
       int64_t last = (int64_t)(p.region[EPF_REGION_RECV_TOKENS].bytes / p.row_bytes) - 1;

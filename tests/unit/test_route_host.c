@@ -58,7 +58,7 @@ static void expected_sizes(const epf_plan_t* p, int K, int T, int B, int exchang
     sz[EPF_ROUTE_RECV_SRC_OFFSET] = 4 * EL * (R + 1);
     sz[EPF_ROUTE_RECV_RM_OFFSET] = rm ? 4 * (R + 1) : 0;
   }
-  sz[EPF_ROUTE_SCRATCH] = 4ull * (uint64_t)B * (E + R + 1);
+  sz[EPF_ROUTE_SCRATCH] = 8ull * (uint64_t)B * (E + R + 1);
 }
 
 static void test_struct_sizes(void** state) {
