@@ -331,7 +331,7 @@ typedef enum epf_region_id {
   EPF_REGION_SIG_BARRIER,      /* [R] team barrier, one per peer */
   EPF_REGION_SIG_LL_DISPATCH,  /* LL: [2 parity][experts_per_rank][R] epoch|count */
   EPF_REGION_SIG_LL_COMBINE,   /* LL: [2 parity][R] */
-  EPF_REGION_COUNTS,           /* [2 parity][R source][E + R] uint64 (epoch << 32 | count): per-expert, then per-rank counts */
+  EPF_REGION_COUNTS,           /* [2 parity][R source][E + R] uint64 count words (epoch << 32 | 1 << 31 | count): per-expert, then per-rank counts */
   EPF_REGION_RECV_TOKENS,      /* HT: [recv_capacity] rows; LL: [2][E_local][R][T] (EM) or [2][R][T] (RM) */
   EPF_REGION_RECV_SCALES,      /* the rows' scales (compact or swizzled); 0 bytes for BF16 */
   EPF_REGION_RECV_META,        /* the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row) */
@@ -741,7 +741,7 @@ typedef enum epf_route_array_id {
                                 starts; [j][R] = segment end before padding (begin + count) */
   EPF_ROUTE_RECV_RM_OFFSET,  /* exchange, RANK_MAJOR: [R + 1] row where source s's tokens start;
                                 [R] = total */
-  EPF_ROUTE_SCRATCH,         /* [max_blocks][E + R + 1] uint64 (epoch << 32 | count): partial counts of the update's blocks */
+  EPF_ROUTE_SCRATCH,         /* [max_blocks][E + R + 1] uint64 count words (epoch << 32 | 1 << 31 | count): partial counts of the update's blocks */
   EPF_ROUTE_ARRAY_COUNT
 } epf_route_array_id_t;
 

@@ -79,6 +79,12 @@
 
 EPF_BEGIN_DECLS
 
+/* EPF__ROUTE_PROBE(i): private instrumentation hook (bench_route defines it to stamp clock64 at
+ * points inside the phases); empty by default. */
+#ifndef EPF__ROUTE_PROBE
+#define EPF__ROUTE_PROBE(i) ((void)0)
+#endif
+
 /* misc shared-memory slots (int32) */
 #define EPF__ROUTE_MISC_WARP_SUMS 0 /* [33]: per-warp sums, [32] = block total */
 #define EPF__ROUTE_MISC_DROPPED 40
@@ -109,7 +115,7 @@ typedef struct epf_route_ctx {
   epf_route_segment_t* recv_segment; /* [EL] or NULL */
   int32_t* recv_src_offset;   /* [EL][R + 1] or NULL */
   int32_t* recv_rm_offset;    /* [R + 1] or NULL */
-  uint64_t* scratch;          /* [max_blocks][E + R + 1] (epoch << 32 | count) */
+  uint64_t* scratch;          /* [max_blocks][E + R + 1] count words (signal.cuh epf_count_word_pack) */
   uint32_t* epoch_word;       /* the route's epoch word for this rank */
   const void* topk_idx;       /* [num_tokens][K] */
   int64_t* recv_total_mapped; /* host-mapped int64 or NULL */
@@ -336,14 +342,14 @@ EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_words(const uint64_t* p, int64
                                                        int peer0, epf_wait_t w) {
   int i;
   for (i = 0; i < n; ++i) {
-    const epf_status_t st = epf_signal_wait_sys(p + (int64_t)i * stride, epoch, w, peer0 < 0 ? -1 : peer0 + i, NULL);
+    const epf_status_t st = epf_count_word_wait_sys(p + (int64_t)i * stride, epoch, w, peer0 < 0 ? -1 : peer0 + i, NULL);
     if (st != EPF_OK) return st;
   }
   return EPF_OK;
 }
 
 /* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
- * (epoch << 32 | count) word that must carry `epoch`: *tot = all, *pre = those with i < split;
+ * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
  * keep (may be NULL): the first EPF__ROUTE_ROWS counts. Loads EPF__ROUTE_ROWS words per round
  * trip (ld.relaxed.sys: peers' words, or the rank's own scratch); when a word does not carry the
  * epoch yet, waits for the batch (epf__route_wait_words) and loads it again. After a failure
@@ -357,16 +363,16 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
       bool all = true;
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_ROWS; ++u)
-        v[u] = i0 + u < n ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride) : (uint64_t)epoch << 32;
+        v[u] = i0 + u < n ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride) : epf_count_word_pack(epoch, 0u);
 #pragma unroll
-      for (u = 0; u < EPF__ROUTE_ROWS; ++u) all = all && epf_signal_epoch(v[u]) == epoch;
+      for (u = 0; u < EPF__ROUTE_ROWS; ++u) all = all && epf_count_word_valid(v[u], epoch);
       if (all || *st != EPF_OK) break;
       *st = epf__route_wait_words(p + (int64_t)i0 * stride, stride, n - i0 < EPF__ROUTE_ROWS ? n - i0 : EPF__ROUTE_ROWS,
                                   epoch, peer0 < 0 ? -1 : peer0 + i0, w);
     }
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-      const int cnt = epf_signal_epoch(v[u]) == epoch ? (int)(uint32_t)v[u] : 0;
+      const int cnt = epf_count_word_valid(v[u], epoch) ? (int)epf_count_word_count(v[u]) : 0;
       if (keep != NULL && i0 == 0) keep[u] = cnt;
       a += cnt;
       if (i0 + u < split) b += cnt;
@@ -391,7 +397,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *             (epf__route_batch_first) counts for that rank the same way and sets
  *             is_token_in_rank[t][rank] (the batch's rows are zeroed first). Then c->hist columns
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
- *             dropped] go to scratch[block_index] as (epoch << 32 | count) words (with
+ *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
  *             num_blocks == 1 to c->tot instead: they are the rank's totals). Block 0 also resets
  *             header->status.
  *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
@@ -415,14 +421,18 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   for (x = lane; x < row; x += 32) H[x] = 0;
   c->ids_cached = c->t1 - c->t0 <= c->batch_tokens;
   __syncthreads();
+  EPF__ROUTE_PROBE(0);
 
   for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
     const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
     int ev[EPF__ROUTE_STEPS], u;
     uint32_t first;
     epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
+    EPF__ROUTE_PROBE(1);
     first = epf__route_batch_first(c, ev);
+    EPF__ROUTE_PROBE(2);
     epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
+    EPF__ROUTE_PROBE(3);
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int e = ev[u];
@@ -436,6 +446,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       }
       __syncwarp();
     }
+    EPF__ROUTE_PROBE(4);
     if (c->ids_cached) {
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_STEPS; ++u) c->ids[u] = ev[u];
@@ -448,12 +459,12 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     if (lane == 0 && n != 0) atomicAdd(&c->misc[EPF__ROUTE_MISC_DROPPED], n);
   }
   __syncthreads();
+  EPF__ROUTE_PROBE(5);
 
   /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row, or with one
    * block per rank straight into c->tot (they are the rank's totals, no merge needed) */
   {
     uint64_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
-    const uint64_t tag = (uint64_t)c->epoch << 32;
     const bool single = c->num_blocks == 1;
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int32_t run = 0;
@@ -470,7 +481,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       if (single)
         c->tot[x] = run;
       else
-        epf_st_relaxed_gpu_u64(part + x, tag | (uint32_t)run);
+        epf_st_relaxed_gpu_u64(part + x, epf_count_word_pack(c->epoch, (uint32_t)run));
     }
   }
 }
@@ -529,8 +540,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
  *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
  *             Block b of the rank serves peers p = b, b + num_blocks, ... (so every peer is
  *             served once per update by exactly one block; this rank is its own peer).
- *   Does:     COUNTS[parity = epoch & 1][src = rank][0 .. E + R) of peer p = (epoch << 32 |
- *             c->tot[x]) with .sys relaxed 8-byte stores. No signal, no fence: every word carries
+ *   Does:     COUNTS[parity = epoch & 1][src = rank][0 .. E + R) of peer p =
+ *             epf_count_word_pack(epoch, c->tot[x]) with .sys relaxed 8-byte stores. No signal, no fence: every word carries
  *             its epoch (NCCL's LL idea), so the reader (epf_route_offsets_block) validates each
  *             word it loads and the exchange costs one store and one load round trip.
  *   Memory:   st.relaxed.sys u64 to peers (single-copy atomic: aligned 8-byte words).
@@ -543,11 +554,10 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
   const int parity = (int)(c->epoch & 1u);
   const int np = bi < R ? (R - bi + B - 1) / B : 0;
   const uint64_t counts_off = epf_plan_counts_offset(plan, parity, team.rank, 0);
-  const uint64_t tag = (uint64_t)c->epoch << 32;
   int qi;
   for (qi = (int)threadIdx.x; qi < np * row; qi += (int)blockDim.x) {
     const int pi = qi / row, x = qi - pi * row, p = bi + pi * B;
-    epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, tag | (uint32_t)c->tot[x]);
+    epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, epf_count_word_pack(c->epoch, (uint32_t)c->tot[x]));
   }
 }
 
@@ -734,7 +744,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
           int s;
           for (s = 0; s < R; ++s) {
             c->recv_src_offset[(int64_t)j * (R + 1) + s] = run;
-            run += (int)(uint32_t)epf_ld_relaxed_sys_u64(C + (int64_t)s * row + e); /* validated above */
+            run += (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)s * row + e)); /* validated above */
           }
         }
         c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;

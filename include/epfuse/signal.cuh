@@ -34,6 +34,8 @@
  *   bool     epf_epoch_reached(uint32_t got, uint32_t want)                        [EPF_HD]
  *   uint64_t epf_signal_pack(uint32_t epoch, uint32_t value)                       [EPF_HD]
  *   uint32_t epf_signal_epoch(uint64_t word), epf_signal_value(uint64_t word)       [EPF_HD]
+ *   uint64_t epf_count_word_pack(uint32_t epoch, uint32_t count)                    [EPF_HD]
+ *   bool     epf_count_word_valid(uint64_t word, uint32_t epoch); uint32_t epf_count_word_count(uint64_t) [EPF_HD]
  *   EPF_MASK_WORDS; epf_mask_init_all(uint32_t* mask, int nranks)                   [EPF_HD]
  *   bool     epf_mask_is_active(const uint32_t* mask, int rank)                   [device]
  *   bool     epf_mask_deactivate_sys(uint32_t* mask, int rank)                    [device]
@@ -44,6 +46,7 @@
  *   void     epf_signal_set_sys(uint64_t* flag, uint32_t epoch, uint32_t value)   [device]
  *   void     epf_signal_add_sys(uint64_t* flag, uint32_t value)                   [device]
  *   epf_status_t epf_signal_wait_sys(const uint64_t* flag, uint32_t epoch, epf_wait_t w, int peer, uint32_t* out_value)
+ *   epf_status_t epf_count_word_wait_sys(const uint64_t* word, uint32_t epoch, epf_wait_t w, int peer, uint32_t* out_count)
  *   epf_status_t epf_epoch_wait_sys_u32(const uint32_t* word, uint32_t epoch, epf_wait_t w, int peer)
  *   epf_status_t epf_handshake_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
  *   epf_status_t epf_barrier_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
@@ -71,6 +74,20 @@ EPF_HD uint64_t epf_signal_pack(uint32_t epoch, uint32_t value) {
 }
 EPF_HD uint32_t epf_signal_epoch(uint64_t word) { return (uint32_t)(word >> 32); }
 EPF_HD uint32_t epf_signal_value(uint64_t word) { return (uint32_t)word; }
+
+/* Count words: a count that carries the epoch of the update that wrote it, so a reader needs no
+ * separate signal or fence (NCCL's LL idea: data and flag in one single-copy-atomic 8-byte store):
+ * (epoch << 32) | 0x80000000 | count, count < 2^31. Bit 31 marks a written word, so zeroed memory
+ * is never valid, whatever the epoch (epochs wrap through 0). The route's count exchange and its
+ * per-block partial counts use them. */
+EPF_HD uint64_t epf_count_word_pack(uint32_t epoch, uint32_t count) {
+  return ((uint64_t)epoch << 32) | 0x80000000u | (uint64_t)(count & 0x7fffffffu);
+}
+/* true when `word` was written with exactly `epoch` (wrap-safe: equality) */
+EPF_HD bool epf_count_word_valid(uint64_t word, uint32_t epoch) {
+  return (word >> 31) == (((uint64_t)epoch << 1) | 1u);
+}
+EPF_HD uint32_t epf_count_word_count(uint64_t word) { return (uint32_t)word & 0x7fffffffu; }
 
 /* ---- active mask ------------------------------------------------------------------------------ */
 
@@ -176,25 +193,30 @@ EPF_DEVICE_INLINE void epf_signal_add_sys(uint64_t* flag, uint32_t value) {
   epf_red_add_release_sys_u64(flag, (uint64_t)value);
 }
 
-/* epf__wait_sys — THE spin loop. Polls `addr` (a u64 signal word whose epoch is the high half, or
- * a plain u32 epoch word) with .sys acquire loads until its epoch reaches `epoch`.
+/* what epf__wait_sys polls */
+#define EPF__WAIT_U32_EPOCH 0 /* a plain u32 epoch word: done when it reaches the epoch */
+#define EPF__WAIT_SIGNAL 1    /* a u64 signal word: done when its epoch half reaches the epoch */
+#define EPF__WAIT_COUNT 2     /* a u64 count word: done when it carries exactly the epoch (epf_count_word_valid) */
+
+/* epf__wait_sys — THE spin loop. Polls `addr` (kind: EPF__WAIT_*) with .sys acquire loads until
+ * it is done.
  * Returns EPF_OK (and the word in *out_word), EPF_ERR_PEER_MASKED (peer already masked: no
  * wait), EPF_ERR_ABORTED, or EPF_ERR_TIMEOUT (recorded; peer masked when w.mask != NULL). */
-EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, bool is_u64, uint32_t epoch,
+EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, int kind, uint32_t epoch,
                                              epf_wait_t w, int peer, uint64_t* out_word) {
   uint64_t word = 0, start = 0;
   uint32_t polls = 0;
   if (w.mask != NULL && peer >= 0 && !epf_mask_is_active(w.mask, peer)) return EPF_ERR_PEER_MASKED;
   for (;;) {
-    uint32_t got;
-    if (is_u64) {
+    bool done;
+    if (kind != EPF__WAIT_U32_EPOCH) {
       word = epf_ld_acquire_sys_u64((const uint64_t*)addr);
-      got = epf_signal_epoch(word);
+      done = kind == EPF__WAIT_COUNT ? epf_count_word_valid(word, epoch) : epf_epoch_reached(epf_signal_epoch(word), epoch);
     } else {
       word = epf_ld_acquire_sys_u32((const uint32_t*)addr);
-      got = (uint32_t)word;
+      done = epf_epoch_reached((uint32_t)word, epoch);
     }
-    if (epf_epoch_reached(got, epoch)) {
+    if (done) {
       if (out_word != NULL) *out_word = word;
       return EPF_OK;
     }
@@ -221,15 +243,26 @@ EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, bool is_u64, uint
 EPF_DEVICE_INLINE epf_status_t epf_signal_wait_sys(const uint64_t* flag, uint32_t epoch, epf_wait_t w,
                                                    int peer, uint32_t* out_value) {
   uint64_t word = 0;
-  epf_status_t st = epf__wait_sys(flag, true, epoch, w, peer, &word);
+  epf_status_t st = epf__wait_sys(flag, EPF__WAIT_SIGNAL, epoch, w, peer, &word);
   if (out_value != NULL) *out_value = st == EPF_OK ? epf_signal_value(word) : 0u;
+  return st;
+}
+
+/* epf_count_word_wait_sys — wait until the count word carries exactly `epoch`
+ *   (epf_count_word_valid); *out_count (may be NULL) gets its count. Scope: one thread.
+ *   Memory: .sys acquire loads; the word is self-validating, nothing else is ordered by it. */
+EPF_DEVICE_INLINE epf_status_t epf_count_word_wait_sys(const uint64_t* word, uint32_t epoch, epf_wait_t w,
+                                                       int peer, uint32_t* out_count) {
+  uint64_t v = 0;
+  const epf_status_t st = epf__wait_sys(word, EPF__WAIT_COUNT, epoch, w, peer, &v);
+  if (out_count != NULL) *out_count = st == EPF_OK ? epf_count_word_count(v) : 0u;
   return st;
 }
 
 /* epf_epoch_wait_sys_u32 — the same for a plain u32 epoch word (the window header's slots). */
 EPF_DEVICE_INLINE epf_status_t epf_epoch_wait_sys_u32(const uint32_t* word, uint32_t epoch,
                                                       epf_wait_t w, int peer) {
-  return epf__wait_sys(word, false, epoch, w, peer, NULL);
+  return epf__wait_sys(word, EPF__WAIT_U32_EPOCH, epoch, w, peer, NULL);
 }
 
 /* ---- team-wide blocks ------------------------------------------------------------------------- */

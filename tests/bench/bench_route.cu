@@ -25,8 +25,17 @@
 #include <string.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
+/* probes inside the route phases (route.cuh's private hook): thread 0 of each block stamps
+ * clock64 at point i into g_probe[blockIdx.x][i] while g_probe is set (phase breakdown only) */
+#define PROBE_N 8
+__device__ long long* g_probe = NULL;
+#define EPF__ROUTE_PROBE(i)                                                            \
+  do {                                                                                 \
+    if (g_probe != NULL && threadIdx.x == 0) g_probe[blockIdx.x * PROBE_N + (i)] = clock64(); \
+  } while (0)
 #include "epf_bench.h"
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_route.cuh"
@@ -307,6 +316,8 @@ __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_r
   }
 }
 
+static std::vector<std::string> details; /* count-phase detail lines, printed after the table */
+
 static void phase_breakdown(Setup& s, int B, int iters, int launches, double clock_khz) {
   const int grid = B * s.route.count;
   const int threads = epf_route_block_threads(&s.route.layout);
@@ -318,11 +329,41 @@ static void phase_breakdown(Setup& s, int B, int iters, int launches, double clo
   EPF_BENCH_CUDA(cudaMalloc(&d_st, h.size() * sizeof(long long)));
   for (int i = 0; i < 20; ++i) /* warm-up, same epochs as below would be reused: keep counting up */
     phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, iters, s.rec, d_st);
-  for (int i = 0; i < launches; ++i)
+  char detail[256];
+  long long* d_probe;
+  std::vector<long long> hp((size_t)launches * grid * PROBE_N);
+  EPF_BENCH_CUDA(cudaMalloc(&d_probe, hp.size() * sizeof(long long)));
+  for (int i = 0; i < launches; ++i) {
+    long long* pp = d_probe + (size_t)i * grid * PROBE_N;
+    EPF_BENCH_CUDA(cudaMemcpyToSymbolAsync(g_probe, &pp, sizeof(pp), 0, cudaMemcpyHostToDevice, 0));
     phase_kernel<<<grid, threads, smem>>>(s.route, team, s.plan, s.topk, s.T, B, iters, s.rec, d_st + (size_t)i * grid * PH_N);
+  }
+  {
+    long long* none = NULL;
+    EPF_BENCH_CUDA(cudaMemcpyToSymbolAsync(g_probe, &none, sizeof(none), 0, cudaMemcpyHostToDevice, 0));
+  }
   EPF_BENCH_CUDA(cudaGetLastError());
   EPF_BENCH_CUDA(cudaDeviceSynchronize());
   EPF_BENCH_CUDA(cudaMemcpy(h.data(), d_st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  EPF_BENCH_CUDA(cudaMemcpy(hp.data(), d_probe, hp.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  {
+    /* block 0's count phase in detail: start -> probe 0 -> ... -> probe 5 -> count end */
+    std::vector<float> seg[PROBE_N];
+    for (int i = 0; i < launches; ++i) {
+      const long long* x = &h[(size_t)i * grid * PH_N];
+      const long long* q = &hp[(size_t)i * grid * PROBE_N];
+      long long prev = x[PH_START];
+      for (int p = 0; p < 6; ++p) {
+        seg[p].push_back((float)((double)(q[p] - prev) / clock_khz * 1e3));
+        prev = q[p];
+      }
+      seg[6].push_back((float)((double)(x[PH_COUNT] - prev) / clock_khz * 1e3));
+    }
+    snprintf(detail, sizeof(detail), "count detail, block 0 (us): ctx+zero %.2f, ids load %.2f, first-entry %.2f, fill %.2f, "
+           "match+hist %.2f, reduce+sync %.2f, prefix+scratch %.2f",
+           median(seg[0]), median(seg[1]), median(seg[2]), median(seg[3]), median(seg[4]), median(seg[5]), median(seg[6]));
+  }
+  EPF_BENCH_CUDA(cudaFree(d_probe));
   for (int i = 0; i < launches; ++i) {
     float tmax = 0.f;
     for (int p = 1; p < PH_N; ++p) {
@@ -345,6 +386,8 @@ static void phase_breakdown(Setup& s, int B, int iters, int launches, double clo
   printf("| %5d | %6d | %6d | %5s |", s.R, s.T, B, iters > 1 ? "warm" : "cold");
   for (int p = 1; p < PH_N; ++p) printf(" %5.2f / %5.2f |", median(worst[p]), median(b0[p]));
   printf(" %6.2f |\n", median(total));
+  details.push_back(std::string(s.R == 1 ? "1 rank" : "8 ranks") + ", T " + std::to_string(s.T) + ", B " + std::to_string(B) +
+                    (iters > 1 ? " warm: " : " cold: ") + detail);
   {
     epf_error_record_t rec;
     EPF_BENCH_CUDA(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
@@ -436,6 +479,8 @@ int main(int argc, char** argv) {
       teardown(s);
     }
   }
+  printf("\n");
+  for (size_t i = 0; i < details.size(); ++i) printf("%s\n", details[i].c_str());
   return 0;
 }
 /* SPDX-License-Identifier: Apache-2.0 */
