@@ -3,23 +3,33 @@
  * Learning objectives
  *   - Plan a window with host.h (epf_plan_compute) and give every virtual rank its own slice of
  *     one cudaMalloc: epf_team_virtual(window, plan.total_bytes, 0, R).
- *   - Run one high-throughput (HT) round with the ready-made launchers: epf_route_update (count
- *     exchange, slots, offsets) -> epf_ht_dispatch (rows into their final slots, quantized on the
- *     way for MXFP8 / FP8) -> [epf_ht_expand for rank-major] -> your experts -> epf_ht_combine
- *     (weighted FP32 reduction in k order, BF16 out).
- *   - Check the result bit for bit against a CPU reference (examples/common/ex_common.h).
- * Key concepts: virtual ranks (docs/concepts.md), the plan's regions (docs/layouts.md), route
- *   epochs (every launch reads its epoch on the device, so a round is graph-capturable), caller-
- *   owned state (epf_ht_state_t, zeroed once), the error record (host-mapped, read without a sync).
+ *   - Run one high-throughput (HT, --mode ht, the default) round with the ready-made launchers:
+ *     epf_route_update (count exchange, slots, offsets) -> epf_ht_dispatch (rows into their final
+ *     slots, quantized on the way for MXFP8 / FP8) -> [epf_ht_expand for rank-major] -> your
+ *     experts -> epf_ht_combine (weighted FP32 reduction in k order, BF16 out).
+ *   - Or one low-latency (LL, --mode ll) round, the decode-time path (kernels_ll.cuh): no route
+ *     update (every (expert, source) pair has fixed receive slots, so nothing is exchanged before
+ *     the rows move): epf_ll_dispatch (send + receive fused, all R ranks in one launch; rows stay
+ *     in the window, zero copy) -> your experts (they find the round's parity in the dispatch's
+ *     `round` output, on the device) -> epf_ll_combine (k-order FP32 reduction, BF16 out; with the
+ *     BF16 payload the experts overwrite their inputs and the sources PULL the outputs,
+ *     EPF_LL_Y_IN_PLACE_PULL; quantized payloads write y to a caller buffer that the combine
+ *     pushes, EPF_LL_Y_FIXED).
+ *   - Check the result bit for bit against a CPU reference (examples/common/ex_common.h): the
+ *     same reference and the same checks for both modes.
+ * Key concepts: virtual ranks (docs/concepts.md), the plan's regions (docs/layouts.md), epochs
+ *   (every launch reads its epoch on the device, so a round is graph-capturable), caller-owned
+ *   state (epf_ht_state_t zeroed once; epf_ll_state_t set by epf_ll_state_reset), the error record
+ *   (host-mapped, read without a sync). LL: expert-major only (RANK_MAJOR is refused with
+ *   EPF_ERR_LAYOUT), fixed slots [2 parity][local expert][source][T] (docs/low-latency.md).
  * When to use it: to develop and test MoE kernels with every protocol path exercised but no
  *   cluster; to measure the kernels' HBM efficiency (every "link" byte is an HBM byte here).
  * Performance notes: with virtual ranks all traffic is HBM traffic on one GPU, so the table
  *   compares each stage's bytes with a device-to-device copy measured in the same run; the numbers
- *   are not NVLink numbers. Timed iterations run route + dispatch + combine back to back (no
- *   expert stage), like tests/bench/bench_ht.cu; see docs/performance.md for the conventions.
- *
- * Low-latency mode (--mode ll) is not wired into this demo yet: see tests/gpu/test_ll.cu and
- * docs/low-latency.md for the LL launchers (kernels_ll.cuh).
+ *   are not NVLink numbers. Timed iterations run the round without the expert stage (HT: route +
+ *   dispatch + combine, like tests/bench/bench_ht.cu; LL: dispatch + combine, each one captured
+ *   CUDA graph, like tests/bench/bench_ll.cu), enqueued back to back with an event between every
+ *   two stages; the bytes follow the HT convention of docs/performance.md in both modes.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -28,28 +38,32 @@
 
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_ht.cuh"
+#include "epfuse/kernels_ll.cuh"
 #include "ex_common.h"
 
+#define EX_WARMUP 3 /* timed iterations that do not count */
+
 typedef struct {
-  int R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest;
+  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest;
   uint64_t seed;
 } opts_t;
 
 static void usage(const char* argv0) {
-  printf("usage: %s [--ranks 8] [--tokens 4096] [--hidden 7168] [--topk 8] [--experts 256]\n"
-         "          [--mode ht] [--layout em|rm] [--payload bf16|mxfp8|fp8] [--iters 20]\n"
+  printf("usage: %s [--mode ht|ll] [--ranks 8] [--tokens 4096 (ht) | 128 (ll)] [--hidden 7168]\n"
+         "          [--topk 8] [--experts 256] [--layout em|rm] [--payload bf16|mxfp8|fp8] [--iters 20]\n"
          "          [--samples 512 | --verify-all] [--seed N] [--ctest]\n"
-         "  An R-rank EP team as virtual ranks on one GPU: route -> dispatch -> experts (a per-expert\n"
-         "  scale) -> combine, checked bit for bit against a CPU reference on --samples tokens (all\n"
-         "  tokens with --verify-all), then timed.\n"
-         "  --mode: only ht (high-throughput) is supported by this demo today; ll (low-latency) is\n"
-         "          not wired in yet (see tests/gpu/test_ll.cu).\n"
+         "  An R-rank EP team as virtual ranks on one GPU: dispatch -> experts (a per-expert scale) ->\n"
+         "  combine, checked bit for bit against a CPU reference on --samples tokens (all tokens with\n"
+         "  --verify-all), then timed.\n"
+         "  --mode ht: high-throughput (default): route update, dispatch, experts, combine; 4096 tokens.\n"
+         "  --mode ll: low-latency (decode): fixed-slot dispatch, experts, combine; 128 tokens per rank;\n"
+         "             expert-major only (--layout rm is refused).\n"
          "  --ctest: exit 77 instead of 1 when no GPU is present (CTest reports \"Not Run\").\n",
          argv0);
 }
 
 static int parse(int argc, char** argv, opts_t* o) {
-  o->R = 8; o->T = 4096; o->H = 7168; o->K = 8; o->E = 256;
+  o->mode = EPF_MODE_HT; o->R = 8; o->T = -1; o->H = 7168; o->K = 8; o->E = 256;
   o->layout = EPF_LAYOUT_EXPERT_MAJOR; o->payload = EPF_PAYLOAD_BF16;
   o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345;
   for (int i = 1; i < argc; ++i) {
@@ -64,9 +78,13 @@ static int parse(int argc, char** argv, opts_t* o) {
     if (!strcmp(a, "--ctest")) { o->ctest = 1; continue; }
     if (!strcmp(a, "--mode") && v) {
       ++i;
-      if (!strcmp(v, "ht")) continue;
-      fprintf(stderr, "--mode %s: this demo supports only ht today (LL: tests/gpu/test_ll.cu)\n", v);
-      return 2;
+      if (!strcmp(v, "ht")) o->mode = EPF_MODE_HT;
+      else if (!strcmp(v, "ll")) o->mode = EPF_MODE_LL;
+      else {
+        fprintf(stderr, "--mode %s: ht (high-throughput) or ll (low-latency)\n", v);
+        return 2;
+      }
+      continue;
     }
     if (!strcmp(a, "--layout") && v) {
       ++i;
@@ -87,8 +105,143 @@ static int parse(int argc, char** argv, opts_t* o) {
     fprintf(stderr, "unknown argument %s\n", a);
     return 2;
   }
+  if (o->T == -1) o->T = o->mode == EPF_MODE_LL ? 128 : 4096; /* decode vs prefill batch per rank */
   if (o->R < 1 || o->T < 1 || o->K < 1 || o->E < o->R || o->E % o->R || o->iters < 1) return 2;
   return 0;
+}
+
+/* ============================================================================================ */
+/* Shared by both modes: inputs, error record, verification, timing, the table                   */
+/* ============================================================================================ */
+
+static const char* payload_name(int p) {
+  return p == EPF_PAYLOAD_BF16 ? "bf16" : p == EPF_PAYLOAD_MXFP8 ? "mxfp8" : "fp8-128";
+}
+
+/* host inputs, packed per virtual rank: x [R][T][H] BF16, topk [R][T][K] int32, w [R][T][K] */
+typedef struct {
+  uint16_t* x;
+  int32_t* topk;
+  float* w;
+} inputs_t;
+
+/* BF16 rows, K distinct random experts per token (repeats only if K > E), weights; from *seed */
+static void make_inputs(const opts_t* o, uint64_t* seed, inputs_t* in) {
+  const int H = o->H, K = o->K, E = o->E;
+  const int64_t n = (int64_t)o->R * o->T;
+  in->x = (uint16_t*)malloc((size_t)n * H * 2);
+  in->topk = (int32_t*)malloc((size_t)n * K * 4);
+  in->w = (float*)malloc((size_t)n * K * 4);
+  if (!in->x || !in->topk || !in->w) {
+    fprintf(stderr, "out of host memory for the inputs\n");
+    exit(1);
+  }
+  for (int64_t i = 0; i < n * H; ++i) {
+    const uint64_t r = ex_rand(seed);
+    in->x[i] = ex_bf16_rne((float)((int64_t)(r % 20001) - 10000) / 1000.0f);
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int k = 0; k < K; ++k) {
+      int e, dup;
+      do {
+        e = (int)(ex_rand(seed) % (uint64_t)E);
+        dup = 0;
+        for (int j = 0; j < k; ++j) dup |= in->topk[t * K + j] == e;
+      } while (dup && K <= E);
+      in->topk[t * K + k] = e;
+      in->w[t * K + k] = (float)(ex_rand(seed) % 1000) / 997.0f;
+    }
+}
+
+/* copy the inputs into fresh device buffers of the same [R][T][...] layout */
+static void upload_inputs(const opts_t* o, const inputs_t* in, void** d_x, void** d_topk, float** d_w) {
+  const int64_t n = (int64_t)o->R * o->T;
+  EX_CK(cudaMalloc(d_topk, (size_t)n * o->K * 4));
+  EX_CK(cudaMalloc((void**)d_w, (size_t)n * o->K * 4));
+  EX_CK(cudaMalloc(d_x, (size_t)n * o->H * 2));
+  EX_CK(cudaMemcpy(*d_topk, in->topk, (size_t)n * o->K * 4, cudaMemcpyHostToDevice));
+  EX_CK(cudaMemcpy(*d_w, in->w, (size_t)n * o->K * 4, cudaMemcpyHostToDevice));
+  EX_CK(cudaMemcpy(*d_x, in->x, (size_t)n * o->H * 2, cudaMemcpyHostToDevice));
+}
+
+/* the host-mapped error record: the device writes it, the host reads it without a sync */
+static void record_make(epf_error_record_t** rec_h, epf_error_record_t** rec_d) {
+  EX_CK(cudaHostAlloc((void**)rec_h, sizeof(**rec_h), cudaHostAllocMapped));
+  EX_CK(cudaHostGetDevicePointer((void**)rec_d, *rec_h, 0));
+  epf_error_clear(*rec_h);
+}
+
+/* 0 when the record is clean; else print it and return 1 */
+static int record_check(const epf_error_record_t* rec_h) {
+  epf_error_record_t rec;
+  epf_error_read(rec_h, &rec);
+  if (rec.status != 0 || rec.recv_overflow != 0 || rec.dropped_routes != 0) {
+    fprintf(stderr, "error record: %s, peer %d, overflow %u, dropped routes %u\n",
+            epf_status_name((epf_status_t)rec.status), rec.peer, rec.recv_overflow, rec.dropped_routes);
+    return 1;
+  }
+  return 0;
+}
+
+/* Compare the combine output d_out ([R][T][H] BF16) with ex_ref_combine on --samples tokens (all
+ * with --verify-all; sampled tokens drawn from *seed). Prints the banner and the verdict; returns
+ * the number of tokens that differ. */
+static int64_t verify_out(const opts_t* o, const epf_plan_t* plan, const inputs_t* in, const void* d_out,
+                          uint64_t* seed, const char* what) {
+  const int T = o->T, H = o->H, K = o->K;
+  const int64_t n = (int64_t)o->R * T;
+  uint16_t* out = (uint16_t*)malloc((size_t)n * H * 2);
+  float* scratch = (float*)malloc((size_t)3 * H * 4);
+  uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
+  EX_CK(cudaMemcpy(out, d_out, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
+  const int64_t nver = o->verify_all || o->samples >= n ? n : o->samples;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < nver; ++i) {
+    const int64_t t = o->verify_all || o->samples >= n ? i : (int64_t)(ex_rand(seed) % (uint64_t)n);
+    ex_ref_combine(plan, in->x + t * H, in->topk + t * K, in->w + t * K, scratch, want);
+    if (memcmp(want, out + t * H, (size_t)H * 2) != 0) {
+      if (bad < 5) {
+        int h = 0;
+        while (want[h] == out[t * H + h]) ++h;
+        fprintf(stderr, "MISMATCH rank %lld token %lld h %d: got %04x want %04x\n", (long long)(t / T),
+                (long long)(t % T), h, out[t * H + h], want[h]);
+      }
+      ++bad;
+    }
+  }
+  printf("epfuse demo: %d virtual ranks on one GPU, T=%d H=%d top-%d of %d experts, %s, payload %s\n", o->R, T, H, K,
+         o->E, what, payload_name(o->payload));
+  printf("verify: %lld of %lld tokens bit-exact vs CPU reference%s: %s\n", (long long)(nver - bad), (long long)nver,
+         nver < n ? " (sample; --verify-all for all)" : "", bad ? "FAILED" : "OK");
+  free(out);
+  free(scratch);
+  free(want);
+  return bad;
+}
+
+/* One timed stage of a mode: enqueue stage `stage` of the round on stream s. */
+typedef void (*stage_fn_t)(void* ctx, int stage, cudaStream_t s);
+
+/* time_stages — `it` iterations of stages 0 .. nst-1, enqueued back to back on s with an event
+ * before the first stage and after every stage (no host gap inside the timed region), one sync at
+ * the end. t[stage * it + i]: milliseconds of `stage` in iteration i. */
+static void time_stages(int it, int nst, stage_fn_t run, void* ctx, cudaStream_t s, float* t) {
+  const int nev = it * (nst + 1);
+  cudaEvent_t* ev = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * (size_t)nev);
+  for (int i = 0; i < nev; ++i) EX_CK(cudaEventCreate(&ev[i]));
+  for (int i = 0; i < it; ++i) {
+    EX_CK(cudaEventRecord(ev[i * (nst + 1)], s));
+    for (int st = 0; st < nst; ++st) {
+      run(ctx, st, s);
+      EX_CK(cudaEventRecord(ev[i * (nst + 1) + st + 1], s));
+    }
+  }
+  EX_CK(cudaStreamSynchronize(s));
+  for (int i = 0; i < it; ++i)
+    for (int st = 0; st < nst; ++st)
+      EX_CK(cudaEventElapsedTime(&t[st * it + i], ev[i * (nst + 1) + st], ev[i * (nst + 1) + st + 1]));
+  for (int i = 0; i < nev; ++i) EX_CK(cudaEventDestroy(ev[i]));
+  free(ev);
 }
 
 static int cmp_f(const void* a, const void* b) {
@@ -96,36 +249,105 @@ static int cmp_f(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-int main(int argc, char** argv) {
-  opts_t o;
-  if (parse(argc, argv, &o)) {
-    usage(argv[0]);
-    return 2;
+/* median of the timed iterations t[EX_WARMUP .. EX_WARMUP + iters), in microseconds */
+static double median_us(float* t, int iters) {
+  qsort(t + EX_WARMUP, (size_t)iters, sizeof(float), cmp_f);
+  return t[EX_WARMUP + iters / 2] * 1e3;
+}
+
+/* the copy ceiling: a D2D copy of EX_COPY_BYTES, timed like the stages */
+#define EX_COPY_BYTES ((size_t)1 << 30)
+typedef struct {
+  void *a, *b;
+} copy_ctx_t;
+static void copy_stage(void* ctx, int stage, cudaStream_t s) {
+  const copy_ctx_t* c = (const copy_ctx_t*)ctx;
+  (void)stage;
+  EX_CK(cudaMemcpyAsync(c->b, c->a, EX_COPY_BYTES, cudaMemcpyDeviceToDevice, s));
+}
+static double copy_ceiling_us(int iters, cudaStream_t s) {
+  const int it = iters + EX_WARMUP;
+  copy_ctx_t c;
+  float* t = (float*)malloc(sizeof(float) * (size_t)it);
+  EX_CK(cudaMalloc(&c.a, EX_COPY_BYTES));
+  EX_CK(cudaMalloc(&c.b, EX_COPY_BYTES));
+  EX_CK(cudaMemset(c.a, 1, EX_COPY_BYTES));
+  time_stages(it, 1, copy_stage, &c, s, t);
+  const double us = median_us(t, iters);
+  EX_CK(cudaFree(c.a));
+  EX_CK(cudaFree(c.b));
+  free(t);
+  return us;
+}
+
+/* HBM bytes each stage must move at least (read once + write once), as in bench_ht: dispatch
+ * reads x once per token and writes every received row (+ scales, metadata); combine reads every
+ * returned row and writes one BF16 row per token, and when the expert outputs travel (an
+ * expert-output buffer that the combine copies: HT here, LL push) also reads every expert output
+ * and writes the travelling row. rows: received rows (copies) over all ranks; n: tokens. */
+static void stage_bytes(const epf_plan_t* plan, int64_t n, int64_t rows, int travels, double* d_moved,
+                        double* c_moved) {
+  const double H = plan->hidden;
+  *d_moved = (double)n * H * 2 + (double)rows * (plan->row_bytes + plan->scale_bytes_per_row + plan->meta_bytes_per_row);
+  *c_moved = (double)rows * plan->combine_row_bytes + (double)n * H * 2 +
+             (travels ? (double)rows * (2.0 * H + plan->combine_row_bytes) : 0.0);
+}
+
+/* the table: copy ceiling, then each stage (moved < 0: a stage without a byte count) */
+typedef struct {
+  const char* name;
+  double us, moved;
+} row_t;
+static void print_table(double us_copy, const row_t* rows, int nrows, int iters, const char* how,
+                        const epf_error_record_t* rec_h) {
+  epf_error_record_t rec;
+  const double copy_bw = 2.0 * (double)EX_COPY_BYTES / (us_copy * 1e3); /* GB/s, read + write */
+  epf_error_read(rec_h, &rec);
+  printf("| stage | us | GB moved | GB/s | of copy ceiling |\n");
+  printf("| --- | ---: | ---: | ---: | ---: |\n");
+  printf("| copy ceiling (D2D, 1 GiB) | %.1f | %.2f | %.0f | 100%% |\n", us_copy, 2.0 * EX_COPY_BYTES / 1e9, copy_bw);
+  for (int i = 0; i < nrows; ++i) {
+    if (rows[i].moved < 0) {
+      printf("| %s | %.1f | | | |\n", rows[i].name, rows[i].us);
+      continue;
+    }
+    printf("| %s | %.1f | %.2f | %.0f | %.0f%% |\n", rows[i].name, rows[i].us, rows[i].moved / 1e9,
+           rows[i].moved / (rows[i].us * 1e3), 100.0 * rows[i].moved / (rows[i].us * 1e3) / copy_bw);
   }
-  ex_gpu_or_exit(1, o.ctest);
+  printf("(median of %d%s; virtual ranks: every byte is an HBM byte of this GPU; errors: %s)\n", iters, how,
+         epf_status_name((epf_status_t)rec.status));
+}
+
+/* ============================================================================================ */
+/* --mode ht                                                                                     */
+/* ============================================================================================ */
+
+typedef struct {
+  const epf_route_t* route;
+  epf_team_t team;
+  const epf_plan_t* plan;
+  const epf_route_step_t* rs;
+  const epf_ht_step_t* hs;
+  const void* topk;
+} ht_ctx_t;
+
+static void ht_stage(void* ctx, int stage, cudaStream_t s) {
+  const ht_ctx_t* c = (const ht_ctx_t*)ctx;
+  if (stage == 0) {
+    EX_CS(epf_route_update(c->route, c->team, c->plan, c->rs, s));
+  } else if (stage == 1) {
+    EX_CS(epf_ht_dispatch(c->route, c->team, c->plan, c->hs, c->topk, EPF_HT_SEND | EPF_HT_RECV, s));
+    if (c->plan->layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(c->route, c->team, c->plan, c->hs, s));
+  } else {
+    EX_CS(epf_ht_combine(c->route, c->team, c->plan, c->hs, c->topk, s));
+  }
+}
+
+static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
   const int R = o.R, T = o.T, H = o.H, K = o.K, E = o.E, EL = E / R;
   const int64_t n = (int64_t)R * T;
+  const int32_t* topk = in->topk;
 
-  /* ---- inputs on the host: BF16 rows, distinct random experts per token, weights ------------- */
-  uint64_t seed = o.seed;
-  uint16_t* x = (uint16_t*)malloc((size_t)n * H * 2);
-  int32_t* topk = (int32_t*)malloc((size_t)n * K * 4);
-  float* w = (float*)malloc((size_t)n * K * 4);
-  for (int64_t i = 0; i < n * H; ++i) {
-    const uint64_t r = ex_rand(&seed);
-    x[i] = ex_bf16_rne((float)((int64_t)(r % 20001) - 10000) / 1000.0f);
-  }
-  for (int64_t t = 0; t < n; ++t)
-    for (int k = 0; k < K; ++k) {
-      int e, dup;
-      do {
-        e = (int)(ex_rand(&seed) % (uint64_t)E);
-        dup = 0;
-        for (int j = 0; j < k; ++j) dup |= topk[t * K + j] == e;
-      } while (dup && K <= E);
-      topk[t * K + k] = e;
-      w[t * K + k] = (float)(ex_rand(&seed) % 1000) / 997.0f;
-    }
   /* rows each rank receives: budget the receive region from the routing (no overflow) */
   int64_t* rows = (int64_t*)calloc((size_t)R, 8);
   int64_t* copies = (int64_t*)calloc((size_t)R, 8);
@@ -183,9 +405,7 @@ int main(int argc, char** argv) {
   uint16_t* d_eo;
   uint8_t *d_view = NULL, *d_view_scales = NULL;
   epf_ht_state_t* d_state;
-  EX_CK(cudaMalloc(&d_topk, (size_t)n * K * 4));
-  EX_CK(cudaMalloc(&d_w, (size_t)n * K * 4));
-  EX_CK(cudaMalloc(&d_x, (size_t)n * H * 2));
+  upload_inputs(&o, in, &d_x, &d_topk, &d_w);
   EX_CK(cudaMalloc(&d_out, (size_t)n * H * 2));
   EX_CK(cudaMalloc(&d_eo, (size_t)R * expert_rows * H * 2));
   if (o.layout == EPF_LAYOUT_RANK_MAJOR) {
@@ -194,14 +414,9 @@ int main(int argc, char** argv) {
   }
   EX_CK(cudaMalloc(&d_state, R * sizeof(epf_ht_state_t)));
   EX_CK(cudaMemset(d_state, 0, R * sizeof(epf_ht_state_t)));
-  EX_CK(cudaMemcpy(d_topk, topk, (size_t)n * K * 4, cudaMemcpyHostToDevice));
-  EX_CK(cudaMemcpy(d_w, w, (size_t)n * K * 4, cudaMemcpyHostToDevice));
-  EX_CK(cudaMemcpy(d_x, x, (size_t)n * H * 2, cudaMemcpyHostToDevice));
   EX_CK(cudaMemset(d_out, 0xA7, (size_t)n * H * 2)); /* poison: a missed row cannot pass */
   epf_error_record_t *rec_h, *rec_d;
-  EX_CK(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
-  EX_CK(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
-  epf_error_clear(rec_h);
+  record_make(&rec_h, &rec_d);
 
   // example-begin ht_round
   epf_route_step_t rs = epf_route_step_make(d_topk, T, epf_wait_make(plan.timeout_ns, rec_d, NULL, 0));
@@ -227,93 +442,256 @@ int main(int argc, char** argv) {
   EX_CK(cudaDeviceSynchronize());
 
   /* ---- verify against the CPU reference ----------------------------------------------------- */
-  epf_error_record_t rec;
-  epf_error_read(rec_h, &rec);
-  if (rec.status != 0 || rec.recv_overflow != 0) {
-    fprintf(stderr, "error record: %s, peer %d, overflow %u\n", epf_status_name((epf_status_t)rec.status), rec.peer,
-            rec.recv_overflow);
+  if (record_check(rec_h)) return 1;
+  if (verify_out(&o, &plan, in, d_out, seed, o.layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major"))
     return 1;
-  }
-  uint16_t* out = (uint16_t*)malloc((size_t)n * H * 2);
-  EX_CK(cudaMemcpy(out, d_out, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
-  float* scratch = (float*)malloc((size_t)3 * H * 4);
-  uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
-  const int64_t nver = o.verify_all || o.samples >= n ? n : o.samples;
-  int64_t bad = 0;
-  for (int64_t i = 0; i < nver; ++i) {
-    const int64_t t = o.verify_all || o.samples >= n ? i : (int64_t)(ex_rand(&seed) % (uint64_t)n);
-    ex_ref_combine(&plan, x + t * H, topk + t * K, w + t * K, scratch, want);
-    if (memcmp(want, out + t * H, (size_t)H * 2) != 0) {
-      if (bad < 5) {
-        int h = 0;
-        while (want[h] == out[t * H + h]) ++h;
-        fprintf(stderr, "MISMATCH rank %lld token %lld h %d: got %04x want %04x\n", (long long)(t / T),
-                (long long)(t % T), h, out[t * H + h], want[h]);
-      }
-      ++bad;
-    }
-  }
-  printf("epfuse demo: %d virtual ranks on one GPU, T=%d H=%d top-%d of %d experts, %s, payload %s\n", R, T, H, K, E,
-         o.layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major",
-         o.payload == EPF_PAYLOAD_BF16 ? "bf16" : o.payload == EPF_PAYLOAD_MXFP8 ? "mxfp8" : "fp8-128");
-  printf("verify: %lld of %lld tokens bit-exact vs CPU reference%s: %s\n", (long long)(nver - bad), (long long)nver,
-         nver < n ? " (sample; --verify-all for all)" : "", bad ? "FAILED" : "OK");
-  if (bad) return 1;
 
   /* ---- timing: copy ceiling, then route + dispatch + combine back to back --------------------- */
-  const size_t cbytes = (size_t)1 << 30;
-  void *ca, *cb;
-  EX_CK(cudaMalloc(&ca, cbytes));
-  EX_CK(cudaMalloc(&cb, cbytes));
-  EX_CK(cudaMemset(ca, 1, cbytes));
-  cudaEvent_t ev[4];
-  for (int i = 0; i < 4; ++i) EX_CK(cudaEventCreate(&ev[i]));
-  const int it = o.iters + 3;
-  float* tc = (float*)malloc(sizeof(float) * it * 4);
-  float *tr = tc + it, *td = tc + 2 * it, *tx = tc + 3 * it;
-  for (int i = 0; i < it; ++i) {
-    EX_CK(cudaEventRecord(ev[0]));
-    EX_CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
-    EX_CK(cudaEventRecord(ev[1]));
-    EX_CK(cudaEventSynchronize(ev[1]));
-    EX_CK(cudaEventElapsedTime(&tc[i], ev[0], ev[1]));
+  const int it = o.iters + EX_WARMUP;
+  const double us_copy = copy_ceiling_us(o.iters, 0);
+  float* t = (float*)malloc(sizeof(float) * (size_t)it * 3);
+  ht_ctx_t ctx = {&route, team, &plan, &rs, &hs, d_topk};
+  time_stages(it, 3, ht_stage, &ctx, 0, t);
+  double d_moved, c_moved;
+  stage_bytes(&plan, n, all_rows, 1, &d_moved, &c_moved);
+  const row_t table[3] = {
+      {"route update", median_us(t, o.iters), -1.0},
+      {plan.layout == EPF_LAYOUT_RANK_MAJOR ? "dispatch + expand" : "dispatch", median_us(t + it, o.iters), d_moved},
+      {"combine", median_us(t + 2 * it, o.iters), c_moved}};
+  print_table(us_copy, table, 3, o.iters, "", rec_h);
+  free(t);
+  return record_check(rec_h);
+}
+
+/* ============================================================================================ */
+/* --mode ll                                                                                     */
+/* ============================================================================================ */
+
+/* The LL plan of the options. Nothing to budget: every (local expert, source) pair owns T fixed
+ * receive slots per parity ([2][EL][R][T] rows per rank; recv_capacity stays 0 = one parity).
+ * LL is expert-major only; --layout rm is passed on so that the user sees the library's own
+ * refusal (epf_ll_plan_check: EPF_ERR_LAYOUT). Host only, pure: runs before the GPU check. */
+static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
+  epf_config_t cfg = EPF_CONFIG_INIT;
+  cfg.nranks = o->R;
+  cfg.num_experts = o->E;
+  cfg.top_k = o->K;
+  cfg.hidden = o->H;
+  cfg.max_tokens_per_rank = o->T;
+  cfg.mode = EPF_MODE_LL;
+  cfg.layout = o->layout;
+  cfg.payload = o->payload; /* quantized by the sender, once per token, for MXFP8 / FP8 */
+  cfg.combine_payload = EPF_PAYLOAD_BF16;
+  epf_status_t st = epf_plan_compute(&cfg, plan);
+  if (st == EPF_OK) st = epf_ll_plan_check(plan);
+  return st;
+}
+
+/* ex_ll_experts_kernel — the LL expert stage (no communication), every virtual rank in one grid
+ * (blockIdx.y = rank): for each row the dispatch receive counted (fixed slot (le, src, j),
+ * j < recv_counts[rank][le][src]), y = bf16(dequant(row) * f(le, rank)), one warp per row.
+ * The rows stay in the window (zero copy) at epf_ll_recv_row(plan, round, le, src, j); the round
+ * (its parity) is the dispatch's `round` output, read here on the device. y == NULL: y overwrites
+ * the BF16 row in place (EPF_LL_Y_IN_PLACE / _PULL); else y is [R][recv_capacity][H] BF16 in the
+ * fixed order (EPF_LL_Y_FIXED: row (le * R + src) * T + j). */
+__global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32_t* round, const int32_t* recv_counts,
+                                     uint16_t* y) {
+  const int R = plan.nranks, EL = plan.experts_per_rank, T = plan.max_tokens_per_rank;
+  const int rank = (int)blockIdx.y;
+  const int64_t rows = plan.recv_capacity; /* EL * R * T: one parity */
+  const uint32_t epoch = round[rank];
+  const int32_t* cnt = recv_counts + (int64_t)rank * EL * R;
+  char* base = window + (uint64_t)rank * plan.total_bytes;
+  const int64_t gw = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int64_t nw = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t fr = gw; fr < rows; fr += nw) { /* warp-uniform */
+    const int le = (int)(fr / ((int64_t)R * T)), src = (int)(fr / T % R), j = (int)(fr % T);
+    if (j >= cnt[le * R + src]) continue;
+    const int64_t wrow = epf_ll_recv_row(&plan, epoch, le, src, j);
+    uint8_t* q = (uint8_t*)base + epf_plan_recv_token_offset(&plan, wrow);
+    const uint8_t* s = plan.scale_bytes_per_row ? (const uint8_t*)base + epf_plan_recv_scale_offset(&plan, wrow) : NULL;
+    uint16_t* out = y != NULL ? y + ((uint64_t)rank * rows + fr) * plan.hidden : (uint16_t*)q;
+    ex_expert_row_warp(&plan, q, s, ex_expert_factor(le, rank), out);
   }
-  for (int i = 0; i < it; ++i) {
-    EX_CK(cudaEventRecord(ev[0]));
-    EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
-    EX_CK(cudaEventRecord(ev[1]));
-    EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
-    if (plan.layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(&route, team, &plan, &hs, 0));
-    EX_CK(cudaEventRecord(ev[2]));
-    EX_CS(epf_ht_combine(&route, team, &plan, &hs, d_topk, 0));
-    EX_CK(cudaEventRecord(ev[3]));
-    EX_CK(cudaEventSynchronize(ev[3]));
-    EX_CK(cudaEventElapsedTime(&tr[i], ev[0], ev[1]));
-    EX_CK(cudaEventElapsedTime(&td[i], ev[1], ev[2]));
-    EX_CK(cudaEventElapsedTime(&tx[i], ev[2], ev[3]));
+}
+
+/* poison every data row of the window (receive rows, scales, metadata, combine landing rows) of
+ * every rank; the signal words stay zero */
+static void ll_poison_window(const epf_plan_t* plan, char* window, int R) {
+  static const int ids[] = {EPF_REGION_RECV_TOKENS, EPF_REGION_RECV_SCALES, EPF_REGION_RECV_META, EPF_REGION_COMBINE};
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 4; ++i)
+      if (plan->region[ids[i]].bytes != 0)
+        EX_CK(cudaMemset(window + (uint64_t)r * plan->total_bytes + plan->region[ids[i]].offset, 0xA5,
+                         (size_t)plan->region[ids[i]].bytes));
+}
+
+typedef struct {
+  cudaGraphExec_t g[2]; /* dispatch, combine */
+} ll_ctx_t;
+
+static void ll_stage(void* ctx, int stage, cudaStream_t s) {
+  EX_CK(cudaGraphLaunch(((const ll_ctx_t*)ctx)->g[stage], s));
+}
+
+static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint64_t* seed) {
+  const int R = o.R, T = o.T, K = o.K, E = o.E, EL = E / R;
+  const int64_t n = (int64_t)R * T;
+  const epf_plan_t plan = *ll_plan;
+
+  /* what every rank must receive: one copy per (token, distinct expert), counted per
+   * (destination rank, local expert, source) as recv_counts holds them */
+  int32_t* want_counts = (int32_t*)calloc((size_t)R * EL * R, 4);
+  int64_t all_rows = 0;
+  for (int s = 0; s < R; ++s)
+    for (int t = 0; t < T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int32_t* row = in->topk + ((int64_t)s * T + t) * K;
+        int dup = 0;
+        for (int j = 0; j < k; ++j) dup |= row[j] == row[k];
+        if (dup) continue; /* LL sends a repeated expert once; the combine reuses that output */
+        ++want_counts[(int64_t)row[k] * R + s]; /* (d * EL + le) * R + s with e = d * EL + le */
+        ++all_rows;
+      }
+
+  /* ---- window, team, per-rank buffers; everything the round writes is poisoned first ---------- */
+  char* window; /* R slices of plan.total_bytes: virtual rank r owns slice r */
+  EX_CK(cudaMalloc(&window, (size_t)R * plan.total_bytes));
+  EX_CK(cudaMemset(window, 0, (size_t)R * plan.total_bytes)); /* signal words (epochs) start at zero */
+  ll_poison_window(&plan, window, R);
+  epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
+
+  /* BF16: the experts overwrite their inputs and the sources pull; FP8 rows are too narrow for
+   * BF16 outputs, so y goes to a caller buffer that the combine pushes */
+  const int in_place = plan.payload == EPF_PAYLOAD_BF16;
+  const int y_layout = in_place ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+  void *d_x, *d_topk, *d_out;
+  float* d_w;
+  int32_t* d_counts;
+  uint32_t* d_round;
+  uint16_t* d_y = NULL;
+  epf_ll_state_t* d_state;
+  upload_inputs(&o, in, &d_x, &d_topk, &d_w); /* [R][T][...]: the epf_ll_rank_bytes strides */
+  EX_CK(cudaMalloc(&d_out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
+  EX_CK(cudaMalloc(&d_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
+  EX_CK(cudaMalloc(&d_round, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_ROUND, 0)));
+  if (!in_place) {
+    EX_CK(cudaMalloc(&d_y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+    EX_CK(cudaMemset(d_y, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
   }
-  epf_error_read(rec_h, &rec);
-  qsort(tc + 3, o.iters, 4, cmp_f);
-  qsort(tr + 3, o.iters, 4, cmp_f);
-  qsort(td + 3, o.iters, 4, cmp_f);
-  qsort(tx + 3, o.iters, 4, cmp_f);
-  const int mid = 3 + o.iters / 2;
-  const double us_copy = tc[mid] * 1e3, us_r = tr[mid] * 1e3, us_d = td[mid] * 1e3, us_c = tx[mid] * 1e3;
-  const double copy_bw = 2.0 * (double)cbytes / (us_copy * 1e3); /* GB/s, read + write */
-  /* HBM bytes each stage must move at least (read once + write once), as in bench_ht:
-   * dispatch reads x and writes every received row (+ scales, metadata); combine reads every
-   * expert output, writes the travelling row, reads it back and writes one BF16 row per token. */
-  const double d_moved = (double)n * H * 2 + (double)all_rows * (plan.row_bytes + plan.scale_bytes_per_row + plan.meta_bytes_per_row);
-  const double c_moved = (double)all_rows * plan.combine_row_bytes + (double)n * H * 2 + (double)all_rows * (2.0 * H + plan.combine_row_bytes);
-  printf("| stage | us | GB moved | GB/s | of copy ceiling |\n");
-  printf("| --- | ---: | ---: | ---: | ---: |\n");
-  printf("| copy ceiling (D2D, 1 GiB) | %.1f | %.2f | %.0f | 100%% |\n", us_copy, 2.0 * cbytes / 1e9, copy_bw);
-  printf("| route update | %.1f | | | |\n", us_r);
-  printf("| dispatch%s | %.1f | %.2f | %.0f | %.0f%% |\n", plan.layout == EPF_LAYOUT_RANK_MAJOR ? " + expand" : "", us_d,
-         d_moved / 1e9, d_moved / (us_d * 1e3), 100.0 * d_moved / (us_d * 1e3) / copy_bw);
-  printf("| combine | %.1f | %.2f | %.0f | %.0f%% |\n", us_c, c_moved / 1e9, c_moved / (us_c * 1e3),
-         100.0 * c_moved / (us_c * 1e3) / copy_bw);
-  printf("(median of %d; virtual ranks: every byte is an HBM byte of this GPU; errors: %s)\n", o.iters,
-         epf_status_name((epf_status_t)rec.status));
-  return rec.status == 0 ? 0 : 1;
+  EX_CK(cudaMalloc(&d_state, R * sizeof(epf_ll_state_t)));
+  EX_CK(cudaMemset(d_out, 0xA7, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0))); /* poison */
+  EX_CK(cudaMemset(d_counts, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
+  EX_CK(cudaMemset(d_round, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_ROUND, 0)));
+  epf_error_record_t *rec_h, *rec_d;
+  record_make(&rec_h, &rec_d);
+
+  // example-begin ll_round
+  epf_ll_launch_t L = epf_ll_launch_make(&plan, team, d_state, rec_d, /*virtual_ranks=*/1);
+  EX_CS(epf_ll_state_reset(&L, 0)); /* epochs 0, everyone active (with the zeroed window) */
+  epf_ll_dispatch_args_t da;
+  memset(&da, 0, sizeof(da));
+  da.x = d_x;                  /* [R][T][H] BF16: per-rank buffers, epf_ll_rank_bytes apart */
+  da.topk_idx = d_topk;        /* [R][T][K] int32 */
+  da.topk_weights = d_w;       /* [R][T][K], carried in the metadata rows */
+  da.num_tokens = T;
+  da.recv_counts = d_counts;   /* out: [R][EL][R] rows per (local expert, source) */
+  da.round = d_round;          /* out: [R] epoch of the round; its parity picks the rows */
+  epf_ll_combine_args_t ca;
+  memset(&ca, 0, sizeof(ca));
+  ca.y = d_y;                  /* FIXED: [R][EL * R * T][H] BF16; NULL in place */
+  ca.y_layout = y_layout;      /* EPF_LL_Y_IN_PLACE_PULL (BF16) or EPF_LL_Y_FIXED */
+  ca.recv_counts = d_counts;
+  ca.topk_idx = d_topk;
+  ca.topk_weights = d_w;
+  ca.out = d_out;              /* [R][T][H] BF16 combine output */
+  ca.num_tokens = T;
+
+  EX_CS(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0)); /* send + receive fused, all R ranks */
+  ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(plan, window, d_round, d_counts, d_y);
+  EX_CK(cudaGetLastError());
+  EX_CS(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0));
+  // example-end ll_round
+  EX_CK(cudaDeviceSynchronize());
+
+  /* ---- verify: error record, counts and round, then the same CPU reference as HT ------------- */
+  if (record_check(rec_h)) return 1;
+  {
+    const size_t cbytes = (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0);
+    int32_t* counts = (int32_t*)malloc(cbytes);
+    uint32_t* rounds = (uint32_t*)malloc((size_t)R * 4);
+    EX_CK(cudaMemcpy(counts, d_counts, cbytes, cudaMemcpyDeviceToHost));
+    EX_CK(cudaMemcpy(rounds, d_round, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < R * EL * R; ++i)
+      if (counts[i] != want_counts[i]) {
+        fprintf(stderr, "MISMATCH recv_counts rank %d expert %d source %d: got %d want %d\n", i / (EL * R),
+                i / R % EL, i % R, counts[i], want_counts[i]);
+        return 1;
+      }
+    for (int r = 0; r < R; ++r)
+      if (rounds[r] != 1u) { /* the first round after epf_ll_state_reset is epoch 1 */
+        fprintf(stderr, "MISMATCH round of rank %d: got %u want 1\n", r, rounds[r]);
+        return 1;
+      }
+    free(counts);
+    free(rounds);
+  }
+  if (verify_out(&o, &plan, in, d_out, seed,
+                 in_place ? "low-latency expert-major (y in place, pull combine)"
+                          : "low-latency expert-major (y fixed buffer, push combine)"))
+    return 1;
+
+  /* ---- timing: copy ceiling, then dispatch + combine, each one captured CUDA graph ------------ */
+  cudaStream_t s;
+  EX_CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g[2];
+  ll_ctx_t ctx;
+  EX_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  EX_CS(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, s));
+  EX_CK(cudaStreamEndCapture(s, &g[0]));
+  EX_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  EX_CS(epf_ll_combine(&L, &ca, EPF_LL_BOTH, s));
+  EX_CK(cudaStreamEndCapture(s, &g[1]));
+  for (int i = 0; i < 2; ++i) EX_CK(cudaGraphInstantiate(&ctx.g[i], g[i], 0));
+  const int it = o.iters + EX_WARMUP;
+  const double us_copy = copy_ceiling_us(o.iters, s);
+  float* t = (float*)malloc(sizeof(float) * (size_t)it * 2);
+  time_stages(it, 2, ll_stage, &ctx, s, t); /* one combine per dispatch: the halves stay in lockstep */
+  double d_moved, c_moved;
+  stage_bytes(&plan, n, all_rows, !in_place, &d_moved, &c_moved);
+  const row_t table[2] = {{"dispatch", median_us(t, o.iters), d_moved},
+                          {"combine", median_us(t + it, o.iters), c_moved}};
+  print_table(us_copy, table, 2, o.iters, " CUDA-graph replays", rec_h);
+  free(t);
+  for (int i = 0; i < 2; ++i) {
+    EX_CK(cudaGraphExecDestroy(ctx.g[i]));
+    EX_CK(cudaGraphDestroy(g[i]));
+  }
+  EX_CK(cudaStreamDestroy(s));
+  return record_check(rec_h);
+}
+
+int main(int argc, char** argv) {
+  opts_t o;
+  if (parse(argc, argv, &o)) {
+    usage(argv[0]);
+    return 2;
+  }
+  epf_plan_t ll_plan;
+  if (o.mode == EPF_MODE_LL) { /* refuse what LL cannot run before touching the GPU */
+    const epf_status_t st = ll_plan_make(&o, &ll_plan);
+    if (st != EPF_OK) {
+      fprintf(stderr, "--mode ll%s: %s: %s\n", o.layout == EPF_LAYOUT_RANK_MAJOR ? " --layout rm" : "",
+              epf_status_name(st), epf_status_message(st));
+      if (st == EPF_ERR_LAYOUT)
+        fprintf(stderr, "low-latency mode is expert-major only (rank-major LL is not implemented): "
+                        "use --layout em or leave --layout out\n");
+      return 2;
+    }
+  }
+  ex_gpu_or_exit(1, o.ctest);
+  uint64_t seed = o.seed;
+  inputs_t in;
+  make_inputs(&o, &seed, &in);
+  return o.mode == EPF_MODE_LL ? run_ll(o, &ll_plan, &in, &seed) : run_ht(o, &in, &seed);
 }

@@ -5,7 +5,9 @@
  *   ex_rand()          splitmix64
  *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
  *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
- *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with kernels_ht.cuh)
+ *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with kernels_ht.cuh,
+ *                      and with kernels_ll.cuh for an expert-major plan)
+ *   ex_expert_row_warp() / ex_experts_kernel   the experts on the GPU (one row / the HT stage)
  */
 #ifndef EX_COMMON_H
 #define EX_COMMON_H
@@ -146,7 +148,33 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
 #ifdef __CUDACC__
 #include "epfuse/kernels_ht.cuh"
 
-/* ex_experts_kernel — the examples' expert stage (a plain kernel, no communication): for every
+/* ex_expert_row_warp — the examples' expert on ONE received row, one warp: y[h] =
+ * bf16(dequant(q)[h] * f) for h in [0, plan.hidden) (8 elements per lane per step; hidden is a
+ * multiple of 8). q: the row (plan.row_bytes: BF16, or E4M3 bytes); s: its compact scales (MXFP8:
+ * one E8M0 byte per 32, per-128 FP8: one float per 128; unused for BF16). y may alias q (BF16 in
+ * place): every lane reads its 8 elements before it writes them, and no other lane touches them. */
+static inline __device__ void ex_expert_row_warp(const epf_plan_t* plan, const uint8_t* q, const uint8_t* s, float f,
+                                                 uint16_t* y) {
+  const int lane = epf_lane_id();
+  const int mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  for (int h0 = lane * 8; h0 < plan->hidden; h0 += 256) {
+    uint16_t vals[8];
+    for (int i = 0; i < 8; ++i) {
+      const int h = h0 + i;
+      float v;
+      if (plan->payload == EPF_PAYLOAD_BF16) {
+        v = epf_bf16_to_float(((const uint16_t*)q)[h]);
+      } else {
+        const int col = mx ? h / 32 : h / 128;
+        v = mx ? epf_mxfp8_dequantize_ref(q[h], s[col]) : epf_fp8_128_dequantize_ref(q[h], ((const float*)s)[col]);
+      }
+      vals[i] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, f)));
+    }
+    for (int i = 0; i < 8; ++i) y[h0 + i] = vals[i];
+  }
+}
+
+/* ex_experts_kernel — the examples' HT expert stage (a plain kernel, no communication): for every
  * received copy of local expert le, y = bf16(dequant(row) * f(le, rank)) into expert_out
  * ([count][expert_rows][H] BF16, in the receive row order (EXPERT_MAJOR) or the expand view order
  * (RANK_MAJOR)). Grid (any, count); blockIdx.y = route index; rank = rank_base + index.
@@ -157,9 +185,7 @@ __global__ void ex_experts_kernel(epf_route_t route, epf_plan_t plan, const char
   const int index = (int)blockIdx.y, rank = rank_base + index;
   const epf_route_segment_t* seg = (const epf_route_segment_t*)epf_route_ptr(&route, index, EPF_ROUTE_RECV_SEGMENT);
   const char* base = window + (uint64_t)index * plan.total_bytes;
-  const int lane = epf_lane_id();
   const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), nw = (int)(gridDim.x * (blockDim.x >> 5));
-  const int mx = plan.payload == EPF_PAYLOAD_MXFP8;
   for (int le = 0; le < plan.experts_per_rank; ++le) {
     const float f = ex_expert_factor(le, rank);
     const int64_t cap = plan.layout == EPF_LAYOUT_EXPERT_MAJOR ? plan.recv_capacity : expert_rows;
@@ -170,36 +196,12 @@ __global__ void ex_experts_kernel(epf_route_t route, epf_plan_t plan, const char
       const uint8_t* s = NULL;
       if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
         q = (const uint8_t*)base + epf_plan_recv_token_offset(&plan, r);
+        if (plan.scale_bytes_per_row) s = (const uint8_t*)base + epf_plan_recv_scale_offset(&plan, r);
       } else {
         q = view + ((uint64_t)index * expert_rows + r) * plan.row_bytes;
         s = view_scales ? view_scales + ((uint64_t)index * expert_rows + r) * plan.scale_bytes_per_row : NULL;
       }
-      uint16_t* y = expert_out + ((uint64_t)index * expert_rows + r) * plan.hidden;
-      for (int h0 = lane * 8; h0 < plan.hidden; h0 += 256) {
-        uint16_t vals[8];
-        for (int i = 0; i < 8; ++i) {
-          const int h = h0 + i;
-          float v;
-          if (plan.payload == EPF_PAYLOAD_BF16) {
-            v = epf_bf16_to_float(((const uint16_t*)q)[h]);
-          } else {
-            const int col = mx ? h / 32 : h / 128;
-            uint8_t sc8 = 0;
-            float sc = 0.f;
-            if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
-              const uint64_t off = epf_plan_recv_scale_offset(&plan, r) + (uint64_t)col * (mx ? 1u : 4u);
-              if (mx) sc8 = *((const uint8_t*)base + off);
-              else sc = *(const float*)((const uint8_t*)base + off);
-            } else {
-              if (mx) sc8 = s[col];
-              else sc = ((const float*)s)[col];
-            }
-            v = mx ? epf_mxfp8_dequantize_ref(q[h], sc8) : epf_fp8_128_dequantize_ref(q[h], sc);
-          }
-          vals[i] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, f)));
-        }
-        for (int i = 0; i < 8; ++i) y[h0 + i] = vals[i];
-      }
+      ex_expert_row_warp(&plan, q, s, f, expert_out + ((uint64_t)index * expert_rows + r) * plan.hidden);
     }
   }
 }
