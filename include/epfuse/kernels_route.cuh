@@ -42,6 +42,7 @@
  *   epf_route_step_t, epf_route_step_t epf_route_step_make(const void* topk_idx, int num_tokens, epf_wait_t)
  *   int          epf_route_block_threads(const epf_route_layout_t*)                      [EPF_HD]
  *   int          epf_route_blocks_per_rank(const epf_route_t*, int num_tokens)           [EPF_HD]
+ *   int          epf_route_update_threads(const epf_route_t*, int num_tokens, int blocks_per_rank) [EPF_HD]
  *   epf_status_t epf_route_init(const epf_plan_t*, const epf_route_config_t*, void* d_buffer,
  *                               uint64_t buffer_bytes, int count, uint32_t first_epoch, cudaStream_t,
  *                               epf_route_t* out_route)
@@ -136,8 +137,21 @@ EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   return b < 1 ? 1 : b;
 }
 
+/* epf_route_update_threads — threads of an update block for num_tokens tokens over
+ *   blocks_per_rank blocks: one warp per batch of 128 (token, k) entries of a block's share, at
+ *   least 256 (the offsets' block scan covers E = 256 in one step) and at most
+ *   epf_route_block_threads(&route->layout). Fewer warps on an SM are fewer instructions per
+ *   scheduler: the update's phases are issue-bound (bench_route's count-phase probes). Pure. */
+EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, int blocks_per_rank) {
+  const int most = epf_route_block_threads(&route->layout);
+  const int64_t entries = ((int64_t)num_tokens * route->layout.top_k + blocks_per_rank - 1) / (blocks_per_rank > 0 ? blocks_per_rank : 1);
+  int64_t t = 32 * ((entries + EPF__ROUTE_BATCH - 1) / EPF__ROUTE_BATCH);
+  if (t < 256) t = 256;
+  return t > most ? most : (int)t;
+}
+
 /* The update kernel: grid = blocks_per_rank (real rank) or nranks * blocks_per_rank (virtual
- * ranks), epf_route_block_threads threads, epf_route_smem_bytes dynamic shared memory. */
+ * ranks), epf_route_update_threads threads, epf_route_smem_bytes dynamic shared memory. */
 static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
                                                 epf_route_step_t step, int virtual_ranks, int blocks_per_rank) {
   extern __shared__ uint4 epf__route_kernel_smem[];
@@ -270,7 +284,7 @@ EPF_INLINE epf_status_t epf_route_update(const epf_route_t* route, epf_team_t te
           ? step->blocks_per_rank
           : epf_route_blocks_per_rank(route, step->num_tokens_dev != NULL ? route->layout.max_tokens : step->num_tokens);
   if ((int64_t)B * route->count > (int64_t)route->resident_blocks) return EPF_ERR_CO_RESIDENCY;
-  threads = epf_route_block_threads(&route->layout);
+  threads = epf_route_update_threads(route, step->num_tokens_dev != NULL ? route->layout.max_tokens : step->num_tokens, B);
   smem = epf_route_smem_bytes(&route->layout, threads);
   epf__route_update_kernel<<<(unsigned)(B * route->count), (unsigned)threads, smem, stream>>>(
       *route, team, *plan, *step, virtual_ranks, B);

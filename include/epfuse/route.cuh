@@ -124,6 +124,8 @@ typedef struct epf_route_ctx {
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
+  uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
+  int32_t shfl_first;         /* K a power of two <= 32 and R <= 32: first entries by warp shuffles */
   int32_t t0, t1;             /* this warp's tokens [t0, t1) */
   uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
   int32_t status;             /* set by the phases: EPF_OK or the first failure */
@@ -158,6 +160,20 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
   return num_local > 0 ? seg[num_local - 1].begin + seg[num_local - 1].padded_count : 0;
 }
 
+/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) = [T b / B, T (b + 1) / B) block b of B
+ *   owns in an update (count and slot passes; a fused kernel that produces topk_idx per block
+ *   uses the same partition, examples/03_fused_moe_layer). 32-bit arithmetic when T * B fits.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) {
+  if ((int64_t)num_tokens * num_blocks < 0x7fffffff) {
+    *out_t0 = num_tokens * block_index / num_blocks;
+    *out_t1 = num_tokens * (block_index + 1) / num_blocks;
+  } else {
+    *out_t0 = (int)((int64_t)num_tokens * block_index / num_blocks);
+    *out_t1 = (int)((int64_t)num_tokens * (block_index + 1) / num_blocks);
+  }
+}
+
 /* epf_route_ctx_make — this block's view of one rank's update.
  *   Scope: any thread (every thread of the block calls it with uniform arguments).
  *   index: the buffer of the route group (0 for a real rank, the virtual rank otherwise); rank:
@@ -175,7 +191,6 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   const epf_route_layout_t* L = &route->layout;
   const size_t row = (size_t)L->num_experts + (size_t)L->nranks;
   size_t hist;
-  int64_t b0, b1, n;
   c.header = (epf_route_header_t*)epf_route_ptr(route, index, EPF_ROUTE_HEADER);
   c.expert_count = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_EXPERT_COUNT);
   c.rank_count = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RANK_COUNT);
@@ -208,11 +223,16 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.num_blocks = num_blocks;
   c.num_warps = (int32_t)(blockDim.x >> 5);
   c.batch_tokens = EPF__ROUTE_BATCH / (L->top_k > 0 ? L->top_k : 1);
-  b0 = (int64_t)num_tokens * block_index / num_blocks;
-  b1 = (int64_t)num_tokens * (block_index + 1) / num_blocks;
-  n = b1 - b0;
-  c.t0 = (int32_t)(b0 + n * epf_warp_id() / c.num_warps);
-  c.t1 = (int32_t)(b0 + n * (epf_warp_id() + 1) / c.num_warps);
+  c.el_inv = L->experts_per_rank > 1 ? 0xffffffffu / (uint32_t)L->experts_per_rank + 1u : 0u;
+  c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
+  epf_route_block_tokens(num_tokens, block_index, num_blocks, &c.t0, &c.t1);
+  {
+    const int n = c.t1 - c.t0, w = epf_warp_id(), W = c.num_warps;
+    const int w0 = (int64_t)n * W < 0x7fffffff ? n * w / W : (int)((int64_t)n * w / W);
+    const int w1 = (int64_t)n * W < 0x7fffffff ? n * (w + 1) / W : (int)((int64_t)n * (w + 1) / W);
+    c.t1 = c.t0 + w1;
+    c.t0 = c.t0 + w0;
+  }
   c.epoch = *c.epoch_word + 1u;
   c.status = EPF_OK;
   c.recv_capacity = L->recv_capacity;
@@ -269,6 +289,12 @@ EPF_DEVICE_INLINE int epf__route_block_exclusive_sum(int x, int* out_total, int*
   return r;
 }
 
+/* destination rank of expert e >= 0: e / EL without a division (exact for e * EL < 2^32, which
+ * EPF_MAX_EXPERTS <= 65535 guarantees) */
+EPF_DEVICE_INLINE int epf__route_dest(const epf_route_ctx_t* c, int e) {
+  return c->el_inv == 0u ? e : (int)__umulhi((uint32_t)e, c->el_inv);
+}
+
 /* epf__route_batch_load — this lane's entries of one batch: entry 32 u + lane of the batch that
  * starts at (token, k) entry i0 and holds nb entries, as an expert id in [-1, E) (ev[u] = -1 past
  * the batch). Ids outside [-1, E) give -1 and count into *dropped (when not NULL). [warp] */
@@ -296,13 +322,13 @@ EPF_DEVICE_INLINE void epf__route_batch_load(const epf_route_ctx_t* c, int64_t i
  * ranks go through the warp's c->stage row; each entry compares with its token's earlier entries
  * (at most K - 1 shared-memory reads). Works for any K and R. [collective:warp] */
 EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, const int* ev) {
-  const int lane = epf_lane_id(), K = c->top_k, EL = c->experts_per_rank;
+  const int lane = epf_lane_id(), K = c->top_k;
   int32_t* S = c->stage + epf_warp_id() * EPF__ROUTE_BATCH;
   uint32_t first = 0u;
   int u;
   __syncwarp(); /* the previous batch's reads of S are done */
 #pragma unroll
-  for (u = 0; u < EPF__ROUTE_STEPS; ++u) S[32 * u + lane] = ev[u] >= 0 ? ev[u] / EL : -1;
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) S[32 * u + lane] = ev[u] >= 0 ? epf__route_dest(c, ev[u]) : -1;
   __syncwarp();
 #pragma unroll
   for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
@@ -312,6 +338,44 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, cons
       int q = j - j % K;
       while (q < j && S[q] != d) ++q;
       if (q == j) first |= 1u << u;
+    }
+  }
+  return first;
+}
+
+/* epf__route_batch_first_shfl — epf__route_batch_first for K a power of two <= 32 and R <= 32
+ * (c->shfl_first): a token's K entries are K aligned lanes of one step, so an exclusive prefix
+ * OR of (1 << rank) over those lanes (log2 K shuffles) says whether a lower k went to the same
+ * rank. With rows != NULL the token's last lane (which holds the whole OR) also writes the
+ * token's is_token_in_rank row of R bytes (batch of nb entries starting at token tb). [collective:warp] */
+EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c, const int* ev, uint8_t* rows, int tb, int nb) {
+  const int lane = epf_lane_id(), K = c->top_k, R = c->nranks, kl = lane & (K - 1);
+  const int kshift = __ffs(K) - 1;
+  uint32_t first = 0u;
+  int u;
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+    const int d = ev[u] >= 0 ? epf__route_dest(c, ev[u]) : -1;
+    const uint32_t bit = d >= 0 ? 1u << d : 0u;
+    uint32_t incl = bit, excl;
+    int o;
+    for (o = 1; o < K; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, (unsigned)o);
+      if (kl >= o) incl |= y;
+    }
+    excl = __shfl_up_sync(0xffffffffu, incl, 1u);
+    if (kl == 0) excl = 0u;
+    if (d >= 0 && ((excl >> d) & 1u) == 0u) first |= 1u << u;
+    if (rows != NULL && kl == K - 1 && 32 * u + lane < nb) {
+      uint8_t* row = rows + (int64_t)(tb + ((32 * u + lane) >> kshift)) * R;
+      int r;
+      if ((R & 3) == 0) {
+        for (r = 0; r < R; r += 4)
+          *(uint32_t*)(row + r) = ((incl >> r) & 1u) | (((incl >> (r + 1)) & 1u) << 8) |
+                                  (((incl >> (r + 2)) & 1u) << 16) | (((incl >> (r + 3)) & 1u) << 24);
+      } else {
+        for (r = 0; r < R; ++r) row[r] = (uint8_t)((incl >> r) & 1u);
+      }
     }
   }
   return first;
@@ -429,22 +493,26 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     uint32_t first;
     epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
     EPF__ROUTE_PROBE(1);
-    first = epf__route_batch_first(c, ev);
-    EPF__ROUTE_PROBE(2);
-    epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
+    if (c->shfl_first) {
+      first = epf__route_batch_first_shfl(c, ev, c->token_in_rank, tb, nt * K); /* rows written too */
+      EPF__ROUTE_PROBE(2);
+    } else {
+      first = epf__route_batch_first(c, ev);
+      EPF__ROUTE_PROBE(2);
+      epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
+    }
     EPF__ROUTE_PROBE(3);
+    /* counts: shared-memory atomics on the warp's own row (the totals do not depend on the order
+     * of the adds; the slots pass, which needs an order, uses __match_any_sync) */
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int e = ev[u];
-      const int d = (first >> u) & 1u ? e / c->experts_per_rank : -1;
-      const uint32_t pe = __match_any_sync(0xffffffffu, e);
-      const uint32_t pd = __match_any_sync(0xffffffffu, d);
-      if (e >= 0 && lane == 31 - __clz((int)pe)) H[e] += __popc(pe);
-      if (d >= 0) {
-        if (lane == 31 - __clz((int)pd)) H[E + d] += __popc(pd);
-        c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
+      if (e >= 0) atomicAdd(&H[e], 1);
+      if ((first >> u) & 1u) {
+        const int d = epf__route_dest(c, e);
+        atomicAdd(&H[E + d], 1);
+        if (!c->shfl_first) c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
       }
-      __syncwarp();
     }
     EPF__ROUTE_PROBE(4);
     if (c->ids_cached) {
@@ -592,7 +660,7 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
       first = c->first;
     } else {
       epf__route_batch_load(c, i0, nt * K, ev, NULL);
-      if (rm) first = epf__route_batch_first(c, ev);
+      if (rm) first = c->shfl_first ? epf__route_batch_first_shfl(c, ev, NULL, tb, nt * K) : epf__route_batch_first(c, ev);
     }
     if (rm) epf__route_fill_warp(c->rm_slot + (int64_t)tb * R, (int64_t)nt * R * 4, 0xff);
 #pragma unroll
@@ -603,7 +671,7 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
       if (e >= 0) {
         base = H[e];
         slot = base + __popc(pe & lt);
-        dst = e / c->experts_per_rank;
+        dst = epf__route_dest(c, e);
       }
       __syncwarp();
       if (e >= 0 && lane == 31 - __clz((int)pe)) H[e] = base + __popc(pe);

@@ -320,7 +320,7 @@ static std::vector<std::string> details; /* count-phase detail lines, printed af
 
 static void phase_breakdown(Setup& s, int B, int iters, int launches, double clock_khz) {
   const int grid = B * s.route.count;
-  const int threads = epf_route_block_threads(&s.route.layout);
+  const int threads = epf_route_update_threads(&s.route, s.T, B);
   const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
   const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
   long long* d_st;
@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
       if ((int64_t)B * s.route.count > s.route.resident_blocks) continue;
       time_update(s, B, reps, &ev, &gr);
       printf("| %-38s | %5d | %6d | %8d%s | %7d | %8.2f | %8.2f |\n", cases[ci].name, s.R, s.T, B,
-             blocks[bi] == 0 ? "(d)" : "   ", epf_route_block_threads(&s.route.layout), ev, gr);
+             blocks[bi] == 0 ? "(d)" : "   ", epf_route_update_threads(&s.route, s.T, B), ev, gr);
     }
     teardown(s);
   }
