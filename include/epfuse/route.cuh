@@ -359,9 +359,10 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c,
     const uint32_t bit = d >= 0 ? 1u << d : 0u;
     uint32_t incl = bit, excl;
     int o;
-    for (o = 1; o < K; o <<= 1) {
+#pragma unroll
+    for (o = 1; o < 32; o <<= 1) { /* unrolled: the steps' shuffle chains interleave */
       const uint32_t y = __shfl_up_sync(0xffffffffu, incl, (unsigned)o);
-      if (kl >= o) incl |= y;
+      if (o < K && kl >= o) incl |= y;
     }
     excl = __shfl_up_sync(0xffffffffu, incl, 1u);
     if (kl == 0) excl = 0u;

@@ -272,8 +272,8 @@ static void time_empty(int grid, int threads, size_t smem, int reps, double* out
 
 /* ---- phase breakdown ------------------------------------------------------------------------------ */
 
-enum { PH_START = 0, PH_COUNT, PH_MERGE, PH_PUBLISH, PH_SLOTS, PH_OFFSETS, PH_FINISH, PH_N };
-static const char* const ph_name[PH_N] = {"start", "count", "merge", "publish", "slots", "offsets+wait", "finish"};
+enum { PH_START = 0, PH_CTX, PH_COUNT, PH_MERGE, PH_PUBLISH, PH_SLOTS, PH_OFFSETS, PH_FINISH, PH_N };
+static const char* const ph_name[PH_N] = {"start", "ctx", "count", "merge", "publish", "slots", "offsets+wait", "finish"};
 
 /* epf_route_update_block's phases in its order, with a clock64 stamp after each (one extra
  * __syncthreads per phase). `iters` updates in one launch (epochs e0 + i; block 0 stores the epoch
@@ -299,6 +299,7 @@ __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_r
     PHASE_STAMP(PH_START);
     epf_route_ctx_t c = epf_route_ctx_make(&route, index, me.rank, ids, T, bi, B, NULL, smem);
     c.epoch = e0 + (uint32_t)it;
+    PHASE_STAMP(PH_CTX);
     epf_route_count_block(&c);
     PHASE_STAMP(PH_COUNT);
     s = epf_route_merge_block(&c, w);
@@ -318,9 +319,8 @@ __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_r
 
 static std::vector<std::string> details; /* count-phase detail lines, printed after the table */
 
-static void phase_breakdown(Setup& s, int B, int iters, int launches, double clock_khz) {
+static void phase_breakdown(Setup& s, int B, int threads, int iters, int launches, double clock_khz) {
   const int grid = B * s.route.count;
-  const int threads = epf_route_update_threads(&s.route, s.T, B);
   const size_t smem = epf_route_smem_bytes(&s.route.layout, threads);
   const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
   long long* d_st;
@@ -352,14 +352,14 @@ static void phase_breakdown(Setup& s, int B, int iters, int launches, double clo
     for (int i = 0; i < launches; ++i) {
       const long long* x = &h[(size_t)i * grid * PH_N];
       const long long* q = &hp[(size_t)i * grid * PROBE_N];
-      long long prev = x[PH_START];
+      long long prev = x[PH_CTX];
       for (int p = 0; p < 6; ++p) {
         seg[p].push_back((float)((double)(q[p] - prev) / clock_khz * 1e3));
         prev = q[p];
       }
       seg[6].push_back((float)((double)(x[PH_COUNT] - prev) / clock_khz * 1e3));
     }
-    snprintf(detail, sizeof(detail), "count detail, block 0 (us): ctx+zero %.2f, ids load %.2f, first-entry %.2f, fill %.2f, "
+    snprintf(detail, sizeof(detail), "count detail, block 0 (us): zero %.2f, ids load %.2f, first-entry %.2f, fill %.2f, "
            "match+hist %.2f, reduce+sync %.2f, prefix+scratch %.2f",
            median(seg[0]), median(seg[1]), median(seg[2]), median(seg[3]), median(seg[4]), median(seg[5]), median(seg[6]));
   }
@@ -383,10 +383,11 @@ static void phase_breakdown(Setup& s, int B, int iters, int launches, double clo
     }
     total.push_back(tmax);
   }
-  printf("| %5d | %6d | %6d | %5s |", s.R, s.T, B, iters > 1 ? "warm" : "cold");
+  printf("| %5d | %6d | %6d | %7d | %5s |", s.R, s.T, B, threads, iters > 1 ? "warm" : "cold");
   for (int p = 1; p < PH_N; ++p) printf(" %5.2f / %5.2f |", median(worst[p]), median(b0[p]));
   printf(" %6.2f |\n", median(total));
   details.push_back(std::string(s.R == 1 ? "1 rank" : "8 ranks") + ", T " + std::to_string(s.T) + ", B " + std::to_string(B) +
+                    ", " + std::to_string(threads) + " threads" +
                     (iters > 1 ? " warm: " : " cold: ") + detail);
   {
     epf_error_record_t rec;
@@ -421,7 +422,7 @@ int main(int argc, char** argv) {
       {"full update, 8 virtual ranks", 8, 4096, 0u},
       {"full update, 8 virtual ranks", 8, 128, 0u},
   };
-  static const int blocks[] = {0, 1, 2, 4, 8, 16};
+  static const int blocks[] = {0, 1, 2, 4, 8, 16, 32};
   for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
     Setup s;
     setup(s, cases[ci].R, 256, 8, cases[ci].T, cases[ci].flags);
@@ -462,20 +463,25 @@ int main(int argc, char** argv) {
   printf("\nphase breakdown (clock64 per block, a __syncthreads + stamp after each phase; median of 200 launches;\n"
          "slowest block / block 0, us; total = slowest block start..finish; E = 256, K = 8, full update;\n"
          "cold = one update per launch, warm = the second of two updates in one launch)\n\n");
-  printf("| ranks | T/rank | blocks | icache |");
+  printf("| ranks | T/rank | blocks | threads | icache |");
   for (int p = 1; p < PH_N; ++p) printf(" %-13s |", ph_name[p]);
-  printf(" total  |\n|-------|--------|--------|--------|");
+  printf(" total  |\n|-------|--------|--------|---------|--------|");
   for (int p = 1; p < PH_N; ++p) printf("---------------|");
   printf("--------|\n");
   {
     int clock_khz = 0;
     EPF_BENCH_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-    struct { int R, T, B; } pc[] = {{1, 4096, 4}, {1, 4096, 16}, {1, 128, 1}, {8, 4096, 4}, {8, 4096, 16}, {8, 128, 1}};
+    /* threads 0 = what the launcher picks (epf_route_update_threads) */
+    struct { int R, T, B, threads; } pc[] = {{1, 4096, 16, 0}, {1, 4096, 16, 256}, {1, 4096, 32, 256}, {1, 128, 1, 0},
+                                             {1, 128, 1, 128}, {1, 128, 2, 128}, {1, 128, 1, 512},
+                                             {8, 4096, 16, 0}, {8, 128, 1, 0}, {8, 128, 1, 128}};
     for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); ++i) {
       Setup s;
       setup(s, pc[i].R, 256, 8, pc[i].T, 0u);
       if ((int64_t)pc[i].B * s.route.count <= s.route.resident_blocks && pc[i].B <= s.route.layout.max_blocks)
-        for (int iters = 1; iters <= 2; ++iters) phase_breakdown(s, pc[i].B, iters, 200, (double)clock_khz);
+        for (int iters = 1; iters <= 2; ++iters)
+          phase_breakdown(s, pc[i].B, pc[i].threads != 0 ? pc[i].threads : epf_route_update_threads(&s.route, s.T, pc[i].B), iters,
+                          200, (double)clock_khz);
       teardown(s);
     }
   }
