@@ -478,6 +478,11 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   int32_t* H = c->hist + warp * row;
   uint32_t dropped = 0u;
   int x, tb;
+  int ev[EPF__ROUTE_STEPS], u;
+  /* the first batch's ids are loaded before the block's setup barrier: their latency overlaps it */
+  if (c->t0 < c->t1)
+    epf__route_batch_load(c, (int64_t)c->t0 * K, (c->t1 - c->t0 < c->batch_tokens ? c->t1 - c->t0 : c->batch_tokens) * K,
+                          ev, &dropped);
   __syncthreads();
   if (threadIdx.x == 0) {
     c->misc[EPF__ROUTE_MISC_DROPPED] = 0;
@@ -490,9 +495,8 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
 
   for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
     const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
-    int ev[EPF__ROUTE_STEPS], u;
     uint32_t first;
-    epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
+    if (tb != c->t0) epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
     EPF__ROUTE_PROBE(1);
     if (c->shfl_first) {
       first = epf__route_batch_first_shfl(c, ev, c->token_in_rank, tb, nt * K); /* rows written too */
@@ -664,35 +668,49 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
       if (rm) first = c->shfl_first ? epf__route_batch_first_shfl(c, ev, NULL, tb, nt * K) : epf__route_batch_first(c, ev);
     }
     if (rm) epf__route_fill_warp(c->rm_slot + (int64_t)tb * R, (int64_t)nt * R * 4, 0xff);
+    {
+      /* the steps' matches first (independent), then the running counts in step order */
+      uint32_t pe[EPF__ROUTE_STEPS];
 #pragma unroll
-    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-      const int j = 32 * u + lane, e = ev[u];
-      const uint32_t pe = __match_any_sync(0xffffffffu, e);
-      int32_t base = 0, slot = -1, dst = -1;
-      if (e >= 0) {
-        base = H[e];
-        slot = base + __popc(pe & lt);
-        dst = epf__route_dest(c, e);
-      }
-      __syncwarp();
-      if (e >= 0 && lane == 31 - __clz((int)pe)) H[e] = base + __popc(pe);
-      if (j < nt * K) {
-        c->slot[i0 + j] = slot;
-        c->dst_rank[i0 + j] = dst;
-      }
-      if (rm) {
-        const int d = (first >> u) & 1u ? dst : -1;
-        const uint32_t pd = __match_any_sync(0xffffffffu, d);
-        int32_t rbase = 0;
-        __syncwarp();
-        if (d >= 0) {
-          rbase = H[E + d];
-          c->rm_slot[(int64_t)(tb + j / K) * R + d] = rbase + __popc(pd & lt);
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) pe[u] = __match_any_sync(0xffffffffu, ev[u]);
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+        const int j = 32 * u + lane, e = ev[u];
+        int32_t base = 0, slot = -1, dst = -1;
+        if (e >= 0) {
+          base = H[e];
+          slot = base + __popc(pe[u] & lt);
+          dst = epf__route_dest(c, e);
         }
         __syncwarp();
-        if (d >= 0 && lane == 31 - __clz((int)pd)) H[E + d] = rbase + __popc(pd);
+        if (e >= 0 && lane == 31 - __clz((int)pe[u])) H[e] = base + __popc(pe[u]);
+        __syncwarp();
+        if (j < nt * K) {
+          c->slot[i0 + j] = slot;
+          c->dst_rank[i0 + j] = dst;
+        }
       }
-      __syncwarp();
+    }
+    if (rm) {
+      uint32_t pd[EPF__ROUTE_STEPS];
+      int dd[EPF__ROUTE_STEPS];
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+        dd[u] = (first >> u) & 1u ? epf__route_dest(c, ev[u]) : -1;
+        pd[u] = __match_any_sync(0xffffffffu, dd[u]);
+      }
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+        const int j = 32 * u + lane, d = dd[u];
+        int32_t rbase = 0;
+        if (d >= 0) {
+          rbase = H[E + d];
+          c->rm_slot[(int64_t)(tb + j / K) * R + d] = rbase + __popc(pd[u] & lt);
+        }
+        __syncwarp();
+        if (d >= 0 && lane == 31 - __clz((int)pd[u])) H[E + d] = rbase + __popc(pd[u]);
+        __syncwarp();
+      }
     }
   }
 }
