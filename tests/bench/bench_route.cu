@@ -31,7 +31,7 @@
 /* probes inside the route phases (route.cuh's private hook): thread 0 of each block stamps
  * clock64 at point i into g_probe[blockIdx.x][i] while g_probe is set (phase breakdown only) */
 #define PROBE_N 8
-__device__ long long* g_probe = NULL;
+__constant__ long long* g_probe = NULL; /* constant: a cached load per probe, cheap when unset */
 #define EPF__ROUTE_PROBE(i)                                                            \
   do {                                                                                 \
     if (g_probe != NULL && threadIdx.x == 0) g_probe[blockIdx.x * PROBE_N + (i)] = clock64(); \
