@@ -394,6 +394,13 @@ typedef struct epf_recv_meta_rm {
 
 EPF_HD uint64_t epf__align_up_u64(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+/* zero-fill without memset: no <string.h>, and the same code runs on the device */
+EPF_HD void epf__zero_bytes(void* p, size_t n) {
+  unsigned char* b = (unsigned char*)p;
+  size_t i;
+  for (i = 0; i < n; ++i) b[i] = 0;
+}
+
 /* checked a*b (both < 2^63); returns false on overflow */
 EPF_HD bool epf__mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
   if (a != 0 && b > UINT64_MAX / a) return false;
@@ -413,11 +420,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   uint64_t scale_cols, combine_rows;
   int i;
   if (cfg == NULL || out_plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  { /* zero-fill without memset: no <string.h>, and the same code runs on the device */
-    unsigned char* b = (unsigned char*)&p;
-    size_t n;
-    for (n = 0; n < sizeof(p); ++n) b[n] = 0;
-  }
+  epf__zero_bytes(&p, sizeof(p));
   p.size = (uint32_t)sizeof(epf_plan_t);
   p.magic = EPF_PLAN_MAGIC;
   p.version = EPF_PLAN_VERSION;
@@ -682,7 +685,7 @@ EPF_INLINE void epf_error_clear(epf_error_record_t* rec) {
 #define EPF_ROUTE_LAYOUT_MAGIC 0x4c525045u /* "EPRL" */
 #define EPF_ROUTE_LAYOUT_VERSION 1u
 #define EPF_ROUTE_MAGIC 0x54525045u /* "EPRT": the header every route buffer starts with */
-#define EPF_ROUTE_VERSION 1u
+#define EPF_ROUTE_VERSION 2u /* 2: SCRATCH holds count words (uint64) */
 #define EPF_ROUTE_HANDLE_MAGIC 0x48525045u /* "EPRH" */
 #define EPF_ROUTE_HANDLE_VERSION 1u
 
@@ -826,11 +829,7 @@ EPF_HD epf_status_t epf_route_layout_compute(const epf_plan_t* plan, const epf_r
   uint64_t R, E, EL, T, K, B, sizes[EPF_ROUTE_ARRAY_COUNT], off, worst;
   int i, rm;
   if (plan == NULL || cfg == NULL || out_layout == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  {
-    unsigned char* b = (unsigned char*)&L;
-    size_t n;
-    for (n = 0; n < sizeof(L); ++n) b[n] = 0;
-  }
+  epf__zero_bytes(&L, sizeof(L));
   L.size = (uint32_t)sizeof(epf_route_layout_t);
   L.magic = EPF_ROUTE_LAYOUT_MAGIC;
   L.version = EPF_ROUTE_LAYOUT_VERSION;
@@ -930,9 +929,7 @@ EPF_HD epf_status_t epf_route_size(const epf_plan_t* plan, const epf_route_confi
 /* epf_route_header_init — the header a fresh buffer of `layout` starts with, at `epoch` (the
  *   epoch of the window's last count exchange; 0 for a fresh, zeroed window). Pure. */
 EPF_HD void epf_route_header_init(const epf_route_layout_t* layout, uint32_t epoch, epf_route_header_t* out) {
-  unsigned char* b = (unsigned char*)out;
-  size_t n;
-  for (n = 0; n < sizeof(*out); ++n) b[n] = 0;
+  epf__zero_bytes(out, sizeof(*out));
   out->size = (uint32_t)sizeof(epf_route_header_t);
   out->magic = EPF_ROUTE_MAGIC;
   out->version = EPF_ROUTE_VERSION;

@@ -334,7 +334,9 @@ static void test_header(void** state) {
   assert_int_equal(epf_route_header_check(&h, &plan, L.total_bytes, NULL), EPF_ERR_INVALID_ARGUMENT);
   x = h; x.magic ^= 1u;
   assert_int_equal(epf_route_header_check(&x, &plan, L.total_bytes, &L2), EPF_ERR_STRUCT_VERSION);
-  x = h; x.version = 2;
+  x = h; x.version = EPF_ROUTE_VERSION + 1;
+  assert_int_equal(epf_route_header_check(&x, &plan, L.total_bytes, &L2), EPF_ERR_STRUCT_VERSION);
+  x = h; x.version = 1; /* a v0.1 buffer (uint32 scratch rows) */
   assert_int_equal(epf_route_header_check(&x, &plan, L.total_bytes, &L2), EPF_ERR_STRUCT_VERSION);
   x = h; x.size = 96;
   assert_int_equal(epf_route_header_check(&x, &plan, L.total_bytes, &L2), EPF_ERR_STRUCT_VERSION);
