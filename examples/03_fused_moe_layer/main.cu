@@ -93,15 +93,14 @@ __global__ void router_kernel(const uint16_t* x, const uint16_t* wr, int H, int 
  * Grid: R * bpr blocks (virtual ranks; block b plays rank b / bpr), all co-resident
  * (epf_virtual_grid_check), blockDim = epf_route_block_threads(&route.layout), dynamic smem =
  * fused_smem_bytes. Block `block` of rank r:
- *   1. router for exactly the tokens [T*block/bpr, T*(block+1)/bpr) of rank r: the block's share of
- *      the route partition (route.cuh epf__route_warp_range: every warp of the block counts / slots
- *      only tokens of that range), so the route's count and slot passes read only topk_idx entries
- *      this block wrote. __syncthreads orders those global stores before the route's loads (the
+ *   1. router for exactly the tokens epf_route_block_tokens(T, block, bpr) gives this block (the
+ *      route's partition: every warp of the block counts / slots only tokens of that range; block
+ *      0 is the route's control block and owns none when bpr > 1), so the route's count and slot
+ *      passes read only topk_idx entries this block wrote. __syncthreads orders those global stores before the route's loads (the
  *      same block; no other block ever reads them in this kernel).
  *   2. epf_route_update_block (count, merge, publish, slots, wait counts, offsets, finish).
- *   3. a rank rendezvous: epf_route_offsets_block writes send_offset[e] of destination d only in
- *      block d % bpr, so before any block may read all of send_offset[E] every block of the rank
- *      must be past its update. Same barrier as the route's merge: thread 0 acq_rel atomic add on a
+ *   3. a rank rendezvous: epf_route_offsets_block writes send_offset[E] in block 0 only, so
+ *      before any block may read it every block of the rank must be past its update. Same barrier as the route's merge: thread 0 acq_rel atomic add on a
  *      per-rank word (epoch << 32 | arrivals; cumulative over the block's stores through
  *      __syncthreads), the last block release-stores epoch << 32, the others wait for it with the
  *      bounded epf_signal_wait_sys, fence.acq_rel.gpu, __syncthreads; then ld.relaxed.gpu.
@@ -133,7 +132,9 @@ __global__ void __launch_bounds__(512, 1)
   int32_t* idx = topk_idx + rank_tok * K; /* this rank's [T][K] */
   float* wts = topk_w + rank_tok * K;
   /* the route's token partition: block `block` counts and slots exactly [t0, t1) */
-  const int64_t t0 = (int64_t)T * block / bpr, t1 = (int64_t)T * (block + 1) / bpr;
+  int t0i, t1i;
+  epf_route_block_tokens(T, block, bpr, &t0i, &t1i); /* block 0 of a rank routes none when bpr > 1 */
+  const int64_t t0 = t0i, t1 = t1i;
   const uint32_t epoch = *epf_route_epoch_ptr(&route, rank) + 1u; /* before the merge barrier */
   w.rank = rank;
 

@@ -691,7 +691,7 @@ EPF_INLINE void epf_error_clear(epf_error_record_t* rec) {
 
 /* Blocks per rank an update may use (the scratch area holds one partial-count row per block). */
 #define EPF_ROUTE_MAX_BLOCKS 64
-#define EPF_ROUTE_DEFAULT_MAX_BLOCKS 16
+#define EPF_ROUTE_DEFAULT_MAX_BLOCKS 32
 
 /* Element type of topk_idx. Stored as int32_t in the structs below. */
 typedef enum epf_index_type {
@@ -715,7 +715,7 @@ typedef struct epf_route_config {
   int32_t index_type; /* epf_index_type_t of topk_idx; 0 -> INT64 */
   int32_t top_k;      /* K of topk_idx [T, K]; 0 -> plan.top_k; 1..plan.top_k */
   int32_t max_tokens; /* T_max: rows of topk_idx an update may see; 0 -> plan.max_tokens_per_rank */
-  int32_t max_blocks; /* most blocks per rank an update may use; 0 -> 16; 1..EPF_ROUTE_MAX_BLOCKS */
+  int32_t max_blocks; /* most blocks per rank an update may use; 0 -> 32; 1..EPF_ROUTE_MAX_BLOCKS */
   uint32_t flags;     /* EPF_ROUTE_FLAG_* */
 } epf_route_config_t;
 

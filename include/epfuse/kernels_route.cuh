@@ -119,32 +119,36 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
   return t < 32 ? 32 : t;
 }
 
-/* (token, k) entries per block that epf_route_blocks_per_rank aims for. Every phase of a block is
- * a few dependent L2 round trips per batch of 32 x EPF__ROUTE_STEPS entries per warp, so more
- * blocks mean fewer batches on the critical path; 2048 entries is one batch per warp of a
- * 512-thread block (T = 4096, K = 8: 16 blocks; measured on H200 v1: 16 blocks 18 us vs 4 blocks
- * 34 us per update in a graph). */
+/* (token, k) entries per token-walking block that epf_route_blocks_per_rank aims for: one batch
+ * per warp of a 512-thread block (16 warps x 32 x EPF__ROUTE_STEPS entries = 2560; 2048 leaves
+ * room for uneven shares). Every phase of a block is a few dependent round trips per batch, so
+ * more blocks mean fewer batches on the critical path (measured on H200 v1: 16 blocks 18 us vs 4
+ * blocks 34 us per update in a graph). */
 #define EPF__ROUTE_ENTRIES_PER_BLOCK 2048
 
-/* epf_route_blocks_per_rank — the default number of blocks per rank: one per 2048 (token, k)
- *   entries, within [1, layout.max_blocks] and within what the device holds co-resident. Pure. */
+/* epf_route_blocks_per_rank — the default number of blocks per rank: one token-walking block
+ *   per 2048 (token, k) entries, plus block 0, the control block (merge, publish, offsets; no
+ *   tokens: epf_route_block_tokens) when there are two or more; within [1, layout.max_blocks] and
+ *   within what the device holds co-resident. Pure. */
 EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   const int64_t entries = (int64_t)num_tokens * route->layout.top_k;
   int b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
   const int fit = route->count > 0 ? route->resident_blocks / route->count : 1;
+  if (b > 1) b += 1;
   if (b > route->layout.max_blocks) b = route->layout.max_blocks;
   if (b > fit) b = fit;
   return b < 1 ? 1 : b;
 }
 
 /* epf_route_update_threads — threads of an update block for num_tokens tokens over
- *   blocks_per_rank blocks: one warp per batch of 128 (token, k) entries of a block's share, at
+ *   blocks_per_rank blocks: one warp per batch of 160 (token, k) entries of a block's share, at
  *   least 256 (the offsets' block scan covers E = 256 in one step) and at most
  *   epf_route_block_threads(&route->layout). Fewer warps on an SM are fewer instructions per
  *   scheduler: the update's phases are issue-bound (bench_route's count-phase probes). Pure. */
 EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, int blocks_per_rank) {
   const int most = epf_route_block_threads(&route->layout);
-  const int64_t entries = ((int64_t)num_tokens * route->layout.top_k + blocks_per_rank - 1) / (blocks_per_rank > 0 ? blocks_per_rank : 1);
+  const int workers = blocks_per_rank > 1 ? blocks_per_rank - 1 : 1; /* block 0 walks no tokens when B > 1 */
+  const int64_t entries = ((int64_t)num_tokens * route->layout.top_k + workers - 1) / workers;
   int64_t t = 32 * ((entries + EPF__ROUTE_BATCH - 1) / EPF__ROUTE_BATCH);
   if (t < 256) t = 256;
   return t > most ? most : (int)t;

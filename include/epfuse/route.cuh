@@ -95,7 +95,7 @@ EPF_BEGIN_DECLS
 /* A warp walks its tokens in BATCHES of whole tokens, at most EPF__ROUTE_BATCH (token, k) entries
  * (EPF__ROUTE_STEPS 32-entry steps, loads in flight per lane); rows of counts per batch of loads
  * (latency hiding; results do not depend on these). */
-#define EPF__ROUTE_STEPS 4
+#define EPF__ROUTE_STEPS 5
 #define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
 
@@ -144,7 +144,7 @@ typedef struct epf_route_ctx {
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
 
 /* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads: 4 * (max(W * (E + R), 2 * E) + (E + R + 1) + 64 + W * 128) + 512
+ *   `block_threads` threads: 4 * (max(W * (E + R), 2 * E) + (E + R + 1) + 64 + W * 160) + 512
  *   bytes (rounded), W = block_threads / 32. Scope: any thread, host or device. Pure. */
 EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
   const size_t W = (size_t)(block_threads / 32);
@@ -160,17 +160,22 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
   return num_local > 0 ? seg[num_local - 1].begin + seg[num_local - 1].padded_count : 0;
 }
 
-/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) = [T b / B, T (b + 1) / B) block b of B
- *   owns in an update (count and slot passes; a fused kernel that produces topk_idx per block
- *   uses the same partition, examples/03_fused_moe_layer). 32-bit arithmetic when T * B fits.
- *   Scope: any thread, host or device. Pure. */
+/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) block b of B owns in an update (count
+ *   and slot passes; a fused kernel that produces topk_idx per block uses the same partition,
+ *   examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's CONTROL
+ *   block and owns no tokens (it merges the counts, publishes them and computes the offsets while
+ *   the others walk the tokens); block b >= 1 owns [T (b - 1) / (B - 1), T b / (B - 1)).
+ *   32-bit arithmetic when T * B fits. Scope: any thread, host or device. Pure. */
 EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) {
-  if ((int64_t)num_tokens * num_blocks < 0x7fffffff) {
-    *out_t0 = num_tokens * block_index / num_blocks;
-    *out_t1 = num_tokens * (block_index + 1) / num_blocks;
+  const int W = num_blocks > 1 ? num_blocks - 1 : 1, b = num_blocks > 1 ? block_index - 1 : block_index;
+  if (b < 0) {
+    *out_t0 = *out_t1 = 0;
+  } else if ((int64_t)num_tokens * W < 0x7fffffff) {
+    *out_t0 = num_tokens * b / W;
+    *out_t1 = num_tokens * (b + 1) / W;
   } else {
-    *out_t0 = (int)((int64_t)num_tokens * block_index / num_blocks);
-    *out_t1 = (int)((int64_t)num_tokens * (block_index + 1) / num_blocks);
+    *out_t0 = (int)((int64_t)num_tokens * b / W);
+    *out_t1 = (int)((int64_t)num_tokens * (b + 1) / W);
   }
 }
 
@@ -455,7 +460,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *   Scope:    [collective:block] [uniform-args] every thread, converged; exactly one block per
  *             (rank, block_index) of an update.
  *   Does:     warp w of the block owns a contiguous token range (blocks in order, warps in order
- *             inside) and walks it in batches of whole tokens (at most 128 entries). Entries
+ *             inside) and walks it in batches of whole tokens (at most 160 entries). Entries
  *             (t, k) are visited 32 at a time in (t, k) order; __match_any_sync groups equal
  *             experts and the group's highest lane adds the group size into the warp's own row of
  *             c->hist (no atomics). An entry that is its token's first to its destination rank
@@ -562,15 +567,17 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
 /* ---- the rank's blocks meet ------------------------------------------------------------------- */
 
 /* epf_route_merge_block — every block of the rank gets the counts of the blocks before it (added
- *   to its warps' prefixes) and the rank's totals. With num_blocks == 1 there is nothing to merge
- *   (the totals epf_route_count_block left in c->tot are the rank's).
+ *   to its warps' prefixes); block 0 gets the rank's totals. With num_blocks == 1 there is nothing
+ *   to merge (the totals epf_route_count_block left in c->tot are the rank's).
  *   Scope:    [collective:block] [uniform-args] after epf_route_count_block, in every block of the
  *             rank; the rank's num_blocks blocks must be co-resident [needs-co-residency] [blocking].
- *   Does:     thread x loads word x of every block's scratch row (ld.relaxed.gpu, 16 rows per
- *             round trip); a word whose epoch is not this update's is waited for (bounded by w:
- *             epf_signal_wait_sys, the diagnostic names the word). No barrier word, no fence: each
- *             count carries its epoch. Then c->hist[w][x] += counts of blocks < block_index;
- *             c->tot = the rank's totals [E + R + 1]. Block 0 writes expert_count, rank_count,
+ *   Does:     thread x loads word x of the scratch rows it needs (block b: rows < b; block 0:
+ *             every row; ld.relaxed.sys, 16 rows per round trip); a word whose epoch is not this
+ *             update's is waited for (bounded by w: epf_count_word_wait_sys, the diagnostic names
+ *             the word). No barrier word, no fence: each count carries its epoch. Then
+ *             c->hist[w][x] += counts of blocks < block_index; block 0: c->tot = the rank's totals
+ *             [E + R + 1] (block 0 reading every row is also what makes its epoch store at the end
+ *             safe: every block has read the epoch by then). Block 0 writes expert_count, rank_count,
  *             header rank / num_tokens / dropped_routes and adds dropped ids to
  *             w.record->dropped_routes.
  *   Result:   [result:all] EPF_OK, or a wait's failure (also kept in c->status). */
@@ -582,10 +589,13 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
   if (B > 1) {
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int base, total, wi;
-      epf__route_sum_words(c->scratch + x, row + 1, B, c->block_index, c->epoch, -1, w, &st, &total, &base, NULL);
+      /* block 0 (no tokens of its own when B > 1) needs every row for the totals; block b only
+       * the rows before it for its base */
+      const int n = c->block_index == 0 ? B : c->block_index;
+      epf__route_sum_words(c->scratch + x, row + 1, n, c->block_index, c->epoch, -1, w, &st, &total, &base, NULL);
       if (x < row && base != 0)
         for (wi = 0; wi < W; ++wi) c->hist[wi * row + x] += base;
-      c->tot[x] = total;
+      if (c->block_index == 0) c->tot[x] = total;
     }
     st = epf__route_block_status(st);
     if (st != EPF_OK) {
@@ -609,10 +619,10 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
 
 /* ---- count exchange --------------------------------------------------------------------------- */
 
-/* epf_route_publish_block — publish this rank's totals into its share of the peers' windows.
- *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
- *             Block b of the rank serves peers p = b, b + num_blocks, ... (so every peer is
- *             served once per update by exactly one block; this rank is its own peer).
+/* epf_route_publish_block — publish this rank's totals into every peer's window.
+ *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK, in
+ *             every block of the rank; block 0 (which holds the totals) does the stores, the
+ *             others return at once. This rank is its own peer.
  *   Does:     COUNTS[parity = epoch & 1][src = rank][0 .. E + R) of peer p =
  *             epf_count_word_pack(epoch, c->tot[x]) with .sys relaxed 8-byte stores. No signal, no fence: every word carries
  *             its epoch (NCCL's LL idea), so the reader (epf_route_offsets_block) validates each
@@ -623,13 +633,13 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
  *             epoch (a separate kernel, or a later phase in a fused kernel) has finished reading
  *             parity P. A fused persistent kernel must keep that order. */
 EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan) {
-  const int E = c->num_experts, R = c->nranks, row = E + R, B = c->num_blocks, bi = c->block_index;
+  const int E = c->num_experts, R = c->nranks, row = E + R;
   const int parity = (int)(c->epoch & 1u);
-  const int np = bi < R ? (R - bi + B - 1) / B : 0;
   const uint64_t counts_off = epf_plan_counts_offset(plan, parity, team.rank, 0);
   int qi;
-  for (qi = (int)threadIdx.x; qi < np * row; qi += (int)blockDim.x) {
-    const int pi = qi / row, x = qi - pi * row, p = bi + pi * B;
+  if (c->block_index != 0) return;
+  for (qi = (int)threadIdx.x; qi < R * row; qi += (int)blockDim.x) {
+    const int p = qi / row, x = qi - p * row;
     epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, epf_count_word_pack(c->epoch, (uint32_t)c->tot[x]));
   }
 }
