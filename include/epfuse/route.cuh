@@ -404,25 +404,18 @@ EPF_DEVICE_INLINE void epf__route_fill_warp(void* p, int64_t n, uint8_t byte) {
   __syncwarp();
 }
 
-/* epf__route_wait_words — slow path of epf__route_sum_words: wait (bounded by w) until each of the
- * n words p[i * stride] carries `epoch`. Returns EPF_OK or the first failure (recorded by the wait;
- * peer = peer0 + i for the diagnostic, -1 when peer0 < 0). Out of line: one copy of the spin loop
- * and its diagnostics, whatever the number of call sites. */
-EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_words(const uint64_t* p, int64_t stride, int n, uint32_t epoch,
-                                                       int peer0, epf_wait_t w) {
-  int i;
-  for (i = 0; i < n; ++i) {
-    const epf_status_t st = epf_count_word_wait_sys(p + (int64_t)i * stride, epoch, w, peer0 < 0 ? -1 : peer0 + i, NULL);
-    if (st != EPF_OK) return st;
-  }
-  return EPF_OK;
+/* epf__route_wait_word — slow path of epf__route_sum_words: wait (bounded by w) until the word at p
+ * carries `epoch` (epf_count_word_wait_sys; peer for the diagnostic, -1 for none). Out of line:
+ * one copy of the spin loop and its diagnostics, whatever the number of call sites. */
+EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_word(const uint64_t* p, uint32_t epoch, int peer, epf_wait_t w) {
+  return epf_count_word_wait_sys(p, epoch, w, peer, NULL);
 }
 
 /* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
  * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
  * keep (may be NULL): the first EPF__ROUTE_ROWS counts. Loads EPF__ROUTE_ROWS words per round
  * trip (ld.relaxed.sys: peers' words, or the rank's own scratch); when a word does not carry the
- * epoch yet, waits for the batch (epf__route_wait_words) and loads it again. After a failure
+ * epoch yet, waits for that word (epf__route_wait_word) and loads the whole batch again. After a failure
  * (kept in *st; later batches do not wait) words without the epoch count 0. */
 EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
                                             int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre, int* keep) {
@@ -430,15 +423,17 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
   for (i0 = 0; i0 < n; i0 += EPF__ROUTE_ROWS) {
     uint64_t v[EPF__ROUTE_ROWS];
     for (;;) {
-      bool all = true;
+      int late = -1; /* the first word of the batch without the epoch */
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_ROWS; ++u)
         v[u] = i0 + u < n ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride) : epf_count_word_pack(epoch, 0u);
 #pragma unroll
-      for (u = 0; u < EPF__ROUTE_ROWS; ++u) all = all && epf_count_word_valid(v[u], epoch);
-      if (all || *st != EPF_OK) break;
-      *st = epf__route_wait_words(p + (int64_t)i0 * stride, stride, n - i0 < EPF__ROUTE_ROWS ? n - i0 : EPF__ROUTE_ROWS,
-                                  epoch, peer0 < 0 ? -1 : peer0 + i0, w);
+      for (u = EPF__ROUTE_ROWS - 1; u >= 0; --u)
+        if (!epf_count_word_valid(v[u], epoch)) late = u;
+      if (late < 0 || *st != EPF_OK) break;
+      /* wait for that one word only, then load the whole batch again: a row is written at once,
+       * so one wait per late writer, not one per word */
+      *st = epf__route_wait_word(p + (int64_t)(i0 + late) * stride, epoch, peer0 < 0 ? -1 : peer0 + i0 + late, w);
     }
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
