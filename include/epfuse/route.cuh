@@ -98,6 +98,7 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_STEPS 5
 #define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
+#define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
@@ -414,14 +415,17 @@ EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_word(const uint64_t* p, uint32
 /* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
  * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
  * keep (may be NULL): the first EPF__ROUTE_ROWS counts. Loads EPF__ROUTE_ROWS words per round
- * trip (ld.relaxed.sys: peers' words, or the rank's own scratch); when a word does not carry the
- * epoch yet, waits for that word (epf__route_wait_word) and loads the whole batch again. After a failure
+ * trip (ld.relaxed.sys: peers' words, or the rank's own scratch); while a word does not carry the
+ * epoch yet, loads the whole batch again (up to EPF__ROUTE_QUICK_SPINS times, a few tens of us),
+ * then waits for that word with the bounded wait (epf__route_wait_word: deadline, abort, diagnostic)
+ * and loads the batch again. After a failure
  * (kept in *st; later batches do not wait) words without the epoch count 0. */
 EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
                                             int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre, int* keep) {
   int i0, u, a = 0, b = 0;
   for (i0 = 0; i0 < n; i0 += EPF__ROUTE_ROWS) {
     uint64_t v[EPF__ROUTE_ROWS];
+    int spins = 0;
     for (;;) {
       int late = -1; /* the first word of the batch without the epoch */
 #pragma unroll
@@ -431,9 +435,11 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
       for (u = EPF__ROUTE_ROWS - 1; u >= 0; --u)
         if (!epf_count_word_valid(v[u], epoch)) late = u;
       if (late < 0 || *st != EPF_OK) break;
-      /* wait for that one word only, then load the whole batch again: a row is written at once,
-       * so one wait per late writer, not one per word */
-      *st = epf__route_wait_word(p + (int64_t)(i0 + late) * stride, epoch, peer0 < 0 ? -1 : peer0 + i0 + late, w);
+      /* the first EPF__ROUTE_QUICK_SPINS times: load the whole batch again at once (relaxed, every
+       * word checked in one round trip); then the bounded wait (deadline, abort word, diagnostic)
+       * for that one word, and the batch again */
+      if (++spins > EPF__ROUTE_QUICK_SPINS)
+        *st = epf__route_wait_word(p + (int64_t)(i0 + late) * stride, epoch, peer0 < 0 ? -1 : peer0 + i0 + late, w);
     }
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
