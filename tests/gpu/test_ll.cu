@@ -1,5 +1,6 @@
 /* test_ll — low-latency dispatch and combine (ll.cuh, dispatch_ll.cuh, combine_ll.cuh,
- * kernels_ll.cuh) on one GPU, against a CPU reference written here:
+ * kernels_ll.cuh) on one GPU, against the CPU reference of tests/common/epf_ll_ref.cuh (shared with
+ * tests/multigpu/test_mg_ll.cu):
  *   - the matrix: virtual ranks R in {1, 2, 4, 8} x T in {1, 7, 128, 256} x hidden in {2880, 7168}
  *     x top-k in {1, 8}, E = 64 or 256; random routing with -1 entries, repeated experts and (in
  *     some cases) ids outside [-1, E); two back-to-back rounds per case (both parities); fused and
@@ -35,6 +36,7 @@
 
 #include "epf_cmocka.h"
 
+#include "epf_ll_ref.cuh"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_ll.cuh"
@@ -45,47 +47,14 @@
 static uint64_t g_seed;
 
 /* ============================================================================================ */
-/* helpers: BF16, experts                                                                        */
-/* ============================================================================================ */
-
-__host__ __device__ static inline float bf2f(uint16_t b) {
-  union {
-    uint32_t u;
-    float f;
-  } v;
-  v.u = (uint32_t)b << 16;
-  return v.f;
-}
-
-__host__ __device__ static inline uint16_t f2bf(float f) { /* round to nearest even, NaN -> 0x7fff */
-  union {
-    uint32_t u;
-    float f;
-  } v;
-  v.f = f;
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
-  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-
-/* the test's experts: identity, or y = bf16(fma(x, a_e, b_e)) with constants per global expert
- * (x: the received element as FP32: BF16, or the dequantized FP8 payload) */
-__host__ __device__ static inline uint16_t expert_apply(int e, float x, int identity) {
-  if (identity) return f2bf(x);
-  return f2bf(fmaf(x, 1.0f + (float)(e % 7) * 0.125f, (float)(e % 5 - 2) * 0.0625f));
-}
-
-static uint16_t rand_bf16(uint64_t* s) { /* finite values in about [-4, 4] */
-  const uint64_t r = epf_test_rand(s);
-  return f2bf(((float)(r & 0xffffff) / 8388608.0f - 1.0f) * (float)(1 << ((r >> 24) & 3)));
-}
-
-/* ============================================================================================ */
 /* the case fixture: window, states, operands (device), inputs (host)                            */
 /* ============================================================================================ */
 
+/* The CPU reference, the experts and the checks are in tests/common/epf_ll_ref.cuh (shared with
+ * tests/multigpu/test_mg_ll.cu); this file owns the virtual-rank fixture around them. */
 typedef struct {
-  int R, Tmax, T, H, K, E, EL, topk64;
-  int payload, cpayload, mx_rule, ue8m0, sbytes; /* sbytes: compact scale bytes per row */
+  llref_in_t in; /* sizes (R, Tmax, T, H, K, E, EL, payloads, sbytes) and the host inputs of the round */
+  int topk64;
   epf_plan_t plan;
   char* win;
   epf_ll_state_t* state;
@@ -104,12 +73,6 @@ typedef struct {
   uint32_t* round;
   uint16_t* y;
   uint16_t* out;
-  /* host inputs of the current round */
-  uint16_t* hx;    /* [R][Tmax][H] */
-  int64_t* htopk;  /* [R][Tmax][K] */
-  float* hw;       /* [R][Tmax][K] */
-  uint8_t* hq;     /* FP8 payloads: [R][Tmax][H] E4M3 bytes of x (scalar reference) */
-  uint8_t* hs;     /* FP8 payloads: [R][Tmax][sbytes] compact scales */
 } fix_t;
 
 static epf_status_t make_plan_full(int R, int Tmax, int H, int K, int E, int payload, int cpayload, int scale_layout,
@@ -137,22 +100,12 @@ static epf_status_t make_plan(int R, int Tmax, int H, int K, int E, int payload,
 /* payload / cpayload: dispatch and combine payloads; scale_layout of the packed MXFP8 scales */
 static void fix_init_q(fix_t* f, int R, int Tmax, int H, int K, int E, int topk64, uint32_t flags,
                        uint64_t timeout_ns, int payload, int cpayload, int scale_layout) {
-  size_t n;
   memset(f, 0, sizeof(*f));
-  f->R = R;
-  f->Tmax = Tmax;
-  f->H = H;
-  f->K = K;
-  f->E = E;
-  f->EL = E / R;
   f->topk64 = topk64;
-  f->payload = payload;
-  f->cpayload = cpayload;
-  f->mx_rule = epf_mx_rule_from_flags(flags);
-  f->ue8m0 = epf_fp8_128_ue8m0_from_flags(flags);
   assert_int_equal(make_plan_full(R, Tmax, H, K, E, payload, cpayload, scale_layout, flags, timeout_ns, &f->plan),
                    EPF_OK);
-  f->sbytes = (int)f->plan.scale_bytes_per_row;
+  assert_int_equal(llref_in_init(&f->in, R, Tmax, H, K, E, payload, cpayload, flags, (int)f->plan.scale_bytes_per_row),
+                   0);
   EPF_CHECK_CUDA(cudaMalloc(&f->win, (size_t)R * f->plan.total_bytes));
   EPF_CHECK_CUDA(cudaMemset(f->win, 0, (size_t)R * f->plan.total_bytes));
   EPF_CHECK_CUDA(cudaMalloc(&f->state, (size_t)R * sizeof(epf_ll_state_t)));
@@ -169,21 +122,12 @@ static void fix_init_q(fix_t* f, int R, int Tmax, int H, int K, int E, int topk6
   ALLOC_RANKS(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
   ALLOC_RANKS(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
   ALLOC_RANKS(f->packed_x, EPF_LL_BUF_PACKED_X);
-  if (f->sbytes > 0) ALLOC_RANKS(f->packed_scales, EPF_LL_BUF_PACKED_SCALES);
+  if (f->in.sbytes > 0) ALLOC_RANKS(f->packed_scales, EPF_LL_BUF_PACKED_SCALES);
   ALLOC_RANKS(f->packed_meta, EPF_LL_BUF_PACKED_META);
   ALLOC_RANKS(f->round, EPF_LL_BUF_ROUND);
   ALLOC_RANKS(f->y, EPF_LL_BUF_Y);
   ALLOC_RANKS(f->out, EPF_LL_BUF_X);
 #undef ALLOC_RANKS
-  n = (size_t)R * Tmax;
-  f->hx = (uint16_t*)malloc(n * H * sizeof(uint16_t));
-  f->htopk = (int64_t*)malloc(n * K * sizeof(int64_t));
-  f->hw = (float*)malloc(n * K * sizeof(float));
-  f->hq = (uint8_t*)malloc(n * H);
-  f->hs = (uint8_t*)malloc(n * (size_t)(f->sbytes > 0 ? f->sbytes : 1));
-  assert_non_null(f->hx);
-  assert_non_null(f->htopk);
-  assert_non_null(f->hw);
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
 }
 
@@ -207,80 +151,23 @@ static void fix_free(fix_t* f) {
   EPF_CHECK_CUDA(cudaFree(f->round));
   EPF_CHECK_CUDA(cudaFree(f->y));
   EPF_CHECK_CUDA(cudaFree(f->out));
-  free(f->hx);
-  free(f->htopk);
-  free(f->hw);
-  free(f->hq);
-  free(f->hs);
+  llref_in_free(&f->in);
 }
 
-/* the scalar quant reference (quant.cuh) of token row (s, t) into hq / hs */
-static void fix_quantize_row(fix_t* f, int s, int t) {
-  const size_t row = (size_t)s * f->Tmax + t;
-  const uint16_t* x = f->hx + row * f->H;
-  uint8_t* q = f->hq + row * f->H;
-  uint8_t* sc = f->hs + row * (size_t)f->sbytes;
-  float buf[128];
-  if (f->payload == EPF_PAYLOAD_MXFP8) {
-    for (int g = 0; g < f->H / 32; ++g) {
-      for (int i = 0; i < 32; ++i) buf[i] = bf2f(x[g * 32 + i]);
-      sc[g] = epf_mxfp8_quantize_block_ref(buf, f->mx_rule, q + g * 32);
-    }
-  } else if (f->payload == EPF_PAYLOAD_FP8_128) {
-    for (int g = 0; g < f->H / 128; ++g) {
-      float scale;
-      for (int i = 0; i < 128; ++i) buf[i] = bf2f(x[g * 128 + i]);
-      scale = epf_fp8_128_quantize_block_ref(buf, f->ue8m0 != 0, q + g * 128);
-      memcpy(sc + g * 4, &scale, 4);
-    }
-  }
-}
-
-/* element h of the row the experts see for token (s, t): x, or its dequantized FP8 payload */
-static float fix_xval(const fix_t* f, int s, int t, int h) {
-  const size_t row = (size_t)s * f->Tmax + t;
-  if (f->payload == EPF_PAYLOAD_MXFP8)
-    return epf_mxfp8_dequantize_ref(f->hq[row * f->H + h], f->hs[row * f->sbytes + h / 32]);
-  if (f->payload == EPF_PAYLOAD_FP8_128) {
-    float scale;
-    memcpy(&scale, f->hs + row * f->sbytes + (h / 128) * 4, 4);
-    return epf_fp8_128_dequantize_ref(f->hq[row * f->H + h], scale);
-  }
-  return bf2f(f->hx[row * f->H + h]);
-}
-
-/* Fresh inputs: routing with ~8% -1, ~6% repeats of an earlier k, and (bad_ids) ~3% ids outside
- * [-1, E). Written to the host copies and the device buffers (whole Tmax rows; rows >= T are
- * garbage the kernels must ignore). */
+/* Fresh inputs (llref_fill: routing with ~8% -1, ~6% repeats of an earlier k, and (bad_ids) ~3%
+ * ids outside [-1, E)), written to the host copies and the device buffers (whole Tmax rows; rows
+ * >= T are garbage the kernels must ignore). */
 static void fix_fill(fix_t* f, int T, int bad_ids) {
-  const int R = f->R, Tmax = f->Tmax, H = f->H, K = f->K, E = f->E;
+  const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
   size_t i;
-  f->T = T;
-  for (i = 0; i < (size_t)R * Tmax * H; ++i) f->hx[i] = rand_bf16(&g_seed);
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < Tmax; ++t)
-      for (int k = 0; k < K; ++k) {
-        const size_t idx = ((size_t)r * Tmax + t) * K + k;
-        const uint64_t u = epf_test_rand(&g_seed);
-        int64_t e = (int64_t)(u % (uint64_t)E);
-        const int p = (int)((u >> 32) % 100);
-        if (t >= T) e = (int64_t)(u % 3000) - 1000; /* garbage beyond num_tokens */
-        else if (p < 8) e = -1;
-        else if (p < 14 && k > 0) e = f->htopk[idx - 1 - (size_t)((u >> 40) % (uint64_t)k)];
-        else if (bad_ids && p < 17) e = (u >> 50) & 1 ? (int64_t)E + (int64_t)((u >> 52) % 5) : -2 - (int64_t)((u >> 52) % 5);
-        f->htopk[idx] = e;
-        f->hw[idx] = (float)((u >> 20) & 0xfff) / 2048.0f - 0.75f;
-      }
-  if (f->payload != EPF_PAYLOAD_BF16)
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) fix_quantize_row(f, r, t);
-  EPF_CHECK_CUDA(cudaMemcpy(f->x, f->hx, (size_t)R * Tmax * H * 2, cudaMemcpyHostToDevice));
-  EPF_CHECK_CUDA(cudaMemcpy(f->w, f->hw, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
+  llref_fill(&f->in, T, bad_ids, &g_seed);
+  EPF_CHECK_CUDA(cudaMemcpy(f->x, f->in.hx, (size_t)R * Tmax * H * 2, cudaMemcpyHostToDevice));
+  EPF_CHECK_CUDA(cudaMemcpy(f->w, f->in.hw, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
   if (f->topk64) {
-    EPF_CHECK_CUDA(cudaMemcpy(f->topk, f->htopk, (size_t)R * Tmax * K * 8, cudaMemcpyHostToDevice));
+    EPF_CHECK_CUDA(cudaMemcpy(f->topk, f->in.htopk, (size_t)R * Tmax * K * 8, cudaMemcpyHostToDevice));
   } else {
     int32_t* t32 = (int32_t*)malloc((size_t)R * Tmax * K * 4);
-    for (i = 0; i < (size_t)R * Tmax * K; ++i) t32[i] = (int32_t)f->htopk[i];
+    for (i = 0; i < (size_t)R * Tmax * K; ++i) t32[i] = (int32_t)f->in.htopk[i];
     EPF_CHECK_CUDA(cudaMemcpy(f->topk, t32, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
     free(t32);
   }
@@ -289,18 +176,8 @@ static void fix_fill(fix_t* f, int T, int bad_ids) {
 /* Poison every output of the coming round (and the window rows of its parity). */
 static void fix_poison(fix_t* f, uint32_t epoch) {
   const epf_plan_t* p = &f->plan;
-  const int R = f->R;
-  for (int r = 0; r < R; ++r) {
-    char* base = f->win + (size_t)r * p->total_bytes;
-    const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
-    EPF_CHECK_CUDA(cudaMemset(base + epf_plan_recv_token_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->row_bytes));
-    EPF_CHECK_CUDA(cudaMemset(base + epf_plan_recv_meta_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->meta_bytes_per_row));
-    if (p->scale_bytes_per_row > 0)
-      EPF_CHECK_CUDA(cudaMemset(base + epf_plan_recv_scale_offset(p, row0), 0xA5,
-                                (size_t)p->recv_capacity * p->scale_bytes_per_row));
-    EPF_CHECK_CUDA(cudaMemset(base + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)), 0xA5,
-                              (size_t)f->Tmax * f->K * p->combine_row_bytes));
-  }
+  const int R = f->in.R;
+  for (int r = 0; r < R; ++r) EPF_CHECK_CUDA(llref_poison_window(p, f->win + (size_t)r * p->total_bytes, epoch, 0));
 #define POISON(ptr, which) \
   EPF_CHECK_CUDA(cudaMemset(ptr, 0xEE, (size_t)R * epf_ll_rank_bytes(p, which, f->topk64)))
   POISON(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
@@ -320,7 +197,7 @@ static epf_ll_dispatch_args_t fix_dargs(const fix_t* f, int packed) {
   a.x = f->x;
   a.topk_idx = f->topk;
   a.topk_weights = f->w;
-  a.num_tokens = f->T;
+  a.num_tokens = f->in.T;
   a.topk_int64 = f->topk64;
   a.recv_counts = f->recv_counts;
   a.expert_counts = f->expert_counts;
@@ -331,90 +208,29 @@ static epf_ll_dispatch_args_t fix_dargs(const fix_t* f, int packed) {
   return a;
 }
 
-/* IN_PLACE and IN_PLACE_PULL: the experts overwrite the window's receive rows */
-__host__ __device__ static inline int y_in_place(int y_layout) {
-  return y_layout == EPF_LL_Y_IN_PLACE || y_layout == EPF_LL_Y_IN_PLACE_PULL;
-}
-
 static epf_ll_combine_args_t fix_cargs(const fix_t* f, int y_layout) {
   epf_ll_combine_args_t a;
   memset(&a, 0, sizeof(a));
-  a.y = y_in_place(y_layout) ? NULL : f->y;
+  a.y = llref_y_in_place(y_layout) ? NULL : f->y;
   a.recv_counts = f->recv_counts;
   a.topk_idx = f->topk;
   a.topk_weights = f->w;
   a.out = f->out;
-  a.num_tokens = f->T;
+  a.num_tokens = f->in.T;
   a.topk_int64 = f->topk64;
   a.y_layout = y_layout;
   return a;
 }
 
 /* ============================================================================================ */
-/* the test's experts (GPU)                                                                      */
+/* the test's experts (GPU): llref_experts_kernel, every virtual rank (grid.y = R)               */
 /* ============================================================================================ */
 
-/* element h of a received row as FP32 (BF16, or the dequantized FP8 payload); `scales` is the row's
- * compact scale row, or (swizzled) the base of the packed scales with `row` its packed row */
-__device__ static float recv_elem(const epf_plan_t* plan, const void* x, const uint8_t* scales, int swizzled,
-                                  int64_t row, int h) {
-  const int ncols = (int)plan->scale_bytes_per_row;
-  if (plan->payload == EPF_PAYLOAD_MXFP8) {
-    const uint8_t sb = swizzled ? scales[epf_scale_swizzle_offset(row, h / 32, ncols)] : scales[h / 32];
-    return epf_mxfp8_dequantize_ref(((const uint8_t*)x)[h], sb);
-  }
-  if (plan->payload == EPF_PAYLOAD_FP8_128)
-    return epf_fp8_128_dequantize_ref(((const uint8_t*)x)[h], ((const float*)scales)[h / 128]);
-  return bf2f(((const uint16_t*)x)[h]);
-}
-
-/* For every rank r != skip_rank and every received row: y = expert(x). src: the window rows of the
- * round (or the packed copy when from_packed); dst by y_layout (IN_PLACE: over the window rows). */
-__global__ void experts_kernel(epf_plan_t plan, char* win, const uint32_t* rounds, const int32_t* recv_counts,
-                               const char* packed_x, const uint8_t* packed_scales, uint16_t* y, int from_packed,
-                               int y_layout, int identity, int skip_rank) {
-  const int R = plan.nranks, EL = plan.experts_per_rank, Tmax = plan.max_tokens_per_rank, H = plan.hidden;
-  const int r = (int)blockIdx.y;
-  const int64_t rows = (int64_t)EL * R * Tmax;
-  const uint64_t ybytes = (uint64_t)rows * H;
-  const int swizzled = plan.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && plan.payload == EPF_PAYLOAD_MXFP8;
-  if (r == skip_rank) return;
-  const uint32_t round = rounds[r];
-  const int32_t* cnt = recv_counts + (int64_t)r * EL * R;
-  const epf_team_t team = epf_team_virtual(win, plan.total_bytes, r, R);
-  for (int64_t fr = blockIdx.x; fr < rows; fr += gridDim.x) {
-    const int le = (int)(fr / ((int64_t)R * Tmax)), s = (int)((fr / Tmax) % R), j = (int)(fr % Tmax);
-    int pos = j;
-    if (j >= cnt[le * R + s]) continue;
-    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
-    const int64_t prow = epf_ll_packed_row(&plan, le, pos), wrow = epf_ll_recv_row(&plan, round, le, s, j);
-    const void* src;
-    const uint8_t* sc = NULL;
-    int sw = 0;
-    if (from_packed) {
-      src = packed_x + ((uint64_t)r * rows + prow) * plan.row_bytes;
-      if (plan.scale_bytes_per_row > 0) {
-        const uint64_t sbytes = epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0);
-        sw = swizzled;
-        sc = packed_scales + (uint64_t)r * sbytes + (swizzled ? 0 : (uint64_t)prow * plan.scale_bytes_per_row);
-      }
-    } else {
-      src = epf_local_ptr(team, epf_plan_recv_token_offset(&plan, wrow));
-      sc = (const uint8_t*)epf_local_ptr(team, epf_plan_recv_scale_offset(&plan, wrow));
-    }
-    uint16_t* dst = y_in_place(y_layout) ? (uint16_t*)src
-                    : y_layout == EPF_LL_Y_PACKED ? y + (uint64_t)r * ybytes + (uint64_t)prow * H
-                                                   : y + (uint64_t)r * ybytes + (uint64_t)fr * H;
-    for (int h = (int)threadIdx.x; h < H; h += (int)blockDim.x)
-      dst[h] = expert_apply(r * EL + le, recv_elem(&plan, src, sc, sw, prow, h), identity);
-  }
-}
-
 static void run_experts(const fix_t* f, int from_packed, int y_layout, int identity, int skip_rank, cudaStream_t s) {
-  dim3 grid(256, (unsigned)f->R);
-  experts_kernel<<<grid, 256, 0, s>>>(f->plan, f->win, f->round, f->recv_counts, (const char*)f->packed_x,
-                                      (const uint8_t*)f->packed_scales, f->y, from_packed, y_layout, identity,
-                                      skip_rank);
+  dim3 grid(256, (unsigned)f->in.R);
+  llref_experts_kernel<<<grid, 256, 0, s>>>(f->plan, f->win, 0, f->round, f->recv_counts, (const char*)f->packed_x,
+                                            (const uint8_t*)f->packed_scales, f->y, from_packed, y_layout, identity,
+                                            skip_rank);
   EPF_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -426,214 +242,52 @@ __global__ void busy_kernel(float* sink, int iters) {
 }
 
 /* ============================================================================================ */
-/* CPU reference                                                                                 */
+/* checks: every present rank against the CPU reference (llref_*)                                */
 /* ============================================================================================ */
 
-typedef struct {
-  int* counts;  /* [R dst][EL][R src] */
-  int* row_t;   /* [R dst][EL][R src][Tmax] token of slot */
-  int* row_k;   /* ... its k */
-  uint32_t dropped;
-} ref_t;
-
-/* absent: bit r set = rank r takes no part (neither sends nor receives, its experts absent) */
-static void ref_dispatch(const fix_t* f, uint32_t absent, ref_t* out) {
-  const int R = f->R, Tmax = f->Tmax, K = f->K, E = f->E, EL = f->EL;
-  int* cnt = (int*)calloc((size_t)E, sizeof(int));
-  out->counts = (int*)calloc((size_t)R * EL * R, sizeof(int));
-  out->row_t = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
-  out->row_k = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
-  out->dropped = 0;
-  for (int s = 0; s < R; ++s) {
-    memset(cnt, 0, (size_t)E * sizeof(int));
-    if ((absent >> s) & 1u) continue;
-    for (int t = 0; t < f->T; ++t)
-      for (int k = 0; k < K; ++k) {
-        const int64_t* row = f->htopk + ((size_t)s * Tmax + t) * K;
-        const int64_t v = row[k];
-        int dup = 0;
-        if (v == -1) continue;
-        if (v < -1 || v >= E) {
-          out->dropped++;
-          continue;
-        }
-        for (int q = 0; q < k; ++q) dup |= row[q] == v;
-        if (dup) continue;
-        {
-          const int e = (int)v, d = e / EL, le = e % EL;
-          const int slot = cnt[e]++;
-          const size_t g = ((size_t)d * EL + le) * R + s;
-          if ((absent >> d) & 1u) continue;
-          out->counts[g] = slot + 1;
-          out->row_t[g * Tmax + slot] = t;
-          out->row_k[g * Tmax + slot] = k;
-        }
-      }
-  }
-  free(cnt);
-}
-
-static void ref_free(ref_t* r) {
-  free(r->counts);
-  free(r->row_t);
-  free(r->row_k);
-}
-
-/* out[s][t][h] for every present source s (absent sources are not checked) */
-static void ref_combine(const fix_t* f, uint32_t absent, int identity, uint16_t* out) {
-  const int Tmax = f->Tmax, K = f->K, E = f->E, EL = f->EL, H = f->H;
-  float* acc = (float*)malloc((size_t)H * sizeof(float));
-  float* xs = (float*)malloc((size_t)H * sizeof(float));
-  for (int s = 0; s < f->R; ++s) {
-    if ((absent >> s) & 1u) continue;
-    for (int t = 0; t < f->T; ++t) {
-      const int64_t* row = f->htopk + ((size_t)s * Tmax + t) * K;
-      for (int h = 0; h < H; ++h) {
-        acc[h] = 0.0f;
-        xs[h] = fix_xval(f, s, t, h);
-      }
-      for (int k = 0; k < K; ++k) {
-        const int64_t v = row[k];
-        const float w = f->hw[((size_t)s * Tmax + t) * K + k];
-        if (v < 0 || v >= E || ((absent >> (v / EL)) & 1u)) continue;
-        if (f->cpayload == EPF_PAYLOAD_MXFP8) { /* the expert side quantizes y, the source dequantizes */
-          for (int g = 0; g < H / 32; ++g) {
-            float y32[32];
-            uint8_t q32[32], sb;
-            for (int i = 0; i < 32; ++i) y32[i] = bf2f(expert_apply((int)v, xs[g * 32 + i], identity));
-            sb = epf_mxfp8_quantize_block_ref(y32, f->mx_rule, q32);
-            for (int i = 0; i < 32; ++i) acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, w, acc[g * 32 + i]);
-          }
-        } else {
-          for (int h = 0; h < H; ++h) acc[h] = fmaf(w, bf2f(expert_apply((int)v, xs[h], identity)), acc[h]);
-        }
-      }
-      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = f2bf(acc[h]);
-    }
-  }
-  free(acc);
-  free(xs);
-}
-
-/* ---- checks ------------------------------------------------------------------------------------ */
-
-static uint32_t read_round(const fix_t* f, int r) {
-  uint32_t v;
-  EPF_CHECK_CUDA(cudaMemcpy(&v, f->round + r, 4, cudaMemcpyDeviceToHost));
-  return v;
-}
-
-/* the expected received row (payload bytes) and compact scales of token (s, t) */
-static const void* want_row(const fix_t* f, int s, int t) {
-  const size_t row = (size_t)s * f->Tmax + t;
-  return f->payload == EPF_PAYLOAD_BF16 ? (const void*)(f->hx + row * f->H) : (const void*)(f->hq + row * f->H);
-}
-static const uint8_t* want_scales(const fix_t* f, int s, int t) {
-  return f->hs + ((size_t)s * f->Tmax + t) * (size_t)f->sbytes;
+/* rank r's dispatch outputs in the fixture's [R] buffers */
+static llref_rank_bufs_t fix_rank_bufs(const fix_t* f, int r) {
+  const epf_plan_t* p = &f->plan;
+  llref_rank_bufs_t b;
+  b.win = f->win + (size_t)r * p->total_bytes;
+  b.recv_counts = f->recv_counts + (size_t)r * f->in.EL * f->in.R;
+  b.expert_counts = f->expert_counts + (size_t)r * f->in.EL;
+  b.round = f->round + r;
+  b.packed_x = (const char*)f->packed_x + (uint64_t)r * p->recv_capacity * p->row_bytes;
+  b.packed_scales = f->packed_scales != NULL
+                        ? (const void*)((const char*)f->packed_scales + (uint64_t)r * epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0))
+                        : NULL;
+  b.packed_meta = f->packed_meta + (uint64_t)r * p->recv_capacity;
+  return b;
 }
 
 /* counts, expert counts, round; rows + scales + metadata (check_rows) in the window, and the packed
  * copy (rows, scales compact or swizzled, metadata) */
-static void check_dispatch(const fix_t* f, const ref_t* ref, uint32_t absent, uint32_t want_round, int check_rows,
+static void check_dispatch(const fix_t* f, const llref_t* ref, uint32_t absent, uint32_t want_round, int check_rows,
                            int packed, const char* what) {
-  const int R = f->R, EL = f->EL, Tmax = f->Tmax, sb = f->sbytes;
-  const epf_plan_t* p = &f->plan;
-  const size_t rb = p->row_bytes;
-  const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
-  const uint64_t psb = f->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
-  int32_t* counts = (int32_t*)malloc((size_t)R * EL * R * 4);
-  int32_t* ecounts = (int32_t*)malloc((size_t)R * EL * 4);
-  char* rows = (char*)malloc((size_t)Tmax * rb);
-  uint8_t* scales = (uint8_t*)malloc((size_t)Tmax * (sb > 0 ? sb : 1));
-  uint8_t* pscales = (uint8_t*)malloc(psb > 0 ? psb : 1);
-  epf_recv_meta_em_t* meta = (epf_recv_meta_em_t*)malloc((size_t)Tmax * sizeof(epf_recv_meta_em_t));
-  EPF_CHECK_CUDA(cudaMemcpy(counts, f->recv_counts, (size_t)R * EL * R * 4, cudaMemcpyDeviceToHost));
-  EPF_CHECK_CUDA(cudaMemcpy(ecounts, f->expert_counts, (size_t)R * EL * 4, cudaMemcpyDeviceToHost));
-  for (int d = 0; d < R; ++d) {
+  char msg[LLREF_MSG];
+  for (int d = 0; d < f->in.R; ++d) {
+    llref_rank_bufs_t b;
     if ((absent >> d) & 1u) continue;
-    if (read_round(f, d) != want_round) fail_msg("%s: rank %d round %u, want %u", what, d, read_round(f, d), want_round);
-    if (packed && check_rows && sb > 0)
-      EPF_CHECK_CUDA(cudaMemcpy(pscales, (const char*)f->packed_scales + (uint64_t)d * psb, psb, cudaMemcpyDeviceToHost));
-    for (int le = 0; le < EL; ++le) {
-      int tot = 0, pos = 0;
-      for (int s = 0; s < R; ++s) tot += ref->counts[((size_t)d * EL + le) * R + s];
-      if (ecounts[d * EL + le] != tot)
-        fail_msg("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, ecounts[d * EL + le], tot);
-      for (int s = 0; s < R; ++s) {
-        const size_t g = ((size_t)d * EL + le) * R + s;
-        const int n = ref->counts[g];
-        if (counts[g] != n) fail_msg("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, counts[g], n);
-        if (n > 0 && check_rows) {
-          const char* base = f->win + (size_t)d * p->total_bytes;
-          const int64_t row0 = epf_ll_recv_row(p, want_round, le, s, 0);
-          EPF_CHECK_CUDA(cudaMemcpy(rows, base + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
-          EPF_CHECK_CUDA(cudaMemcpy(meta, base + epf_plan_recv_meta_offset(p, row0), (size_t)n * 16, cudaMemcpyDeviceToHost));
-          if (sb > 0)
-            EPF_CHECK_CUDA(cudaMemcpy(scales, base + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
-          for (int j = 0; j < n; ++j) {
-            const int t = ref->row_t[g * Tmax + j], k = ref->row_k[g * Tmax + j];
-            if (memcmp(rows + (size_t)j * rb, want_row(f, s, t), rb) != 0)
-              fail_msg("%s: rank %d expert %d src %d slot %d: row differs from token %d", what, d, le, s, j, t);
-            if (sb > 0 && memcmp(scales + (size_t)j * sb, want_scales(f, s, t), (size_t)sb) != 0)
-              fail_msg("%s: rank %d expert %d src %d slot %d: scales differ from token %d", what, d, le, s, j, t);
-            if (meta[j].src_token != t || meta[j].src_rank != s || meta[j].k != k || meta[j].local_expert != le ||
-                memcmp(&meta[j].weight, f->hw + ((size_t)s * Tmax + t) * f->K + k, 4) != 0)
-              fail_msg("%s: rank %d expert %d src %d slot %d: meta (%d,%d,%d,%d,%g), want (%d,%d,%d,%d)", what, d, le,
-                       s, j, meta[j].src_token, meta[j].src_rank, meta[j].k, meta[j].local_expert,
-                       (double)meta[j].weight, t, s, k, le);
-          }
-          if (packed) {
-            const int64_t pr = epf_ll_packed_row(p, le, pos);
-            EPF_CHECK_CUDA(cudaMemcpy(rows, (const char*)f->packed_x + ((uint64_t)d * p->recv_capacity + pr) * rb,
-                                      (size_t)n * rb, cudaMemcpyDeviceToHost));
-            EPF_CHECK_CUDA(cudaMemcpy(meta, f->packed_meta + (uint64_t)d * p->recv_capacity + pr, (size_t)n * 16,
-                                      cudaMemcpyDeviceToHost));
-            for (int j = 0; j < n; ++j) {
-              const int t = ref->row_t[g * Tmax + j];
-              if (memcmp(rows + (size_t)j * rb, want_row(f, s, t), rb) != 0 || meta[j].src_token != t ||
-                  meta[j].src_rank != s)
-                fail_msg("%s: packed rank %d expert %d row %d differs", what, d, le, pos + j);
-              for (int c = 0; c < sb; ++c) {
-                const int64_t o = swizzled ? epf_scale_swizzle_offset(pr + j, c, sb) : (pr + j) * sb + c;
-                if (pscales[o] != want_scales(f, s, t)[c])
-                  fail_msg("%s: packed rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
-              }
-            }
-          }
-        }
-        pos += n;
-      }
-    }
+    b = fix_rank_bufs(f, d);
+    if (llref_check_dispatch_rank(&f->in, &f->plan, ref, d, &b, want_round, check_rows, packed, what, msg) != 0)
+      fail_msg("%s", msg);
   }
-  free(counts);
-  free(ecounts);
-  free(rows);
-  free(scales);
-  free(pscales);
-  free(meta);
 }
 
 static void check_combine(const fix_t* f, uint32_t absent, int identity, const char* what) {
-  const size_t n = (size_t)f->R * f->Tmax * f->H;
-  uint16_t* got = (uint16_t*)malloc(n * 2);
+  const size_t n = (size_t)f->in.R * f->in.Tmax * f->in.H;
   uint16_t* want = (uint16_t*)malloc(n * 2);
-  EPF_CHECK_CUDA(cudaMemcpy(got, f->out, n * 2, cudaMemcpyDeviceToHost));
-  ref_combine(f, absent, identity, want);
-  for (int s = 0; s < f->R; ++s) {
+  char msg[LLREF_MSG];
+  assert_non_null(want);
+  llref_combine(&f->in, absent, identity, -1, want);
+  for (int s = 0; s < f->in.R; ++s) {
     if ((absent >> s) & 1u) continue;
-    for (int t = 0; t < f->T; ++t) {
-      const size_t o = ((size_t)s * f->Tmax + t) * f->H;
-      if (memcmp(got + o, want + o, (size_t)f->H * 2) != 0) {
-        int h = 0;
-        while (got[o + h] == want[o + h]) ++h;
-        fail_msg("%s: combine rank %d token %d h %d: 0x%04x, want 0x%04x", what, s, t, h, got[o + h], want[o + h]);
-      }
-    }
+    if (llref_check_combine_rank(&f->in, s, f->out + (size_t)s * f->in.Tmax * f->in.H, want, what, msg) != 0)
+      fail_msg("%s", msg);
   }
-  free(got);
   free(want);
 }
-
 /* ============================================================================================ */
 /* the matrix                                                                                    */
 /* ============================================================================================ */
@@ -708,10 +362,10 @@ static void test_matrix(void** state) {
               const int packed = (int)(((ci >> 1) + pi + round) & 1);
               int y_layout = packed ? (int)((ci + round) % 3) : (int)((ci + round) % 2 ? EPF_LL_Y_FIXED : EPF_LL_Y_IN_PLACE);
               int identity;
-              ref_t ref;
+              llref_t ref;
               if (payload != EPF_PAYLOAD_BF16 && y_layout == EPF_LL_Y_IN_PLACE) y_layout = EPF_LL_Y_FIXED;
               if (payload == EPF_PAYLOAD_BF16 && round > 2) y_layout = EPF_LL_Y_IN_PLACE_PULL;
-              identity = y_in_place(y_layout) ? (int)(round & 1) : (int)((ci + round) & 1) == 0;
+              identity = llref_y_in_place(y_layout) ? (int)(round & 1) : (int)((ci + round) & 1) == 0;
               snprintf(what, sizeof(what),
                        "R=%d T=%d H=%d K=%d E=%d %s->%s%s round %u (split %d packed %d y %d identity %d int64 %d)", R,
                        T, H, K, E, payload_name(payload), payload_name(cpayload),
@@ -720,14 +374,14 @@ static void test_matrix(void** state) {
               fix_fill(&f, T, bad_ids);
               epf_error_clear(f.rec_h);
               run_round(&f, round, split, packed, y_layout, identity);
-              ref_dispatch(&f, 0u, &ref);
-              check_dispatch(&f, &ref, 0u, round, !y_in_place(y_layout), packed, what);
+              llref_dispatch(&f.in, 0u, &ref);
+              check_dispatch(&f, &ref, 0u, round, !llref_y_in_place(y_layout), packed, what);
               check_combine(&f, 0u, identity, what);
               if (f.rec_h->dropped_routes != ref.dropped)
                 fail_msg("%s: dropped_routes %u, want %u", what, f.rec_h->dropped_routes, ref.dropped);
               if (f.rec_h->count != 0)
                 fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
-              ref_free(&ref);
+              llref_free(&ref);
             }
             ++fixtures;
             printf("ok  %s\n", what);
@@ -843,7 +497,7 @@ static void graph_replays(int pull, int replays) {
   epf_ll_dispatch_args_t da;
   epf_ll_combine_args_t ca;
   fix_init(&f, R, T, H, K, E, 0, 0u, 5000000000ull);
-  f.T = T;
+  f.in.T = T;
   da = fix_dargs(&f, 1);
   ca = fix_cargs(&f, y_layout);
   EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -857,13 +511,13 @@ static void graph_replays(int pull, int replays) {
   EPF_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 1; i <= replays; ++i) {
     const int full = i % 10 == 0 || i == replays, rows = i % 100 == 0 || i == replays || g_quick;
-    ref_t ref;
+    llref_t ref;
     fix_fill(&f, T, i % 7 == 0);
     EPF_CHECK_CUDA(cudaMemsetAsync(f.out, 0xEE, (size_t)R * T * H * 2, s));
     EPF_CHECK_CUDA(cudaMemsetAsync(f.recv_counts, 0xEE, (size_t)R * E * 4, s));
     EPF_CHECK_CUDA(cudaGraphLaunch(exec, s));
     EPF_CHECK_CUDA(cudaStreamSynchronize(s));
-    ref_dispatch(&f, 0u, &ref);
+    llref_dispatch(&f.in, 0u, &ref);
     {
       int32_t* counts = (int32_t*)malloc((size_t)R * E * 4);
       EPF_CHECK_CUDA(cudaMemcpy(counts, f.recv_counts, (size_t)R * E * 4, cudaMemcpyDeviceToHost));
@@ -874,7 +528,7 @@ static void graph_replays(int pull, int replays) {
     /* in place: the experts overwrote the window rows (counts and rounds still checked) */
     if (rows) check_dispatch(&f, &ref, 0u, (uint32_t)i, !pull, 1, pull ? "graph replay (pull)" : "graph replay");
     if (full || pull) check_combine(&f, 0u, 0, pull ? "graph replay (pull)" : "graph replay");
-    ref_free(&ref);
+    llref_free(&ref);
   }
   assert_int_equal(f.rec_h->count, 0);
   {
@@ -948,14 +602,14 @@ static double fault_round_y(fix_t* f, uint32_t epoch, int silent, int y_layout) 
   epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
   double t0;
   fix_poison(f, epoch);
-  assert_int_equal(epf_virtual_grid_check((const void*)fault_dispatch_kernel, threads, smem, f->R * bpr, 0), EPF_OK);
-  assert_int_equal(epf_virtual_grid_check((const void*)fault_combine_kernel, threads, smem, f->R * bpr, 0), EPF_OK);
+  assert_int_equal(epf_virtual_grid_check((const void*)fault_dispatch_kernel, threads, smem, f->in.R * bpr, 0), EPF_OK);
+  assert_int_equal(epf_virtual_grid_check((const void*)fault_combine_kernel, threads, smem, f->in.R * bpr, 0), EPF_OK);
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
   t0 = now_s();
-  fault_dispatch_kernel<<<f->R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, silent);
+  fault_dispatch_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, silent);
   EPF_CHECK_CUDA(cudaGetLastError());
   run_experts(f, 0, y_layout, 0, silent, 0);
-  fault_combine_kernel<<<f->R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, silent);
+  fault_combine_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, silent);
   EPF_CHECK_LAUNCH();
   return now_s() - t0;
 }
@@ -966,26 +620,26 @@ static double fault_round(fix_t* f, uint32_t epoch, int silent) {
 
 /* check_rows = 0 after experts in place (the window rows hold y then) */
 static void check_round_vs_ref_rows(fix_t* f, uint32_t absent, uint32_t epoch, int check_rows, const char* what) {
-  ref_t ref;
-  ref_dispatch(f, absent, &ref);
+  llref_t ref;
+  llref_dispatch(&f->in, absent, &ref);
   check_dispatch(f, &ref, absent, epoch, check_rows, 0, what);
   check_combine(f, absent, 0, what);
-  ref_free(&ref);
+  llref_free(&ref);
 }
 
 static void check_round_vs_ref(fix_t* f, uint32_t absent, uint32_t epoch, const char* what) {
-  ref_t ref;
-  ref_dispatch(f, absent, &ref);
+  llref_t ref;
+  llref_dispatch(&f->in, absent, &ref);
   check_dispatch(f, &ref, absent, epoch, 1, 0, what);
   check_combine(f, absent, 0, what);
-  ref_free(&ref);
+  llref_free(&ref);
 }
 
 static void read_masks(const fix_t* f, uint32_t* masks) {
   uint32_t* d;
-  EPF_CHECK_CUDA(cudaMalloc(&d, (size_t)f->R * EPF_MASK_WORDS * 4));
+  EPF_CHECK_CUDA(cudaMalloc(&d, (size_t)f->in.R * EPF_MASK_WORDS * 4));
   assert_int_equal(epf_ll_mask_query_async(&f->L, d, 0), EPF_OK);
-  EPF_CHECK_CUDA(cudaMemcpy(masks, d, (size_t)f->R * EPF_MASK_WORDS * 4, cudaMemcpyDeviceToHost));
+  EPF_CHECK_CUDA(cudaMemcpy(masks, d, (size_t)f->in.R * EPF_MASK_WORDS * 4, cudaMemcpyDeviceToHost));
   EPF_CHECK_CUDA(cudaFree(d));
 }
 
@@ -1140,19 +794,19 @@ static void test_nccl_one_rank(void** state) {
   f.L = epf_ll_launch_make(&f.plan, team, f.state, f.rec_d, 0);
   assert_int_equal(epf_ll_state_reset(&f.L, 0), EPF_OK);
   for (uint32_t round = 1; round <= 4; ++round) {
-    ref_t ref;
+    llref_t ref;
     char what[64];
     snprintf(what, sizeof(what), "NCCL 1 rank round %u", round);
     fix_fill(&f, round == 2 ? 9 : Tmax, round == 3);
     epf_error_clear(f.rec_h);
     run_round(&f, round, (int)(round & 1), (int)(round >> 1 & 1), round == 4 ? EPF_LL_Y_IN_PLACE : EPF_LL_Y_FIXED,
               round == 4);
-    ref_dispatch(&f, 0u, &ref);
+    llref_dispatch(&f.in, 0u, &ref);
     check_dispatch(&f, &ref, 0u, round, round != 4, (int)(round >> 1 & 1), what);
     check_combine(&f, 0u, round == 4, what);
     assert_int_equal(f.rec_h->count, 0);
     assert_int_equal(f.rec_h->dropped_routes, ref.dropped);
-    ref_free(&ref);
+    llref_free(&ref);
   }
   printf("1-rank NCCL window: 4 LL rounds (fused/split, packed, in place) exact\n");
   f.win = NULL;

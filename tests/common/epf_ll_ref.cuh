@@ -1,0 +1,522 @@
+/* epf_ll_ref.cuh — the low-latency tests' CPU reference, expert stage and checks (not part of the
+ * library), shared by tests/gpu/test_ll.cu (virtual ranks on one GPU) and
+ * tests/multigpu/test_mg_ll.cu (one rank per GPU over NCCL). Moved out of test_ll unchanged in
+ * what it computes; what changed is that everything works on ONE rank's buffers, so a test can
+ * check the rank it owns:
+ *   llref_in_t                host inputs of one round, all R ranks: x, routing, weights and the
+ *                             FP8 payloads of x (scalar quant.cuh references)
+ *   llref_in_init / _free     allocate / free them; llref_fill(in, T, bad_ids, seed): fresh inputs
+ *                             (the draws test_ll always made, so its seeds reproduce)
+ *   llref_dispatch            what every rank must receive (counts, slot -> (token, k)), with
+ *                             `absent` ranks (bit r: rank r took no part) and the dropped ids
+ *   llref_combine             what every source must get back (FP32 k-order fmaf, BF16 out)
+ *   llref_experts_kernel      the test's experts over received rows (window or packed copy), y in
+ *                             any epf_ll_y_layout_t; grid.y = ranks in the launch from rank0 on
+ *   llref_poison_window       poison one rank's window rows of a round (receive, meta, scales,
+ *                             combine landing rows)
+ *   llref_check_dispatch_rank / llref_check_combine_rank
+ *                             one rank's outputs against the reference: 0, or -1 with the first
+ *                             difference in msg[LLREF_MSG]. No cmocka calls: safe on any thread.
+ */
+#ifndef EPF_LL_REF_CUH
+#define EPF_LL_REF_CUH
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "epf_test_gpu.h"
+#include "epfuse/epfuse.cuh"
+#include "epfuse/kernels_ll.cuh"
+
+#define LLREF_MSG 512
+
+/* ============================================================================================ */
+/* helpers: BF16, experts                                                                        */
+/* ============================================================================================ */
+
+__host__ __device__ static inline float llref_bf2f(uint16_t b) {
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = (uint32_t)b << 16;
+  return v.f;
+}
+
+__host__ __device__ static inline uint16_t llref_f2bf(float f) { /* round to nearest even, NaN -> 0x7fff */
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* the test's experts: identity, or y = bf16(fma(x, a_e, b_e)) with constants per global expert
+ * (x: the received element as FP32: BF16, or the dequantized FP8 payload) */
+__host__ __device__ static inline uint16_t llref_expert_apply(int e, float x, int identity) {
+  if (identity) return llref_f2bf(x);
+  return llref_f2bf(fmaf(x, 1.0f + (float)(e % 7) * 0.125f, (float)(e % 5 - 2) * 0.0625f));
+}
+
+static inline uint16_t llref_rand_bf16(uint64_t* s) { /* finite values in about [-4, 4] */
+  const uint64_t r = epf_test_rand(s);
+  return llref_f2bf(((float)(r & 0xffffff) / 8388608.0f - 1.0f) * (float)(1 << ((r >> 24) & 3)));
+}
+
+/* IN_PLACE and IN_PLACE_PULL: the experts overwrite the window's receive rows */
+__host__ __device__ static inline int llref_y_in_place(int y_layout) {
+  return y_layout == EPF_LL_Y_IN_PLACE || y_layout == EPF_LL_Y_IN_PLACE_PULL;
+}
+
+/* ============================================================================================ */
+/* host inputs of one round                                                                      */
+/* ============================================================================================ */
+
+typedef struct llref_in {
+  int R, Tmax, T, H, K, E, EL;
+  int payload, cpayload, mx_rule, ue8m0, sbytes; /* sbytes: compact scale bytes per row */
+  uint16_t* hx;   /* [R][Tmax][H] */
+  int64_t* htopk; /* [R][Tmax][K] */
+  float* hw;      /* [R][Tmax][K] */
+  uint8_t* hq;    /* FP8 payloads: [R][Tmax][H] E4M3 bytes of x (scalar reference) */
+  uint8_t* hs;    /* FP8 payloads: [R][Tmax][sbytes] compact scales */
+} llref_in_t;
+
+static inline void llref_in_free(llref_in_t* in) {
+  free(in->hx);
+  free(in->htopk);
+  free(in->hw);
+  free(in->hq);
+  free(in->hs);
+  in->hx = NULL;
+  in->htopk = NULL;
+  in->hw = NULL;
+  in->hq = NULL;
+  in->hs = NULL;
+}
+
+/* flags: the plan's (MX rule, UE8M0); sbytes: plan.scale_bytes_per_row. 0, or -1 (out of memory,
+ * nothing left allocated). */
+static inline int llref_in_init(llref_in_t* in, int R, int Tmax, int H, int K, int E, int payload, int cpayload,
+                                uint32_t flags, int sbytes) {
+  const size_t n = (size_t)R * Tmax;
+  memset(in, 0, sizeof(*in));
+  in->R = R;
+  in->Tmax = Tmax;
+  in->H = H;
+  in->K = K;
+  in->E = E;
+  in->EL = E / R;
+  in->payload = payload;
+  in->cpayload = cpayload;
+  in->mx_rule = epf_mx_rule_from_flags(flags);
+  in->ue8m0 = epf_fp8_128_ue8m0_from_flags(flags);
+  in->sbytes = sbytes;
+  in->hx = (uint16_t*)malloc(n * H * sizeof(uint16_t));
+  in->htopk = (int64_t*)malloc(n * K * sizeof(int64_t));
+  in->hw = (float*)malloc(n * K * sizeof(float));
+  in->hq = (uint8_t*)malloc(n * H);
+  in->hs = (uint8_t*)malloc(n * (size_t)(sbytes > 0 ? sbytes : 1));
+  if (in->hx == NULL || in->htopk == NULL || in->hw == NULL || in->hq == NULL || in->hs == NULL) {
+    llref_in_free(in);
+    return -1;
+  }
+  return 0;
+}
+
+/* the scalar quant reference (quant.cuh) of token row (s, t) into hq / hs */
+static inline void llref_quantize_row(llref_in_t* in, int s, int t) {
+  const size_t row = (size_t)s * in->Tmax + t;
+  const uint16_t* x = in->hx + row * in->H;
+  uint8_t* q = in->hq + row * in->H;
+  uint8_t* sc = in->hs + row * (size_t)in->sbytes;
+  float buf[128];
+  if (in->payload == EPF_PAYLOAD_MXFP8) {
+    for (int g = 0; g < in->H / 32; ++g) {
+      for (int i = 0; i < 32; ++i) buf[i] = llref_bf2f(x[g * 32 + i]);
+      sc[g] = epf_mxfp8_quantize_block_ref(buf, in->mx_rule, q + g * 32);
+    }
+  } else if (in->payload == EPF_PAYLOAD_FP8_128) {
+    for (int g = 0; g < in->H / 128; ++g) {
+      float scale;
+      for (int i = 0; i < 128; ++i) buf[i] = llref_bf2f(x[g * 128 + i]);
+      scale = epf_fp8_128_quantize_block_ref(buf, in->ue8m0 != 0, q + g * 128);
+      memcpy(sc + g * 4, &scale, 4);
+    }
+  }
+}
+
+/* element h of the row the experts see for token (s, t): x, or its dequantized FP8 payload */
+static inline float llref_xval(const llref_in_t* in, int s, int t, int h) {
+  const size_t row = (size_t)s * in->Tmax + t;
+  if (in->payload == EPF_PAYLOAD_MXFP8)
+    return epf_mxfp8_dequantize_ref(in->hq[row * in->H + h], in->hs[row * in->sbytes + h / 32]);
+  if (in->payload == EPF_PAYLOAD_FP8_128) {
+    float scale;
+    memcpy(&scale, in->hs + row * in->sbytes + (h / 128) * 4, 4);
+    return epf_fp8_128_dequantize_ref(in->hq[row * in->H + h], scale);
+  }
+  return llref_bf2f(in->hx[row * in->H + h]);
+}
+
+/* Fresh inputs: routing with ~8% -1, ~6% repeats of an earlier k, and (bad_ids) ~3% ids outside
+ * [-1, E). Whole Tmax rows (rows >= T are garbage the kernels must ignore); FP8 payloads of rows
+ * < T. Host only: the test uploads what its ranks need. */
+static inline void llref_fill(llref_in_t* in, int T, int bad_ids, uint64_t* seed) {
+  const int R = in->R, Tmax = in->Tmax, H = in->H, K = in->K, E = in->E;
+  size_t i;
+  in->T = T;
+  for (i = 0; i < (size_t)R * Tmax * H; ++i) in->hx[i] = llref_rand_bf16(seed);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < Tmax; ++t)
+      for (int k = 0; k < K; ++k) {
+        const size_t idx = ((size_t)r * Tmax + t) * K + k;
+        const uint64_t u = epf_test_rand(seed);
+        int64_t e = (int64_t)(u % (uint64_t)E);
+        const int p = (int)((u >> 32) % 100);
+        if (t >= T) e = (int64_t)(u % 3000) - 1000; /* garbage beyond num_tokens */
+        else if (p < 8) e = -1;
+        else if (p < 14 && k > 0) e = in->htopk[idx - 1 - (size_t)((u >> 40) % (uint64_t)k)];
+        else if (bad_ids && p < 17) e = (u >> 50) & 1 ? (int64_t)E + (int64_t)((u >> 52) % 5) : -2 - (int64_t)((u >> 52) % 5);
+        in->htopk[idx] = e;
+        in->hw[idx] = (float)((u >> 20) & 0xfff) / 2048.0f - 0.75f;
+      }
+  if (in->payload != EPF_PAYLOAD_BF16)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) llref_quantize_row(in, r, t);
+}
+
+/* the expected received row (payload bytes) and compact scales of token (s, t) */
+static inline const void* llref_want_row(const llref_in_t* in, int s, int t) {
+  const size_t row = (size_t)s * in->Tmax + t;
+  return in->payload == EPF_PAYLOAD_BF16 ? (const void*)(in->hx + row * in->H) : (const void*)(in->hq + row * in->H);
+}
+static inline const uint8_t* llref_want_scales(const llref_in_t* in, int s, int t) {
+  return in->hs + ((size_t)s * in->Tmax + t) * (size_t)in->sbytes;
+}
+
+/* ============================================================================================ */
+/* CPU reference                                                                                 */
+/* ============================================================================================ */
+
+typedef struct llref {
+  int* counts;          /* [R dst][EL][R src] */
+  int* row_t;           /* [R dst][EL][R src][Tmax] token of slot */
+  int* row_k;           /* ... its k */
+  uint32_t dropped;     /* ids outside [-1, E) of all present sources */
+  uint32_t* dropped_src; /* [R]: the same per source (a real rank's record counts its own) */
+} llref_t;
+
+/* absent: bit r set = rank r takes no part (neither sends nor receives, its experts absent) */
+static inline void llref_dispatch(const llref_in_t* in, uint32_t absent, llref_t* out) {
+  const int R = in->R, Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL;
+  int* cnt = (int*)calloc((size_t)E, sizeof(int));
+  out->counts = (int*)calloc((size_t)R * EL * R, sizeof(int));
+  out->row_t = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
+  out->row_k = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
+  out->dropped_src = (uint32_t*)calloc((size_t)R, sizeof(uint32_t));
+  out->dropped = 0;
+  for (int s = 0; s < R; ++s) {
+    memset(cnt, 0, (size_t)E * sizeof(int));
+    if ((absent >> s) & 1u) continue;
+    for (int t = 0; t < in->T; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
+        const int64_t v = row[k];
+        int dup = 0;
+        if (v == -1) continue;
+        if (v < -1 || v >= E) {
+          out->dropped++;
+          out->dropped_src[s]++;
+          continue;
+        }
+        for (int q = 0; q < k; ++q) dup |= row[q] == v;
+        if (dup) continue;
+        {
+          const int e = (int)v, d = e / EL, le = e % EL;
+          const int slot = cnt[e]++;
+          const size_t g = ((size_t)d * EL + le) * R + s;
+          if ((absent >> d) & 1u) continue;
+          out->counts[g] = slot + 1;
+          out->row_t[g * Tmax + slot] = t;
+          out->row_k[g * Tmax + slot] = k;
+        }
+      }
+  }
+  free(cnt);
+}
+
+static inline void llref_free(llref_t* r) {
+  free(r->counts);
+  free(r->row_t);
+  free(r->row_k);
+  free(r->dropped_src);
+}
+
+/* out[s][t][h] ([R][Tmax][H]) for every present source s (absent sources are not computed), or
+ * only for source only_src (>= 0) */
+static inline void llref_combine(const llref_in_t* in, uint32_t absent, int identity, int only_src, uint16_t* out) {
+  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
+  float* acc = (float*)malloc((size_t)H * sizeof(float));
+  float* xs = (float*)malloc((size_t)H * sizeof(float));
+  for (int s = 0; s < in->R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    if (only_src >= 0 && s != only_src) continue;
+    for (int t = 0; t < in->T; ++t) {
+      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
+      for (int h = 0; h < H; ++h) {
+        acc[h] = 0.0f;
+        xs[h] = llref_xval(in, s, t, h);
+      }
+      for (int k = 0; k < K; ++k) {
+        const int64_t v = row[k];
+        const float w = in->hw[((size_t)s * Tmax + t) * K + k];
+        if (v < 0 || v >= E || ((absent >> (v / EL)) & 1u)) continue;
+        if (in->cpayload == EPF_PAYLOAD_MXFP8) { /* the expert side quantizes y, the source dequantizes */
+          for (int g = 0; g < H / 32; ++g) {
+            float y32[32];
+            uint8_t q32[32], sb;
+            for (int i = 0; i < 32; ++i) y32[i] = llref_bf2f(llref_expert_apply((int)v, xs[g * 32 + i], identity));
+            sb = epf_mxfp8_quantize_block_ref(y32, in->mx_rule, q32);
+            for (int i = 0; i < 32; ++i) acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, w, acc[g * 32 + i]);
+          }
+        } else {
+          for (int h = 0; h < H; ++h) acc[h] = fmaf(w, llref_bf2f(llref_expert_apply((int)v, xs[h], identity)), acc[h]);
+        }
+      }
+      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+    }
+  }
+  free(acc);
+  free(xs);
+}
+
+/* ============================================================================================ */
+/* the test's experts (GPU)                                                                      */
+/* ============================================================================================ */
+
+/* element h of a received row as FP32 (BF16, or the dequantized FP8 payload); `scales` is the row's
+ * compact scale row, or (swizzled) the base of the packed scales with `row` its packed row */
+__device__ static inline float llref_recv_elem(const epf_plan_t* plan, const void* x, const uint8_t* scales, int swizzled,
+                                               int64_t row, int h) {
+  const int ncols = (int)plan->scale_bytes_per_row;
+  if (plan->payload == EPF_PAYLOAD_MXFP8) {
+    const uint8_t sb = swizzled ? scales[epf_scale_swizzle_offset(row, h / 32, ncols)] : scales[h / 32];
+    return epf_mxfp8_dequantize_ref(((const uint8_t*)x)[h], sb);
+  }
+  if (plan->payload == EPF_PAYLOAD_FP8_128)
+    return epf_fp8_128_dequantize_ref(((const uint8_t*)x)[h], ((const float*)scales)[h / 128]);
+  return llref_bf2f(((const uint16_t*)x)[h]);
+}
+
+/* For rank r = rank0 + blockIdx.y (r != skip_rank) and every row it received: y = expert(x).
+ * Buffer i = blockIdx.y of each per-rank array (window slices of plan.total_bytes from `win`,
+ * rounds, recv_counts, packed_x, packed_scales, y: epf_ll_rank_bytes strides) belongs to rank r:
+ * virtual ranks launch grid.y = R with rank0 = 0, a real rank grid.y = 1 with rank0 = its rank.
+ * src: the window rows of the round (or the packed copy when from_packed); dst by y_layout
+ * (IN_PLACE: over the window rows). */
+static __global__ void llref_experts_kernel(epf_plan_t plan, char* win, int rank0, const uint32_t* rounds,
+                                            const int32_t* recv_counts, const char* packed_x,
+                                            const uint8_t* packed_scales, uint16_t* y, int from_packed, int y_layout,
+                                            int identity, int skip_rank) {
+  const int R = plan.nranks, EL = plan.experts_per_rank, Tmax = plan.max_tokens_per_rank, H = plan.hidden;
+  const int i = (int)blockIdx.y, r = rank0 + i;
+  const int64_t rows = (int64_t)EL * R * Tmax;
+  const uint64_t ybytes = (uint64_t)rows * H;
+  const int swizzled = plan.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && plan.payload == EPF_PAYLOAD_MXFP8;
+  if (r == skip_rank) return;
+  const uint32_t round = rounds[i];
+  const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
+  char* base = win + (uint64_t)i * plan.total_bytes;
+  for (int64_t fr = blockIdx.x; fr < rows; fr += gridDim.x) {
+    const int le = (int)(fr / ((int64_t)R * Tmax)), s = (int)((fr / Tmax) % R), j = (int)(fr % Tmax);
+    int pos = j;
+    if (j >= cnt[le * R + s]) continue;
+    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    const int64_t prow = epf_ll_packed_row(&plan, le, pos), wrow = epf_ll_recv_row(&plan, round, le, s, j);
+    const void* src;
+    const uint8_t* sc = NULL;
+    int sw = 0;
+    if (from_packed) {
+      src = packed_x + ((uint64_t)i * rows + prow) * plan.row_bytes;
+      if (plan.scale_bytes_per_row > 0) {
+        const uint64_t sbytes = epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0);
+        sw = swizzled;
+        sc = packed_scales + (uint64_t)i * sbytes + (swizzled ? 0 : (uint64_t)prow * plan.scale_bytes_per_row);
+      }
+    } else {
+      src = base + epf_plan_recv_token_offset(&plan, wrow);
+      sc = (const uint8_t*)base + epf_plan_recv_scale_offset(&plan, wrow);
+    }
+    uint16_t* dst = llref_y_in_place(y_layout) ? (uint16_t*)src
+                    : y_layout == EPF_LL_Y_PACKED ? y + (uint64_t)i * ybytes + (uint64_t)prow * H
+                                                   : y + (uint64_t)i * ybytes + (uint64_t)fr * H;
+    for (int h = (int)threadIdx.x; h < H; h += (int)blockDim.x)
+      dst[h] = llref_expert_apply(r * EL + le, llref_recv_elem(&plan, src, sc, sw, prow, h), identity);
+  }
+}
+
+/* Poison the window rows one rank uses in the round of `epoch` (its parity): receive rows,
+ * metadata, scales, combine landing rows. base: the rank's window slice. Stream-ordered. */
+static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
+  const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
+  cudaError_t e = cudaMemsetAsync(base + epf_plan_recv_token_offset(p, row0), 0xA5,
+                                  (size_t)p->recv_capacity * p->row_bytes, s);
+  if (e == cudaSuccess)
+    e = cudaMemsetAsync(base + epf_plan_recv_meta_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->meta_bytes_per_row, s);
+  if (e == cudaSuccess && p->scale_bytes_per_row > 0)
+    e = cudaMemsetAsync(base + epf_plan_recv_scale_offset(p, row0), 0xA5,
+                        (size_t)p->recv_capacity * p->scale_bytes_per_row, s);
+  if (e == cudaSuccess)
+    e = cudaMemsetAsync(base + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)), 0xA5,
+                        (size_t)p->max_tokens_per_rank * p->top_k * p->combine_row_bytes, s);
+  return e;
+}
+
+/* ============================================================================================ */
+/* checks of one rank                                                                            */
+/* ============================================================================================ */
+
+/* One rank's dispatch outputs (device pointers; packed ones may be NULL). */
+typedef struct llref_rank_bufs {
+  const char* win;                       /* the rank's window slice */
+  const int32_t* recv_counts;            /* [EL][R] */
+  const int32_t* expert_counts;          /* [EL] */
+  const uint32_t* round;                 /* one word */
+  const void* packed_x;                  /* [recv_capacity] rows */
+  const void* packed_scales;             /* epf_ll_rank_bytes(PACKED_SCALES) bytes */
+  const epf_recv_meta_em_t* packed_meta; /* [recv_capacity] */
+} llref_rank_bufs_t;
+
+#define LLREF_FAIL(...)                     \
+  do {                                      \
+    snprintf(msg, LLREF_MSG, __VA_ARGS__); \
+    goto done;                              \
+  } while (0)
+
+#define LLREF_CUDA(call)                                                                              \
+  do {                                                                                                \
+    cudaError_t llref_e_ = (call);                                                                    \
+    if (llref_e_ != cudaSuccess)                                                                      \
+      LLREF_FAIL("%s:%d: %s -> %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorName(llref_e_),       \
+                 cudaGetErrorString(llref_e_));                                                       \
+  } while (0)
+
+/* Rank d: round, counts, expert counts; rows + scales + metadata (check_rows) in the window of
+ * the round, and the packed copy (rows, scales compact or swizzled, metadata) when `packed`.
+ * 0, or -1 with msg. */
+static inline int llref_check_dispatch_rank(const llref_in_t* in, const epf_plan_t* p, const llref_t* ref, int d,
+                                            const llref_rank_bufs_t* b, uint32_t want_round, int check_rows, int packed,
+                                            const char* what, char* msg) {
+  const int R = in->R, EL = in->EL, Tmax = in->Tmax, sb = in->sbytes;
+  const size_t rb = p->row_bytes;
+  const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
+  const uint64_t psb = b->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
+  int32_t* counts = (int32_t*)malloc((size_t)EL * R * 4);
+  int32_t* ecounts = (int32_t*)malloc((size_t)EL * 4);
+  char* rows = (char*)malloc((size_t)Tmax * rb);
+  uint8_t* scales = (uint8_t*)malloc((size_t)Tmax * (sb > 0 ? sb : 1));
+  uint8_t* pscales = (uint8_t*)malloc(psb > 0 ? psb : 1);
+  epf_recv_meta_em_t* meta = (epf_recv_meta_em_t*)malloc((size_t)Tmax * sizeof(epf_recv_meta_em_t));
+  uint32_t round = 0;
+  int rc = -1;
+  if (counts == NULL || ecounts == NULL || rows == NULL || scales == NULL || pscales == NULL || meta == NULL)
+    LLREF_FAIL("%s: out of host memory", what);
+  LLREF_CUDA(cudaMemcpy(counts, b->recv_counts, (size_t)EL * R * 4, cudaMemcpyDeviceToHost));
+  LLREF_CUDA(cudaMemcpy(ecounts, b->expert_counts, (size_t)EL * 4, cudaMemcpyDeviceToHost));
+  LLREF_CUDA(cudaMemcpy(&round, b->round, 4, cudaMemcpyDeviceToHost));
+  if (round != want_round) LLREF_FAIL("%s: rank %d round %u, want %u", what, d, round, want_round);
+  if (packed && check_rows && sb > 0) LLREF_CUDA(cudaMemcpy(pscales, b->packed_scales, psb, cudaMemcpyDeviceToHost));
+  for (int le = 0; le < EL; ++le) {
+    int tot = 0, pos = 0;
+    for (int s = 0; s < R; ++s) tot += ref->counts[((size_t)d * EL + le) * R + s];
+    if (ecounts[le] != tot) LLREF_FAIL("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, ecounts[le], tot);
+    for (int s = 0; s < R; ++s) {
+      const size_t g = ((size_t)d * EL + le) * R + s;
+      const int n = ref->counts[g];
+      if (counts[le * R + s] != n)
+        LLREF_FAIL("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, counts[le * R + s], n);
+      if (n > 0 && check_rows) {
+        const int64_t row0 = epf_ll_recv_row(p, want_round, le, s, 0);
+        LLREF_CUDA(cudaMemcpy(rows, b->win + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
+        LLREF_CUDA(cudaMemcpy(meta, b->win + epf_plan_recv_meta_offset(p, row0), (size_t)n * 16, cudaMemcpyDeviceToHost));
+        if (sb > 0)
+          LLREF_CUDA(cudaMemcpy(scales, b->win + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
+        for (int j = 0; j < n; ++j) {
+          const int t = ref->row_t[g * Tmax + j], k = ref->row_k[g * Tmax + j];
+          if (memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
+            LLREF_FAIL("%s: rank %d expert %d src %d slot %d: row differs from token %d", what, d, le, s, j, t);
+          if (sb > 0 && memcmp(scales + (size_t)j * sb, llref_want_scales(in, s, t), (size_t)sb) != 0)
+            LLREF_FAIL("%s: rank %d expert %d src %d slot %d: scales differ from token %d", what, d, le, s, j, t);
+          if (meta[j].src_token != t || meta[j].src_rank != s || meta[j].k != k || meta[j].local_expert != le ||
+              memcmp(&meta[j].weight, in->hw + ((size_t)s * Tmax + t) * in->K + k, 4) != 0)
+            LLREF_FAIL("%s: rank %d expert %d src %d slot %d: meta (%d,%d,%d,%d,%g), want (%d,%d,%d,%d)", what, d, le, s,
+                       j, meta[j].src_token, meta[j].src_rank, meta[j].k, meta[j].local_expert, (double)meta[j].weight, t,
+                       s, k, le);
+        }
+        if (packed) {
+          const int64_t pr = epf_ll_packed_row(p, le, pos);
+          LLREF_CUDA(cudaMemcpy(rows, (const char*)b->packed_x + (uint64_t)pr * rb, (size_t)n * rb, cudaMemcpyDeviceToHost));
+          LLREF_CUDA(cudaMemcpy(meta, b->packed_meta + pr, (size_t)n * 16, cudaMemcpyDeviceToHost));
+          for (int j = 0; j < n; ++j) {
+            const int t = ref->row_t[g * Tmax + j];
+            if (memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0 || meta[j].src_token != t ||
+                meta[j].src_rank != s)
+              LLREF_FAIL("%s: packed rank %d expert %d row %d differs", what, d, le, pos + j);
+            for (int c = 0; c < sb; ++c) {
+              const int64_t o = swizzled ? epf_scale_swizzle_offset(pr + j, c, sb) : (pr + j) * sb + c;
+              if (pscales[o] != llref_want_scales(in, s, t)[c])
+                LLREF_FAIL("%s: packed rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
+            }
+          }
+        }
+      }
+      pos += n;
+    }
+  }
+  rc = 0;
+done:
+  free(counts);
+  free(ecounts);
+  free(rows);
+  free(scales);
+  free(pscales);
+  free(meta);
+  return rc;
+}
+
+/* Source s: its combine output out ([Tmax][H] BF16, device), tokens [0, T), against want
+ * ([R][Tmax][H], llref_combine). 0, or -1 with msg. */
+static inline int llref_check_combine_rank(const llref_in_t* in, int s, const uint16_t* out, const uint16_t* want,
+                                           const char* what, char* msg) {
+  const size_t n = (size_t)in->Tmax * in->H;
+  uint16_t* got = (uint16_t*)malloc(n * 2);
+  int rc = -1;
+  if (got == NULL) LLREF_FAIL("%s: out of host memory", what);
+  LLREF_CUDA(cudaMemcpy(got, out, n * 2, cudaMemcpyDeviceToHost));
+  for (int t = 0; t < in->T; ++t) {
+    const uint16_t* g = got + (size_t)t * in->H;
+    const uint16_t* w = want + ((size_t)s * in->Tmax + t) * in->H;
+    if (memcmp(g, w, (size_t)in->H * 2) != 0) {
+      int h = 0;
+      while (g[h] == w[h]) ++h;
+      LLREF_FAIL("%s: combine rank %d token %d h %d: 0x%04x, want 0x%04x", what, s, t, h, g[h], w[h]);
+    }
+  }
+  rc = 0;
+done:
+  free(got);
+  return rc;
+}
+
+#undef LLREF_CUDA
+#undef LLREF_FAIL
+
+#endif /* EPF_LL_REF_CUH */
