@@ -103,39 +103,36 @@ static void teardown(Setup& s) {
   EPF_BENCH_CUDA(cudaFree(s.rec));
 }
 
-static double median(std::vector<float>& v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (double)v[v.size() / 2];
-}
+static double median(std::vector<float>& v) { return v.empty() ? 0.0 : (double)epf_bench_median(v.data(), (int)v.size()); }
 
-/* returns {median per-launch us, graph per-update us} */
-static void time_update(Setup& s, int B, int reps, double* out_event_us, double* out_graph_us) {
+/* time_launches — `enqueue(st)` puts one launch on the stream st: 50 warm-up launches, then the
+ * median of `reps` launches each bracketed by CUDA events (*out_event_us), and the per-launch time
+ * inside a CUDA graph of 100 launches, median of 20 replays (*out_graph_us). */
+template <typename F>
+static void time_launches(F enqueue, int reps, double* out_event_us, double* out_graph_us) {
   cudaStream_t st;
   cudaEvent_t a, b;
   cudaGraph_t g;
   cudaGraphExec_t ge;
   std::vector<float> ms;
-  const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
-  epf_route_step_t step = epf_route_step_make(s.topk, s.T, epf_wait_make(s.plan.timeout_ns, s.rec, NULL, 0));
-  step.blocks_per_rank = B;
   EPF_BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   EPF_BENCH_CUDA(cudaEventCreate(&a));
   EPF_BENCH_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 50; ++i) EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st));
+  for (int i = 0; i < 50; ++i) enqueue(st);
+  EPF_BENCH_CUDA(cudaGetLastError());
   EPF_BENCH_CUDA(cudaStreamSynchronize(st));
   for (int i = 0; i < reps; ++i) {
     float t;
     EPF_BENCH_CUDA(cudaEventRecord(a, st));
-    EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st));
+    enqueue(st);
     EPF_BENCH_CUDA(cudaEventRecord(b, st));
     EPF_BENCH_CUDA(cudaEventSynchronize(b));
     EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
   *out_event_us = median(ms) * 1e3;
-  /* graph of 100 updates */
   EPF_BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 100; ++i) EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st));
+  for (int i = 0; i < 100; ++i) enqueue(st);
   EPF_BENCH_CUDA(cudaStreamEndCapture(st, &g));
   EPF_BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
   EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
@@ -151,6 +148,20 @@ static void time_update(Setup& s, int B, int reps, double* out_event_us, double*
     ms.push_back(t / 100.0f);
   }
   *out_graph_us = median(ms) * 1e3;
+  EPF_BENCH_CUDA(cudaGraphExecDestroy(ge));
+  EPF_BENCH_CUDA(cudaGraphDestroy(g));
+  EPF_BENCH_CUDA(cudaEventDestroy(a));
+  EPF_BENCH_CUDA(cudaEventDestroy(b));
+  EPF_BENCH_CUDA(cudaStreamDestroy(st));
+}
+
+/* one route update per launch: {median per-launch us, graph per-update us}; exits on a device error */
+static void time_update(Setup& s, int B, int reps, double* out_event_us, double* out_graph_us) {
+  const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
+  epf_route_step_t step = epf_route_step_make(s.topk, s.T, epf_wait_make(s.plan.timeout_ns, s.rec, NULL, 0));
+  step.blocks_per_rank = B;
+  time_launches([&](cudaStream_t st) { EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, st)); }, reps,
+                out_event_us, out_graph_us);
   {
     epf_error_record_t rec;
     EPF_BENCH_CUDA(cudaMemcpy(&rec, s.rec, sizeof(rec), cudaMemcpyDeviceToHost));
@@ -159,11 +170,6 @@ static void time_update(Setup& s, int B, int reps, double* out_event_us, double*
       exit(1);
     }
   }
-  EPF_BENCH_CUDA(cudaGraphExecDestroy(ge));
-  EPF_BENCH_CUDA(cudaGraphDestroy(g));
-  EPF_BENCH_CUDA(cudaEventDestroy(a));
-  EPF_BENCH_CUDA(cudaEventDestroy(b));
-  EPF_BENCH_CUDA(cudaStreamDestroy(st));
 }
 
 /* The count exchange alone: block r plays rank r; `rounds` rounds of publish + wait. */
@@ -225,49 +231,8 @@ __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS) empty_kernel(int* nev
 }
 
 static void time_empty(int grid, int threads, size_t smem, int reps, double* out_event_us, double* out_graph_us) {
-  cudaStream_t st;
-  cudaEvent_t a, b;
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  std::vector<float> ms;
-  EPF_BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  EPF_BENCH_CUDA(cudaEventCreate(&a));
-  EPF_BENCH_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 50; ++i) empty_kernel<<<grid, threads, smem, st>>>(NULL);
-  EPF_BENCH_CUDA(cudaGetLastError());
-  EPF_BENCH_CUDA(cudaStreamSynchronize(st));
-  for (int i = 0; i < reps; ++i) {
-    float t;
-    EPF_BENCH_CUDA(cudaEventRecord(a, st));
-    empty_kernel<<<grid, threads, smem, st>>>(NULL);
-    EPF_BENCH_CUDA(cudaEventRecord(b, st));
-    EPF_BENCH_CUDA(cudaEventSynchronize(b));
-    EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  *out_event_us = median(ms) * 1e3;
-  EPF_BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < 100; ++i) empty_kernel<<<grid, threads, smem, st>>>(NULL);
-  EPF_BENCH_CUDA(cudaStreamEndCapture(st, &g));
-  EPF_BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
-  EPF_BENCH_CUDA(cudaStreamSynchronize(st));
-  ms.clear();
-  for (int i = 0; i < 20; ++i) {
-    float t;
-    EPF_BENCH_CUDA(cudaEventRecord(a, st));
-    EPF_BENCH_CUDA(cudaGraphLaunch(ge, st));
-    EPF_BENCH_CUDA(cudaEventRecord(b, st));
-    EPF_BENCH_CUDA(cudaEventSynchronize(b));
-    EPF_BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / 100.0f);
-  }
-  *out_graph_us = median(ms) * 1e3;
-  EPF_BENCH_CUDA(cudaGraphExecDestroy(ge));
-  EPF_BENCH_CUDA(cudaGraphDestroy(g));
-  EPF_BENCH_CUDA(cudaEventDestroy(a));
-  EPF_BENCH_CUDA(cudaEventDestroy(b));
-  EPF_BENCH_CUDA(cudaStreamDestroy(st));
+  time_launches([&](cudaStream_t st) { empty_kernel<<<grid, threads, smem, st>>>(NULL); }, reps, out_event_us,
+                out_graph_us);
 }
 
 /* ---- phase breakdown ------------------------------------------------------------------------------ */
