@@ -2,6 +2,7 @@
  * trip among 8 virtual ranks. A program, not a test.
  *
  *   ./bench_route [reps]          (default 2000)
+ *   ./bench_route --profile R T   30 full updates of R virtual ranks x T tokens, for a profiler
  *
  * Rows printed (median of `reps` launches, each bracketed by CUDA events, and the per-update time
  * of a CUDA graph of 100 back-to-back updates, which removes launch gaps):
@@ -365,14 +366,30 @@ static void phase_breakdown(Setup& s, int B, int threads, int iters, int launche
   EPF_BENCH_CUDA(cudaFree(d_st));
 }
 
+/* --profile R T: 30 updates (default blocks, full update) and nothing else, for a profiler
+ * (ncu --kernel-name epf__route_update_kernel --launch-skip 20 --launch-count 1) */
+static int profile_only(int R, int T) {
+  Setup s;
+  setup(s, R, 256, 8, T, 0u);
+  const epf_team_t team = epf_team_virtual(s.window, s.plan.total_bytes, 0, s.R);
+  epf_route_step_t step = epf_route_step_make(s.topk, s.T, epf_wait_make(s.plan.timeout_ns, s.rec, NULL, 0));
+  for (int i = 0; i < 30; ++i) EPF_BENCH_OK(epf_route_update(&s.route, team, &s.plan, &step, 0));
+  EPF_BENCH_CUDA(cudaDeviceSynchronize());
+  printf("bench_route --profile: R = %d, T = %d, %d blocks per rank x %d threads, 30 updates\n", R, T,
+         epf_route_blocks_per_rank(&s.route, T), epf_route_update_threads(&s.route, T, epf_route_blocks_per_rank(&s.route, T)));
+  teardown(s);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  const int reps = argc > 1 ? atoi(argv[1]) : 2000;
+  const int reps = argc > 1 && strcmp(argv[1], "--profile") != 0 ? atoi(argv[1]) : 2000;
   int ndev = 0;
   cudaDeviceProp prop;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     printf("bench_route: no GPU\n");
     return 77;
   }
+  if (argc > 3 && strcmp(argv[1], "--profile") == 0) return profile_only(atoi(argv[2]), atoi(argv[3]));
   EPF_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   printf("bench_route on %s (%d SMs), median of %d launches; graph = per update in a graph of 100\n", prop.name,
          prop.multiProcessorCount, reps);
