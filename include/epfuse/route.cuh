@@ -4,12 +4,12 @@
  * -1 = not routed) one rank's blocks compute
  *   - tokens per expert [E] ((token, k) pairs) and per destination rank [R] (deduplicated),
  *     is_token_in_rank [T, R], and for every (token, k) its destination rank and its SLOT: its
- *     rank within its (source, expert) group in (token, k) order — warp match + prefix, never an
+ *     rank within its (source, expert) group in (token, k) order — warp votes + prefix, never an
  *     atomic, so the result is the same bits on every run, for any number of blocks or warps;
  *   - RANK_MAJOR: for every (token, destination rank) its slot in token order;
  *   - the count exchange: per-expert and per-rank counts into every peer's COUNTS region
- *     (parity = epoch & 1, row = this rank), a .sys release signal SIG_COUNT[rank] per peer, and
- *     bounded waits for every peer's signal;
+ *     (parity = epoch & 1, row = this rank) as count words that carry the epoch (signal.cuh), which
+ *     the reader validates one by one with bounded waits — no signal, no fence;
  *   - then, on the device, with no host sync: send offsets (the row of the destination's receive
  *     region where this rank's group of expert e, or its rank-major block, starts), this rank's
  *     receive segments (per local expert begin / count / padded count, aligned to
@@ -57,7 +57,7 @@
  *                       epf_wait_t, int64_t* recv_total_mapped, void* smem)              [collective:block]
  *   int  epf_route_rows_em(const epf_route_segment_t*, int num_local)  (host/device helper)
  *
- * Requirements: CUDA, sm_70+ (__match_any_sync); sm_90 / sm_100 compiled. blockDim.x a multiple
+ * Requirements: CUDA, sm_70+ (warp votes and shuffles with masks); sm_90 / sm_100 compiled. blockDim.x a multiple
  * of 32, at most 1024. CUB from the CUDA toolkit (CCCL).
  */
 #ifndef EPF_ROUTE_CUH
@@ -126,7 +126,8 @@ typedef struct epf_route_ctx {
   int32_t block_index, num_blocks, num_warps;
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
-  int32_t shfl_first;         /* K a power of two <= 32 and R <= 32: first entries by warp shuffles */
+  int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
+  int32_t shfl_first;         /* K a power of two <= 32 and R <= 32: first entries by warp ballots */
   int32_t t0, t1;             /* this warp's tokens [t0, t1) */
   uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
   int32_t status;             /* set by the phases: EPF_OK or the first failure */
@@ -196,21 +197,25 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   epf_route_ctx_t c;
   const epf_route_layout_t* L = &route->layout;
   const size_t row = (size_t)L->num_experts + (size_t)L->nranks;
+  /* epf_route_ptr's arithmetic with the buffer's base computed once (block-uniform) */
+  char* const b = (char*)route->base + (uint64_t)index * L->total_bytes;
   size_t hist;
-  c.header = (epf_route_header_t*)epf_route_ptr(route, index, EPF_ROUTE_HEADER);
-  c.expert_count = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_EXPERT_COUNT);
-  c.rank_count = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RANK_COUNT);
-  c.token_in_rank = (uint8_t*)epf_route_ptr(route, index, EPF_ROUTE_TOKEN_IN_RANK);
-  c.dst_rank = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_DST_RANK);
-  c.slot = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_SLOT);
-  c.rm_slot = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RM_SLOT);
-  c.send_offset = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_SEND_OFFSET);
-  c.send_rm_offset = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_SEND_RM_OFFSET);
-  c.recv_segment = (epf_route_segment_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_SEGMENT);
-  c.recv_src_offset = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_SRC_OFFSET);
-  c.recv_rm_offset = (int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_RM_OFFSET);
-  c.scratch = (uint64_t*)epf_route_ptr(route, index, EPF_ROUTE_SCRATCH);
-  c.epoch_word = epf_route_epoch_ptr(route, index);
+#define EPF__ROUTE_ARRAY(id) (L->array[id].bytes != 0u ? (void*)(b + L->array[id].offset) : NULL)
+  c.header = (epf_route_header_t*)(b + L->array[EPF_ROUTE_HEADER].offset);
+  c.expert_count = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_EXPERT_COUNT);
+  c.rank_count = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RANK_COUNT);
+  c.token_in_rank = (uint8_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_TOKEN_IN_RANK);
+  c.dst_rank = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_DST_RANK);
+  c.slot = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SLOT);
+  c.rm_slot = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RM_SLOT);
+  c.send_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SEND_OFFSET);
+  c.send_rm_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SEND_RM_OFFSET);
+  c.recv_segment = (epf_route_segment_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_SEGMENT);
+  c.recv_src_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_SRC_OFFSET);
+  c.recv_rm_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_RM_OFFSET);
+  c.scratch = (uint64_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SCRATCH);
+#undef EPF__ROUTE_ARRAY
+  c.epoch_word = route->epoch_words != NULL ? route->epoch_words + index : &c.header->epoch;
   c.topk_idx = topk_idx;
   c.recv_total_mapped = recv_total_mapped;
   c.num_tokens = num_tokens;
@@ -230,12 +235,23 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.num_warps = (int32_t)(blockDim.x >> 5);
   c.batch_tokens = EPF__ROUTE_BATCH / (L->top_k > 0 ? L->top_k : 1);
   c.el_inv = L->experts_per_rank > 1 ? 0xffffffffu / (uint32_t)L->experts_per_rank + 1u : 0u;
+  c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
+  c.rbits = L->nranks > 1 ? 32 - __clz(L->nranks - 1) : 0;
   c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
   epf_route_block_tokens(num_tokens, block_index, num_blocks, &c.t0, &c.t1);
   {
+    /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens; x / W as __umulhi(x, 2^32 / W
+     * rounded up), exact for x W < 2^32, i.e. n W^2 < 2^32 (n < 4M at W = 32) */
     const int n = c.t1 - c.t0, w = epf_warp_id(), W = c.num_warps;
-    const int w0 = (int64_t)n * W < 0x7fffffff ? n * w / W : (int)((int64_t)n * w / W);
-    const int w1 = (int64_t)n * W < 0x7fffffff ? n * (w + 1) / W : (int)((int64_t)n * (w + 1) / W);
+    int w0, w1;
+    if ((int64_t)n * W * W < (int64_t)0xffffffff) {
+      const uint32_t winv = 0xffffffffu / (uint32_t)W + 1u;
+      w0 = W == 1 ? 0 : (int)__umulhi((uint32_t)(n * w), winv);
+      w1 = W == 1 ? n : (int)__umulhi((uint32_t)(n * (w + 1)), winv);
+    } else {
+      w0 = (int)((int64_t)n * w / W);
+      w1 = (int)((int64_t)n * (w + 1) / W);
+    }
     c.t1 = c.t0 + w1;
     c.t0 = c.t0 + w0;
   }
@@ -349,39 +365,62 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, cons
   return first;
 }
 
+/* epf__route_match — for each step u, the mask of the warp's lanes whose v[u] equals this lane's
+ * (among lanes with v[u] >= 0; meaningless for a lane with v[u] < 0): one ballot of the valid lanes,
+ * then one ballot per bit of v (v < 2^nbits), ANDed as equal / complemented. Deterministic, and
+ * plain votes: __match_any_sync is a MIO instruction whose queue throttled the slot pass
+ * (Nsight Compute, T = 4096: a fifth of the kernel's stall samples). [collective:warp] */
+EPF_DEVICE_INLINE void epf__route_match(const int* v, int nbits, uint32_t* m) {
+  int u, bit;
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) m[u] = __ballot_sync(0xffffffffu, v[u] >= 0);
+#pragma unroll 1
+  for (bit = 0; bit < nbits; ++bit) {
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const bool one = ((v[u] >> bit) & 1) != 0;
+      const uint32_t b = __ballot_sync(0xffffffffu, one);
+      m[u] &= one ? b : ~b;
+    }
+  }
+}
+
 /* epf__route_batch_first_shfl — epf__route_batch_first for K a power of two <= 32 and R <= 32
- * (c->shfl_first): a token's K entries are K aligned lanes of one step, so an exclusive prefix
- * OR of (1 << rank) over those lanes (log2 K shuffles) says whether a lower k went to the same
- * rank. With rows != NULL the token's last lane (which holds the whole OR) also writes the
- * token's is_token_in_rank row of R bytes (batch of nb entries starting at token tb). [collective:warp] */
+ * (c->shfl_first): a token's K entries are K aligned lanes of one step, so an entry is its token's
+ * first to rank d when no lower lane of its group has d (epf__route_match over the ranks' bits).
+ * With rows != NULL the token's R-byte is_token_in_rank row is written too: the group ORs (1 << d)
+ * by log2 K xor-shuffles and lane k of the group writes bytes k, k + K, ... (batch of nb entries
+ * starting at token tb). [collective:warp] */
 EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c, const int* ev, uint8_t* rows, int tb, int nb) {
   const int lane = epf_lane_id(), K = c->top_k, R = c->nranks, kl = lane & (K - 1);
   const int kshift = __ffs(K) - 1;
-  uint32_t first = 0u;
-  int u;
+  const uint32_t grp = K == 32 ? 0xffffffffu : ((1u << K) - 1u) << (lane & ~(K - 1));
+  const uint32_t lt = (1u << lane) - 1u;
+  uint32_t first = 0u, m[EPF__ROUTE_STEPS];
+  int d[EPF__ROUTE_STEPS], u;
 #pragma unroll
-  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-    const int d = ev[u] >= 0 ? epf__route_dest(c, ev[u]) : -1;
-    const uint32_t bit = d >= 0 ? 1u << d : 0u;
-    uint32_t incl = bit, excl;
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) d[u] = ev[u] >= 0 ? epf__route_dest(c, ev[u]) : -1;
+  epf__route_match(d, c->rbits, m);
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u)
+    if (d[u] >= 0 && (m[u] & grp & lt) == 0u) first |= 1u << u;
+  if (rows != NULL) {
+    uint32_t bits[EPF__ROUTE_STEPS];
     int o;
 #pragma unroll
-    for (o = 1; o < 32; o <<= 1) { /* unrolled: the steps' shuffle chains interleave */
-      const uint32_t y = __shfl_up_sync(0xffffffffu, incl, (unsigned)o);
-      if (o < K && kl >= o) incl |= y;
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) bits[u] = d[u] >= 0 ? 1u << d[u] : 0u;
+#pragma unroll 1
+    for (o = 1; o < K; o <<= 1) {
+#pragma unroll
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) bits[u] |= __shfl_xor_sync(0xffffffffu, bits[u], o);
     }
-    excl = __shfl_up_sync(0xffffffffu, incl, 1u);
-    if (kl == 0) excl = 0u;
-    if (d >= 0 && ((excl >> d) & 1u) == 0u) first |= 1u << u;
-    if (rows != NULL && kl == K - 1 && 32 * u + lane < nb) {
-      uint8_t* row = rows + (int64_t)(tb + ((32 * u + lane) >> kshift)) * R;
-      int r;
-      if ((R & 3) == 0) {
-        for (r = 0; r < R; r += 4)
-          *(uint32_t*)(row + r) = ((incl >> r) & 1u) | (((incl >> (r + 1)) & 1u) << 8) |
-                                  (((incl >> (r + 2)) & 1u) << 16) | (((incl >> (r + 3)) & 1u) << 24);
-      } else {
-        for (r = 0; r < R; ++r) row[r] = (uint8_t)((incl >> r) & 1u);
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const int j = 32 * u + lane;
+      if (j < nb) {
+        uint8_t* row = rows + (int64_t)(tb + (j >> kshift)) * R;
+        int r;
+        for (r = kl; r < R; r += K) row[r] = (uint8_t)((bits[u] >> r) & 1u);
       }
     }
   }
@@ -412,27 +451,22 @@ EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_word(const uint64_t* p, uint32
   return epf_count_word_wait_sys(p, epoch, w, peer, NULL);
 }
 
-/* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
- * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
- * keep (may be NULL): the first EPF__ROUTE_ROWS counts. Loads EPF__ROUTE_ROWS words per round
- * trip (ld.relaxed.sys: peers' words, or the rank's own scratch); while a word does not carry the
- * epoch yet, loads the whole batch again (up to EPF__ROUTE_QUICK_SPINS times, a few tens of us),
- * then waits for that word with the bounded wait (epf__route_wait_word: deadline, abort, diagnostic)
- * and loads the batch again. After a failure
- * (kept in *st; later batches do not wait) words without the epoch count 0. */
-EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
-                                            int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre, int* keep) {
+/* epf__route_sum_words_rows — epf__route_sum_words with `rows` words per round trip (a literal
+ * at each call site: the loops unroll, v[] stays in registers; rows <= EPF__ROUTE_ROWS). */
+EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
+                                                 int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre,
+                                                 int* keep, const int rows) {
   int i0, u, a = 0, b = 0;
-  for (i0 = 0; i0 < n; i0 += EPF__ROUTE_ROWS) {
+  for (i0 = 0; i0 < n; i0 += rows) {
     uint64_t v[EPF__ROUTE_ROWS];
     int spins = 0;
     for (;;) {
       int late = -1; /* the first word of the batch without the epoch */
 #pragma unroll
-      for (u = 0; u < EPF__ROUTE_ROWS; ++u)
+      for (u = 0; u < rows; ++u)
         v[u] = i0 + u < n ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride) : epf_count_word_pack(epoch, 0u);
 #pragma unroll
-      for (u = EPF__ROUTE_ROWS - 1; u >= 0; --u)
+      for (u = rows - 1; u >= 0; --u)
         if (!epf_count_word_valid(v[u], epoch)) late = u;
       if (late < 0 || *st != EPF_OK) break;
       /* the first EPF__ROUTE_QUICK_SPINS times: load the whole batch again at once (relaxed, every
@@ -442,7 +476,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
         *st = epf__route_wait_word(p + (int64_t)(i0 + late) * stride, epoch, peer0 < 0 ? -1 : peer0 + i0 + late, w);
     }
 #pragma unroll
-    for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+    for (u = 0; u < rows; ++u) {
       const int cnt = epf_count_word_valid(v[u], epoch) ? (int)epf_count_word_count(v[u]) : 0;
       if (keep != NULL && i0 == 0) keep[u] = cnt;
       a += cnt;
@@ -451,6 +485,23 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
   }
   *tot = a;
   *pre = b;
+}
+
+/* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
+ * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
+ * keep (may be NULL): the first min(n, EPF__ROUTE_ROWS) counts. Loads up to EPF__ROUTE_ROWS words
+ * per round trip (4 when n <= 4: the common one- to four-rank case does not execute 16 predicated
+ * loads and checks per word) with ld.relaxed.sys (peers' words, or the rank's own scratch); while
+ * a word does not carry the epoch yet, loads the whole batch again (up to EPF__ROUTE_QUICK_SPINS
+ * times, a few tens of us), then waits for that word with the bounded wait (epf__route_wait_word:
+ * deadline, abort, diagnostic) and loads the batch again. After a failure (kept in *st; later
+ * batches do not wait) words without the epoch count 0. */
+EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
+                                            int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre, int* keep) {
+  if (n <= 4)
+    epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, w, st, tot, pre, keep, 4);
+  else
+    epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, w, st, tot, pre, keep, EPF__ROUTE_ROWS);
 }
 
 /* ---- pass 1 ----------------------------------------------------------------------------------- */
@@ -462,11 +513,11 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *             (rank, block_index) of an update.
  *   Does:     warp w of the block owns a contiguous token range (blocks in order, warps in order
  *             inside) and walks it in batches of whole tokens (at most 160 entries). Entries
- *             (t, k) are visited 32 at a time in (t, k) order; __match_any_sync groups equal
- *             experts and the group's highest lane adds the group size into the warp's own row of
- *             c->hist (no atomics). An entry that is its token's first to its destination rank
- *             (epf__route_batch_first) counts for that rank the same way and sets
- *             is_token_in_rank[t][rank] (the batch's rows are zeroed first). Then c->hist columns
+ *             (t, k) are visited 32 at a time in (t, k) order; each valid entry adds 1 to its
+ *             expert's column of the warp's own row of c->hist (shared-memory atomics: a sum,
+ *             the same whatever their order). An entry that is its token's first to its
+ *             destination rank (epf__route_batch_first / _first_shfl) adds 1 to that rank's column;
+ *             the batch's is_token_in_rank rows are written whole. Then c->hist columns
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
  *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
  *             num_blocks == 1 to c->tot instead: they are the rank's totals). Block 0 also resets
@@ -514,7 +565,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     }
     EPF__ROUTE_PROBE(3);
     /* counts: shared-memory atomics on the warp's own row (the totals do not depend on the order
-     * of the adds; the slots pass, which needs an order, uses __match_any_sync) */
+     * of the adds; the slots pass, which needs an order, uses epf__route_match) */
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int e = ev[u];
@@ -637,11 +688,11 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
   const int E = c->num_experts, R = c->nranks, row = E + R;
   const int parity = (int)(c->epoch & 1u);
   const uint64_t counts_off = epf_plan_counts_offset(plan, parity, team.rank, 0);
-  int qi;
+  int p, x;
   if (c->block_index != 0) return;
-  for (qi = (int)threadIdx.x; qi < R * row; qi += (int)blockDim.x) {
-    const int p = qi / row, x = qi - p * row;
-    epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, epf_count_word_pack(c->epoch, (uint32_t)c->tot[x]));
+  for (x = (int)threadIdx.x; x < row; x += (int)blockDim.x) {
+    const uint64_t word = epf_count_word_pack(c->epoch, (uint32_t)c->tot[x]);
+    for (p = 0; p < R; ++p) epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, word);
   }
 }
 
@@ -682,8 +733,7 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
     {
       /* the steps' matches first (independent), then the running counts in step order */
       uint32_t pe[EPF__ROUTE_STEPS];
-#pragma unroll
-      for (u = 0; u < EPF__ROUTE_STEPS; ++u) pe[u] = __match_any_sync(0xffffffffu, ev[u]);
+      epf__route_match(ev, c->ebits, pe);
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
         const int j = 32 * u + lane, e = ev[u];
@@ -706,10 +756,8 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
       uint32_t pd[EPF__ROUTE_STEPS];
       int dd[EPF__ROUTE_STEPS];
 #pragma unroll
-      for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-        dd[u] = (first >> u) & 1u ? epf__route_dest(c, ev[u]) : -1;
-        pd[u] = __match_any_sync(0xffffffffu, dd[u]);
-      }
+      for (u = 0; u < EPF__ROUTE_STEPS; ++u) dd[u] = (first >> u) & 1u ? epf__route_dest(c, ev[u]) : -1;
+      epf__route_match(dd, c->rbits, pd);
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
         const int j = 32 * u + lane, d = dd[u];
@@ -812,9 +860,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
     const bool valid = e < E;
     const int dd = valid ? e / EL : 0, j = valid ? e - dd * EL : 0;
     int tot = 0, pre = 0, padded, excl, agg, u;
-    int v[EPF__ROUTE_ROWS]; /* R <= EPF__ROUTE_ROWS: every source's count of e */
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_ROWS; ++u) v[u] = 0;
+    int v[EPF__ROUTE_ROWS]; /* R <= EPF__ROUTE_ROWS: every source's count of e (the first R set) */
     if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, w, &st, &tot, &pre, v);
     padded = valid ? (tot + A - 1) / A * A : 0;
     excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
@@ -835,7 +881,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
         if (R <= EPF__ROUTE_ROWS) {
 #pragma unroll
           for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
-            if (u < R) c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
+            if (u >= R) break;
+            c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
             run += v[u];
           }
         } else {
