@@ -111,11 +111,12 @@ typedef struct epf_route_ctx {
   int32_t* dst_rank;          /* [T_max][K] */
   int32_t* slot;              /* [T_max][K] */
   int32_t* rm_slot;           /* [T_max][R] or NULL */
-  int32_t* send_offset;       /* [E] or NULL */
-  int32_t* send_rm_offset;    /* [R] or NULL */
-  epf_route_segment_t* recv_segment; /* [EL] or NULL */
-  int32_t* recv_src_offset;   /* [EL][R + 1] or NULL */
-  int32_t* recv_rm_offset;    /* [R + 1] or NULL */
+  /* the exchange's arrays: valid only when the layout has them (exchange; rank-major for *_rm_*) */
+  int32_t* send_offset;       /* [E] */
+  int32_t* send_rm_offset;    /* [R] */
+  epf_route_segment_t* recv_segment; /* [EL] */
+  int32_t* recv_src_offset;   /* [EL][R + 1] */
+  int32_t* recv_rm_offset;    /* [R + 1] */
   uint64_t* scratch;          /* [max_blocks][E + R + 1] count words (signal.cuh epf_count_word_pack) */
   uint32_t* epoch_word;       /* the route's epoch word for this rank */
   const void* topk_idx;       /* [num_tokens][K] */
@@ -167,18 +168,23 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
  *   examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's CONTROL
  *   block and owns no tokens (it merges the counts, publishes them and computes the offsets while
  *   the others walk the tokens); block b >= 1 owns [T (b - 1) / (B - 1), T b / (B - 1)).
- *   32-bit arithmetic when T * B fits. Scope: any thread, host or device. Pure. */
+ *   On the device T * B must stay below 2^31 (what the route's limits give: T <= 2^24,
+ *   B <= EPF_ROUTE_MAX_BLOCKS), which keeps the arithmetic in 32 bits (a 64-bit division here was
+ *   if-converted into every update's path); on the host any int. Scope: any thread, host or
+ *   device. Pure. */
 EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) {
   const int W = num_blocks > 1 ? num_blocks - 1 : 1, b = num_blocks > 1 ? block_index - 1 : block_index;
   if (b < 0) {
     *out_t0 = *out_t1 = 0;
-  } else if ((int64_t)num_tokens * W < 0x7fffffff) {
-    *out_t0 = num_tokens * b / W;
-    *out_t1 = num_tokens * (b + 1) / W;
-  } else {
-    *out_t0 = (int)((int64_t)num_tokens * b / W);
-    *out_t1 = (int)((int64_t)num_tokens * (b + 1) / W);
+    return;
   }
+#if defined(__CUDA_ARCH__)
+  *out_t0 = num_tokens * b / W;
+  *out_t1 = num_tokens * (b + 1) / W;
+#else
+  *out_t0 = (int)((int64_t)num_tokens * b / W);
+  *out_t1 = (int)((int64_t)num_tokens * (b + 1) / W);
+#endif
 }
 
 /* epf_route_ctx_make — this block's view of one rank's update.
@@ -200,14 +206,16 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   /* epf_route_ptr's arithmetic with the buffer's base computed once (block-uniform) */
   char* const b = (char*)route->base + (uint64_t)index * L->total_bytes;
   size_t hist;
-#define EPF__ROUTE_ARRAY(id) (L->array[id].bytes != 0u ? (void*)(b + L->array[id].offset) : NULL)
-  c.header = (epf_route_header_t*)(b + L->array[EPF_ROUTE_HEADER].offset);
+  /* arrays a layout may leave out are only read when their layout / exchange flag says they exist,
+   * except RM_SLOT (tested for NULL): no per-array test of the size */
+#define EPF__ROUTE_ARRAY(id) ((void*)(b + L->array[id].offset))
+  c.header = (epf_route_header_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_HEADER);
   c.expert_count = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_EXPERT_COUNT);
   c.rank_count = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RANK_COUNT);
   c.token_in_rank = (uint8_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_TOKEN_IN_RANK);
   c.dst_rank = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_DST_RANK);
   c.slot = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SLOT);
-  c.rm_slot = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RM_SLOT);
+  c.rm_slot = L->array[EPF_ROUTE_RM_SLOT].bytes != 0u ? (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RM_SLOT) : NULL;
   c.send_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SEND_OFFSET);
   c.send_rm_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SEND_RM_OFFSET);
   c.recv_segment = (epf_route_segment_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_SEGMENT);
@@ -333,8 +341,8 @@ EPF_DEVICE_INLINE void epf__route_batch_load(const epf_route_ctx_t* c, int64_t i
   }
 #pragma unroll
   for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-    const bool ok = v[u] >= -1 && v[u] < (int64_t)c->num_experts;
-    if (!ok && dropped != NULL) *dropped += 1u;
+    const bool ok = (uint64_t)(v[u] + 1) <= (uint64_t)c->num_experts; /* -1 <= v < E */
+    if (dropped != NULL) *dropped += ok ? 0u : 1u;
     ev[u] = ok ? (int)v[u] : -1;
   }
 }
@@ -417,10 +425,13 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c,
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int j = 32 * u + lane;
-      if (j < nb) {
+      if (j < nb && kl < R) {
         uint8_t* row = rows + (int64_t)(tb + (j >> kshift)) * R;
-        int r;
-        for (r = kl; r < R; r += K) row[r] = (uint8_t)((bits[u] >> r) & 1u);
+        int r = kl;
+        do { /* R <= K (the common case): one byte per lane */
+          row[r] = (uint8_t)((bits[u] >> r) & 1u);
+          r += K;
+        } while (r < R);
       }
     }
   }
@@ -858,11 +869,11 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
   for (e0 = 0; e0 < E; e0 += (int)blockDim.x) {
     const int e = e0 + (int)threadIdx.x;
     const bool valid = e < E;
-    const int dd = valid ? e / EL : 0, j = valid ? e - dd * EL : 0;
+    const int dd = valid ? epf__route_dest(c, e) : 0, j = valid ? e - dd * EL : 0;
     int tot = 0, pre = 0, padded, excl, agg, u;
     int v[EPF__ROUTE_ROWS]; /* R <= EPF__ROUTE_ROWS: every source's count of e (the first R set) */
     if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, w, &st, &tot, &pre, v);
-    padded = valid ? (tot + A - 1) / A * A : 0;
+    padded = valid ? (tot + A - 1) & -A : 0; /* A: a power of two (epf_plan_compute checks it) */
     excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
     carry += agg;
     if (valid && j == 0) seg_start[dd] = excl;

@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
       {"full update, 8 virtual ranks", 8, 4096, 0u},
       {"full update, 8 virtual ranks", 8, 128, 0u},
   };
-  static const int blocks[] = {0, 1, 2, 4, 8, 16, 32};
+  static const int blocks[] = {0, 1, 4, 8, 12, 14, 16, 20, 32};
   for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
     Setup s;
     setup(s, cases[ci].R, 256, 8, cases[ci].T, cases[ci].flags);
