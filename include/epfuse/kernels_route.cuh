@@ -120,21 +120,24 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
 }
 
 /* (token, k) entries per token-walking block that epf_route_blocks_per_rank aims for: one batch
- * per warp of a 512-thread block (16 warps x 32 x EPF__ROUTE_STEPS entries = 2560; 2048 leaves
+ * per warp of a 512-thread block (16 warps x 32 x EPF__ROUTE_STEPS entries = 2560; 2304 leaves
  * room for uneven shares). Every phase of a block is a few dependent round trips per batch, so
  * more blocks mean fewer batches on the critical path (measured on H200 v1: 16 blocks 18 us vs 4
- * blocks 34 us per update in a graph). */
-#define EPF__ROUTE_ENTRIES_PER_BLOCK 2048
+ * blocks 34 us per update in a graph); past ~15 token blocks the control block's merge of their
+ * rows costs more than it saves (v4, T = 4096, K = 8: 15 token blocks 9.39 us, 16 9.65 us, 19 9.78 us). */
+#define EPF__ROUTE_ENTRIES_PER_BLOCK 2304
 
 /* epf_route_blocks_per_rank — the default number of blocks per rank: one token-walking block
- *   per 2048 (token, k) entries, plus block 0, the control block (merge, publish, offsets; no
- *   tokens: epf_route_block_tokens) when there are two or more; within [1, layout.max_blocks] and
- *   within what the device holds co-resident. Pure. */
+ *   per 2304 (token, k) entries, plus block 0, the control block (merge, publish, offsets; no
+ *   tokens: epf_route_block_tokens) when there are two or more; 2 (a SPLIT update, route.cuh:
+ *   the control block counts the few entries itself while block 1 does rows and slots) for 1 to
+ *   EPF_ROUTE_SPLIT_ENTRIES entries; within [1, layout.max_blocks] and within what the device
+ *   holds co-resident. Pure. */
 EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   const int64_t entries = (int64_t)num_tokens * route->layout.top_k;
   int b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
   const int fit = route->count > 0 ? route->resident_blocks / route->count : 1;
-  if (b > 1) b += 1;
+  if (b > 1 || (entries > 0 && entries <= EPF_ROUTE_SPLIT_ENTRIES)) b += 1;
   if (b > route->layout.max_blocks) b = route->layout.max_blocks;
   if (b > fit) b = fit;
   return b < 1 ? 1 : b;

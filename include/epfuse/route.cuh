@@ -99,6 +99,10 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
 #define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
+/* SPLIT update: with exactly 2 blocks per rank and at most this many (token, k) entries, the
+ * control block counts every entry itself (no scratch row, no merge wait) and block 1 walks the
+ * tokens for the rows and slots: the two run side by side with no hand-off between them. */
+#define EPF_ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
@@ -125,6 +129,9 @@ typedef struct epf_route_ctx {
   int32_t rank_major, exchange, alignment, mark_pads;
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
+  int32_t split;              /* a SPLIT update (num_blocks == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): no
+                                 scratch; block 0 counts [0, T) without writing rows, block 1 does
+                                 the rows and slots of [0, T) */
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
   int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
@@ -194,9 +201,11 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
  *   [0, num_blocks), num_blocks <= route->layout.max_blocks; smem: epf_route_smem_bytes bytes,
  *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
  *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
- *   every block's scratch row, which is what makes that store safe).
- *   Token partition: block b owns tokens [T b / B, T (b + 1) / B), split again over its warps in
- *   order; a fused kernel may rely on it (examples/03_fused_moe_layer). */
+ *   every block's scratch row, which is what makes that store safe; in a SPLIT update block 1
+ *   writes no scratch and uses no epoch).
+ *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
+ *   block's warps in order; a fused kernel may rely on it (examples/03_fused_moe_layer). SPLIT
+ *   update (B == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): block 0 also walks [0, T), to count only. */
 EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
                                                      const void* topk_idx, int num_tokens, int block_index,
                                                      int num_blocks, int64_t* recv_total_mapped, void* smem) {
@@ -246,7 +255,8 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
   c.rbits = L->nranks > 1 ? 32 - __clz(L->nranks - 1) : 0;
   c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
-  epf_route_block_tokens(num_tokens, block_index, num_blocks, &c.t0, &c.t1);
+  c.split = num_blocks == 2 && num_tokens * L->top_k <= EPF_ROUTE_SPLIT_ENTRIES;
+  epf_route_block_tokens(num_tokens, c.split ? 1 : block_index, c.split ? 2 : num_blocks, &c.t0, &c.t1);
   {
     /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens; x / W as __umulhi(x, 2^32 / W
      * rounded up), exact for x W < 2^32, i.e. n W^2 < 2^32 (n < 4M at W = 32) */
@@ -531,7 +541,8 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *             the batch's is_token_in_rank rows are written whole. Then c->hist columns
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
  *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
- *             num_blocks == 1 to c->tot instead: they are the rank's totals). Block 0 also resets
+ *             num_blocks == 1 or in a SPLIT update to c->tot instead: they are the rank's totals; the
+ *             SPLIT control block writes no is_token_in_rank rows). Block 0 also resets
  *             header->status.
  *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
  *             scratch row (st.relaxed.gpu, each word carries the epoch: no fence, no flag).
@@ -544,6 +555,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   const int lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
   int32_t* H = c->hist + warp * row;
+  const bool rows = !(c->split && c->block_index == 0); /* the SPLIT control block only counts */
   uint32_t dropped = 0u;
   int x, tb;
   int ev[EPF__ROUTE_STEPS], u;
@@ -567,12 +579,12 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     if (tb != c->t0) epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
     EPF__ROUTE_PROBE(1);
     if (c->shfl_first) {
-      first = epf__route_batch_first_shfl(c, ev, c->token_in_rank, tb, nt * K); /* rows written too */
+      first = epf__route_batch_first_shfl(c, ev, rows ? c->token_in_rank : NULL, tb, nt * K); /* rows written too */
       EPF__ROUTE_PROBE(2);
     } else {
       first = epf__route_batch_first(c, ev);
       EPF__ROUTE_PROBE(2);
-      epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
+      if (rows) epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
     }
     EPF__ROUTE_PROBE(3);
     /* counts: shared-memory atomics on the warp's own row (the totals do not depend on the order
@@ -584,7 +596,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       if ((first >> u) & 1u) {
         const int d = epf__route_dest(c, e);
         atomicAdd(&H[E + d], 1);
-        if (!c->shfl_first) c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
+        if (!c->shfl_first && rows) c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
       }
     }
     EPF__ROUTE_PROBE(4);
@@ -606,7 +618,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
    * block per rank straight into c->tot (they are the rank's totals, no merge needed) */
   {
     uint64_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
-    const bool single = c->num_blocks == 1;
+    const bool single = c->num_blocks == 1 || c->split;
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int32_t run = 0;
       int w;
@@ -649,7 +661,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
   epf_status_t st = EPF_OK;
   int x;
   __syncthreads();
-  if (B > 1) {
+  if (B > 1 && !c->split) {
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int base, total, wi;
       /* block 0 (no tokens of its own when B > 1) needs every row for the totals; block b only
@@ -666,7 +678,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
       return st;
     }
   }
-  /* B == 1: the __syncthreads above made epf_route_count_block's c->tot visible */
+  /* B == 1 or SPLIT: the __syncthreads above made epf_route_count_block's c->tot visible (in a
+   * SPLIT update both blocks counted every token: block 0's totals are the rank's) */
   if (c->block_index == 0) {
     for (x = (int)threadIdx.x; x < E; x += (int)blockDim.x) c->expert_count[x] = c->tot[x];
     for (x = (int)threadIdx.x; x < R; x += (int)blockDim.x) c->rank_count[x] = c->tot[E + x];
@@ -970,7 +983,9 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
 
 /* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, offsets
  *   (block 0, which waits for the peers' counts word by word), finish — the phases above, in
- *   that order.
+ *   that order. In a SPLIT update (2 blocks, T K <= EPF_ROUTE_SPLIT_ENTRIES) block 0 counts,
+ *   publishes and computes the offsets while block 1 counts, writes the rows and the slots: no
+ *   scratch row, no merge wait between them.
  *   Scope:    [collective:block] [uniform-args] every thread of each of the rank's num_blocks
  *             blocks (block_index 0 .. num_blocks - 1), converged; with virtual ranks every rank's
  *             blocks in one grid, all co-resident [needs-co-residency] [blocking].
@@ -1001,7 +1016,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
   st = epf_route_merge_block(&c, w);
   if (st == EPF_OK) {
     if (c.exchange) epf_route_publish_block(&c, team, plan);
-    epf_route_slots_block(&c);
+    if (!(c.split && block_index == 0)) epf_route_slots_block(&c);
     if (c.exchange && block_index == 0) st = epf_route_offsets_block(&c, team, plan, w);
   }
   c.status = st;
