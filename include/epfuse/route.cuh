@@ -98,6 +98,7 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_STEPS 5
 #define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
+#define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
 #define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
 /* SPLIT update: with exactly 2 blocks per rank and at most this many (token, k) entries, the
  * control block counts every entry itself (no scratch row, no merge wait) and block 1 walks the
@@ -186,8 +187,13 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
     return;
   }
 #if defined(__CUDA_ARCH__)
-  *out_t0 = num_tokens * b / W;
-  *out_t1 = num_tokens * (b + 1) / W;
+  if ((W & (W - 1)) == 0) { /* a power of two (the SPLIT update's 1, 16 + 1 blocks): shifts */
+    *out_t0 = (num_tokens * b) >> (__ffs(W) - 1);
+    *out_t1 = (num_tokens * (b + 1)) >> (__ffs(W) - 1);
+  } else {
+    *out_t0 = num_tokens * b / W;
+    *out_t1 = num_tokens * (b + 1) / W;
+  }
 #else
   *out_t0 = (int)((int64_t)num_tokens * b / W);
   *out_t1 = (int)((int64_t)num_tokens * (b + 1) / W);
@@ -250,25 +256,35 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.block_index = block_index;
   c.num_blocks = num_blocks;
   c.num_warps = (int32_t)(blockDim.x >> 5);
-  c.batch_tokens = EPF__ROUTE_BATCH / (L->top_k > 0 ? L->top_k : 1);
-  c.el_inv = L->experts_per_rank > 1 ? 0xffffffffu / (uint32_t)L->experts_per_rank + 1u : 0u;
+  /* powers of two (the common K and E / R) by shifts: a 32-bit division is a chain of ~15
+   * dependent instructions, and every warp of every block runs this setup */
+  {
+    const int K = L->top_k > 0 ? L->top_k : 1, EL = L->experts_per_rank;
+    c.batch_tokens = (K & (K - 1)) == 0 ? EPF__ROUTE_BATCH >> (__ffs(K) - 1) : EPF__ROUTE_BATCH / K;
+    c.el_inv = EL <= 1 ? 0u : (EL & (EL - 1)) == 0 ? 1u << (33 - __ffs(EL)) : 0xffffffffu / (uint32_t)EL + 1u;
+  }
   c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
   c.rbits = L->nranks > 1 ? 32 - __clz(L->nranks - 1) : 0;
   c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
   c.split = num_blocks == 2 && num_tokens * L->top_k <= EPF_ROUTE_SPLIT_ENTRIES;
   epf_route_block_tokens(num_tokens, c.split ? 1 : block_index, c.split ? 2 : num_blocks, &c.t0, &c.t1);
   {
-    /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens; x / W as __umulhi(x, 2^32 / W
-     * rounded up), exact for x W < 2^32, i.e. n W^2 < 2^32 (n < 4M at W = 32) */
+    /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens (n W < 2^31: n <= 2^24,
+     * W <= 32); W a power of two by shifts, else x / W as __umulhi(x, 2^32 / W rounded up), exact
+     * for x W < 2^32, i.e. n W^2 < 2^32 (n < 4M at W = 32), else by 32-bit divisions */
     const int n = c.t1 - c.t0, w = epf_warp_id(), W = c.num_warps;
     int w0, w1;
-    if ((int64_t)n * W * W < (int64_t)0xffffffff) {
+    if ((W & (W - 1)) == 0) {
+      const int sh = __ffs(W) - 1;
+      w0 = (n * w) >> sh;
+      w1 = (n * (w + 1)) >> sh;
+    } else if ((int64_t)n * W * W < (int64_t)0xffffffff) {
       const uint32_t winv = 0xffffffffu / (uint32_t)W + 1u;
-      w0 = W == 1 ? 0 : (int)__umulhi((uint32_t)(n * w), winv);
-      w1 = W == 1 ? n : (int)__umulhi((uint32_t)(n * (w + 1)), winv);
+      w0 = (int)__umulhi((uint32_t)(n * w), winv);
+      w1 = (int)__umulhi((uint32_t)(n * (w + 1)), winv);
     } else {
-      w0 = (int)((int64_t)n * w / W);
-      w1 = (int)((int64_t)n * (w + 1) / W);
+      w0 = n * w / W;
+      w1 = n * (w + 1) / W;
     }
     c.t1 = c.t0 + w1;
     c.t0 = c.t0 + w0;
@@ -475,8 +491,8 @@ EPF__DEVICE_NOINLINE epf_status_t epf__route_wait_word(const uint64_t* p, uint32
 /* epf__route_sum_words_rows — epf__route_sum_words with `rows` words per round trip (a literal
  * at each call site: the loops unroll, v[] stays in registers; rows <= EPF__ROUTE_ROWS). */
 EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
-                                                 int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre,
-                                                 int* keep, const int rows) {
+                                                 int peer0, int self, int self_count, epf_wait_t w, epf_status_t* st,
+                                                 int* tot, int* pre, int* keep, const int rows) {
   int i0, u, a = 0, b = 0;
   for (i0 = 0; i0 < n; i0 += rows) {
     uint64_t v[EPF__ROUTE_ROWS];
@@ -485,7 +501,8 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
       int late = -1; /* the first word of the batch without the epoch */
 #pragma unroll
       for (u = 0; u < rows; ++u)
-        v[u] = i0 + u < n ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride) : epf_count_word_pack(epoch, 0u);
+        v[u] = i0 + u < n && i0 + u != self ? epf_ld_relaxed_sys_u64(p + (int64_t)(i0 + u) * stride)
+                                            : epf_count_word_pack(epoch, i0 + u == self ? (uint32_t)self_count : 0u);
 #pragma unroll
       for (u = rows - 1; u >= 0; --u)
         if (!epf_count_word_valid(v[u], epoch)) late = u;
@@ -499,7 +516,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
 #pragma unroll
     for (u = 0; u < rows; ++u) {
       const int cnt = epf_count_word_valid(v[u], epoch) ? (int)epf_count_word_count(v[u]) : 0;
-      if (keep != NULL && i0 == 0) keep[u] = cnt;
+      if (keep != NULL && i0 == 0 && u < EPF__ROUTE_KEEP) keep[u] = cnt;
       a += cnt;
       if (i0 + u < split) b += cnt;
     }
@@ -510,7 +527,9 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
 
 /* epf__route_sum_words — sum of the counts of n words p[i * stride] (i < n), each an
  * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
- * keep (may be NULL): the first min(n, EPF__ROUTE_ROWS) counts. Loads up to EPF__ROUTE_ROWS words
+ * keep (may be NULL): the first min(n, EPF__ROUTE_KEEP) counts. Word `self` (-1: none) is not
+ * loaded: its count is self_count (the rank's own published word, which the caller holds in
+ * shared memory: one memory round trip less, none at all for a team of one). Loads up to EPF__ROUTE_ROWS words
  * per round trip (4 when n <= 4: the common one- to four-rank case does not execute 16 predicated
  * loads and checks per word) with ld.relaxed.sys (peers' words, or the rank's own scratch); while
  * a word does not carry the epoch yet, loads the whole batch again (up to EPF__ROUTE_QUICK_SPINS
@@ -518,11 +537,13 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
  * deadline, abort, diagnostic) and loads the batch again. After a failure (kept in *st; later
  * batches do not wait) words without the epoch count 0. */
 EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
-                                            int peer0, epf_wait_t w, epf_status_t* st, int* tot, int* pre, int* keep) {
+                                            int peer0, int self, int self_count, epf_wait_t w, epf_status_t* st,
+                                            int* tot, int* pre, int* keep) {
   if (n <= 4)
-    epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, w, st, tot, pre, keep, 4);
+    epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, self, self_count, w, st, tot, pre, keep, 4);
   else
-    epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, w, st, tot, pre, keep, EPF__ROUTE_ROWS);
+    epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, self, self_count, w, st, tot, pre, keep,
+                              EPF__ROUTE_ROWS);
 }
 
 /* ---- pass 1 ----------------------------------------------------------------------------------- */
@@ -554,8 +575,10 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   EPF_STATIC_ASSERT(sizeof(epf__warp_reduce_temp_t) <= EPF__ROUTE_CUB_BYTES_PER_WARP, "cub temp storage");
   const int lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
-  int32_t* H = c->hist + warp * row;
-  const bool rows = !(c->split && c->block_index == 0); /* the SPLIT control block only counts */
+  /* the SPLIT control block only counts: no rows, and its warps add into the block's totals
+   * c->tot directly (no per-warp rows to zero and prefix: nothing reads them) */
+  const bool rows = !(c->split && c->block_index == 0);
+  int32_t* H = rows ? c->hist + warp * row : c->tot;
   uint32_t dropped = 0u;
   int x, tb;
   int ev[EPF__ROUTE_STEPS], u;
@@ -568,7 +591,10 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     c->misc[EPF__ROUTE_MISC_DROPPED] = 0;
     if (c->block_index == 0) c->header->status = EPF_OK;
   }
-  for (x = lane; x < row; x += 32) H[x] = 0;
+  if (rows)
+    for (x = lane; x < row; x += 32) H[x] = 0;
+  else
+    for (x = (int)threadIdx.x; x < row; x += (int)blockDim.x) H[x] = 0;
   c->ids_cached = c->t1 - c->t0 <= c->batch_tokens;
   __syncthreads();
   EPF__ROUTE_PROBE(0);
@@ -616,7 +642,9 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
 
   /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row, or with one
    * block per rank straight into c->tot (they are the rank's totals, no merge needed) */
-  {
+  if (!rows) {
+    if (threadIdx.x == 0) c->tot[row] = c->misc[EPF__ROUTE_MISC_DROPPED]; /* the counts are in place */
+  } else {
     uint64_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
     const bool single = c->num_blocks == 1 || c->split;
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
@@ -667,7 +695,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
       /* block 0 (no tokens of its own when B > 1) needs every row for the totals; block b only
        * the rows before it for its base */
       const int n = c->block_index == 0 ? B : c->block_index;
-      epf__route_sum_words(c->scratch + x, row + 1, n, c->block_index, c->epoch, -1, w, &st, &total, &base, NULL);
+      epf__route_sum_words(c->scratch + x, row + 1, n, c->block_index, c->epoch, -1, -1, 0, w, &st, &total, &base, NULL);
       if (x < row && base != 0)
         for (wi = 0; wi < W; ++wi) c->hist[wi * row + x] += base;
       if (c->block_index == 0) c->tot[x] = total;
@@ -814,7 +842,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t
   int q;
   for (q = (int)threadIdx.x; q < row; q += (int)blockDim.x) {
     int tot, pre;
-    epf__route_sum_words(C + q, row, c->nranks, 0, c->epoch, 0, w, &st, &tot, &pre, NULL);
+    epf__route_sum_words(C + q, row, c->nranks, 0, c->epoch, 0, -1, 0, w, &st, &tot, &pre, NULL);
   }
   return epf__route_block_status(st);
 }
@@ -884,8 +912,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
     const bool valid = e < E;
     const int dd = valid ? epf__route_dest(c, e) : 0, j = valid ? e - dd * EL : 0;
     int tot = 0, pre = 0, padded, excl, agg, u;
-    int v[EPF__ROUTE_ROWS]; /* R <= EPF__ROUTE_ROWS: every source's count of e (the first R set) */
-    if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, w, &st, &tot, &pre, v);
+    int v[EPF__ROUTE_KEEP]; /* R <= EPF__ROUTE_KEEP: every source's count of e (the first R set) */
+    if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, me, c->tot[e], w, &st, &tot, &pre, v);
     padded = valid ? (tot + A - 1) & -A : 0; /* A: a power of two (epf_plan_compute checks it) */
     excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
     carry += agg;
@@ -902,9 +930,9 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
         sg.padded_count = padded;
         sg.reserved = 0;
         c->recv_segment[j] = sg;
-        if (R <= EPF__ROUTE_ROWS) {
+        if (R <= EPF__ROUTE_KEEP) {
 #pragma unroll
-          for (u = 0; u < EPF__ROUTE_ROWS; ++u) {
+          for (u = 0; u < EPF__ROUTE_KEEP; ++u) {
             if (u >= R) break;
             c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
             run += v[u];
@@ -913,7 +941,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
           int s;
           for (s = 0; s < R; ++s) {
             c->recv_src_offset[(int64_t)j * (R + 1) + s] = run;
-            run += (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)s * row + e)); /* validated above */
+            run += s == me ? c->tot[e] /* not loaded: the rank's own */
+                           : (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)s * row + e)); /* validated above */
           }
         }
         c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;
@@ -925,7 +954,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
     int rcarry = 0, s0;
     for (d = (int)threadIdx.x; d < R; d += (int)blockDim.x) {
       int tot, pre;
-      epf__route_sum_words(C + E + d, row, me, me, c->epoch, 0, w, &st, &tot, &pre, NULL); /* s < me */
+      epf__route_sum_words(C + E + d, row, me, me, c->epoch, 0, -1, 0, w, &st, &tot, &pre, NULL); /* s < me */
       c->send_rm_offset[d] = tot;
     }
     for (s0 = 0; s0 < R; s0 += (int)blockDim.x) {
@@ -934,7 +963,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
       if (si < R) {
         const uint64_t* p = C + (int64_t)si * row + E + me;
         int z;
-        epf__route_sum_words(p, 0, 1, 0, c->epoch, si, w, &st, &v, &z, NULL);
+        epf__route_sum_words(p, 0, 1, 0, c->epoch, si, si == me ? 0 : -1, c->tot[E + me], w, &st, &v, &z, NULL);
       }
       excl = rcarry + epf__route_block_exclusive_sum(v, &agg, c->misc, c->cub_temp);
       rcarry += agg;

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_r
     PHASE_STAMP(PH_MERGE);
     if (s == EPF_OK && c.exchange) epf_route_publish_block(&c, me, &plan);
     PHASE_STAMP(PH_PUBLISH);
-    if (s == EPF_OK) epf_route_slots_block(&c);
+    if (s == EPF_OK && !(c.split && bi == 0)) epf_route_slots_block(&c); /* as epf_route_update_block */
     PHASE_STAMP(PH_SLOTS);
     if (s == EPF_OK && c.exchange && bi == 0) s = epf_route_offsets_block(&c, me, &plan, w);
     PHASE_STAMP(PH_OFFSETS);
@@ -313,11 +313,12 @@ static void phase_breakdown(Setup& s, int B, int threads, int iters, int launche
   EPF_BENCH_CUDA(cudaMemcpy(h.data(), d_st, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   EPF_BENCH_CUDA(cudaMemcpy(hp.data(), d_probe, hp.size() * sizeof(long long), cudaMemcpyDeviceToHost));
   {
-    /* block 0's count phase in detail: start -> probe 0 -> ... -> probe 5 -> count end */
+    /* the count phase of rank 0's last block (it walks tokens whatever B is) in detail: start ->
+     * probe 0 -> ... -> probe 5 -> count end (probes 1-4: the warp's last batch) */
     std::vector<float> seg[PROBE_N];
     for (int i = 0; i < launches; ++i) {
-      const long long* x = &h[(size_t)i * grid * PH_N];
-      const long long* q = &hp[(size_t)i * grid * PROBE_N];
+      const long long* x = &h[((size_t)i * grid + (size_t)(B - 1)) * PH_N];
+      const long long* q = &hp[((size_t)i * grid + (size_t)(B - 1)) * PROBE_N];
       long long prev = x[PH_CTX];
       for (int p = 0; p < 6; ++p) {
         seg[p].push_back((float)((double)(q[p] - prev) / clock_khz * 1e3));
@@ -325,7 +326,7 @@ static void phase_breakdown(Setup& s, int B, int threads, int iters, int launche
       }
       seg[6].push_back((float)((double)(x[PH_COUNT] - prev) / clock_khz * 1e3));
     }
-    snprintf(detail, sizeof(detail), "count detail, block 0 (us): zero %.2f, ids load %.2f, first-entry %.2f, fill %.2f, "
+    snprintf(detail, sizeof(detail), "count detail, last block (us): zero %.2f, ids load %.2f, first-entry %.2f, fill %.2f, "
            "match+hist %.2f, reduce+sync %.2f, prefix+scratch %.2f",
            median(seg[0]), median(seg[1]), median(seg[2]), median(seg[3]), median(seg[4]), median(seg[5]), median(seg[6]));
   }
@@ -454,8 +455,8 @@ int main(int argc, char** argv) {
     int clock_khz = 0;
     EPF_BENCH_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     /* threads 0 = what the launcher picks (epf_route_update_threads) */
-    struct { int R, T, B, threads; } pc[] = {{1, 4096, 17, 0}, {1, 4096, 16, 0}, {1, 128, 1, 0},
-                                             {1, 128, 1, 128}, {8, 4096, 16, 0}, {8, 128, 1, 0}};
+    struct { int R, T, B, threads; } pc[] = {{1, 4096, 17, 0}, {1, 4096, 16, 0}, {1, 128, 1, 0}, {1, 128, 2, 0},
+                                             {8, 4096, 16, 0}, {8, 128, 2, 0}};
     for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); ++i) {
       Setup s;
       setup(s, pc[i].R, 256, 8, pc[i].T, 0u);
