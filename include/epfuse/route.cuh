@@ -442,9 +442,10 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c,
     uint32_t bits[EPF__ROUTE_STEPS];
     int o;
 #pragma unroll
-    for (u = 0; u < EPF__ROUTE_STEPS; ++u) bits[u] = d[u] >= 0 ? 1u << d[u] : 0u;
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) /* one rank: m[u] is the ballot of valid entries */
+      bits[u] = R == 1 ? (m[u] & grp) != 0u : d[u] >= 0 ? 1u << d[u] : 0u;
 #pragma unroll 1
-    for (o = 1; o < K; o <<= 1) {
+    for (o = R == 1 ? K : 1; o < K; o <<= 1) {
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_STEPS; ++u) bits[u] |= __shfl_xor_sync(0xffffffffu, bits[u], o);
     }
@@ -649,12 +650,19 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     const bool single = c->num_blocks == 1 || c->split;
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int32_t run = 0;
-      int w;
+      int w0, w;
       if (x < row) {
-        for (w = 0; w < W; ++w) {
-          const int32_t v = c->hist[w * row + x];
-          c->hist[w * row + x] = run;
-          run += v;
+        /* 8 warps' counts loaded at once, then their exclusive prefix stored: one shared-memory
+         * round trip per 8 warps instead of one per warp (the loads do not wait for the stores) */
+        for (w0 = 0; w0 < W; w0 += 8) {
+          int32_t v[8];
+#pragma unroll
+          for (w = 0; w < 8; ++w) v[w] = w0 + w < W ? c->hist[(w0 + w) * row + x] : 0;
+#pragma unroll
+          for (w = 0; w < 8; ++w) {
+            if (w0 + w < W) c->hist[(w0 + w) * row + x] = run;
+            run += v[w];
+          }
         }
       } else {
         run = c->misc[EPF__ROUTE_MISC_DROPPED];
