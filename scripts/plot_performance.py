@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """plot_performance.py — the plots of docs/performance.md, from docs/perf-data.csv.
 
-Writes docs/img/perf_quant.png and docs/img/perf_ht.png: fraction of the measured copy ceiling per
-implementation (bars), with the µs printed on each bar. Re-run after adding measurements:
+Writes docs/img/perf_quant.png, perf_ht.png and perf_ll.png: fraction of the measured copy ceiling
+per implementation (bars), with the µs printed on each bar; and docs/img/perf_route.png: the route
+update's time per version (docs/perf-route.csv) against the targets. Re-run after adding measurements:
     python3 scripts/plot_performance.py
 Needs matplotlib (pip install matplotlib); uses the Agg backend (no display).
 """
@@ -50,7 +51,34 @@ def main():
         fig.savefig(out)
         plt.close(fig)
         print("wrote", os.path.relpath(out, ROOT))
+    plot_route()
     return 0
+
+
+def plot_route():
+    """Route update per version (graph µs per update) with the issue's targets as dashed lines."""
+    with open(os.path.join(ROOT, "docs", "perf-route.csv")) as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    series = [("T4096_1rank", "T = 4096, 1 rank (target 10 µs)", "#2b7bba", 10.0),
+              ("T128_1rank", "T = 128, 1 rank (target 5 µs)", "#d9822b", 5.0),
+              ("T4096_8ranks", "T = 4096, 8 virtual ranks", "#888888", None)]
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
+    x = range(len(rows))
+    for key, label, color, target in series:
+        ax.plot(x, [float(r[key]) for r in rows], marker="o", color=color, label=label)
+        if target is not None:
+            ax.axhline(target, color=color, lw=0.8, ls="--")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([r["version"].replace(" ", "\n") for r in rows], fontsize=7)
+    ax.set_ylabel("µs per update (CUDA graph)")
+    ax.set_ylim(0, 40)
+    ax.set_title("Route update, E = 256, top-8, one H200 (bench_route)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = os.path.join(ROOT, "docs", "img", "perf_route.png")
+    fig.savefig(out)
+    plt.close(fig)
+    print("wrote", os.path.relpath(out, ROOT))
 
 
 if __name__ == "__main__":
