@@ -13,6 +13,8 @@ Usage: python3 scripts/bench_ht_torch.py [--ranks 8] [--tokens 4096] [--hidden 7
 import argparse
 import sys
 
+from epf_torch_common import median_us, torch_cuda
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -24,13 +26,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--build", default=None, help="ignored (gpu_suite.sh passes it to every script)")
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("bench_ht_torch: PyTorch not available; skipped")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench_ht_torch: no GPU; skipped")
+    torch = torch_cuda("bench_ht_torch")
+    if torch is None:
         return 0
     dev = torch.device("cuda")
     R, T, H, K, E = a.ranks, a.tokens, a.hidden, a.topk, a.experts
@@ -43,19 +40,7 @@ def main():
     w = torch.rand(R * T, K, device=dev, generator=g)
 
     def timeit(fn):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(a.iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        times.sort()
-        return times[len(times) // 2]
+        return median_us(fn, a.iters, warmup=3)
 
     src_rank = torch.arange(R * T, device=dev) // T
     tok = torch.arange(R * T, device=dev) % T

@@ -20,22 +20,13 @@ Usage: python3 scripts/bench_ll_torch.py [--ranks 8] [--hidden 7168] [--topk 8] 
 import argparse
 import sys
 
+from epf_torch_common import median_us as _median_us
+from epf_torch_common import torch_cuda
+
 
 def median_us(fn, reps):
-    import torch
-
-    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    for i in range(reps):
-        start[i].record()
-        fn()
-        end[i].record()
-    torch.cuda.synchronize()
-    t = sorted(s.elapsed_time(e) for s, e in zip(start, end))
-    return t[len(t) // 2] * 1e3
+    """runs queued back to back, one wait at the end (this script's method since v1)"""
+    return _median_us(fn, reps, warmup=5, sync_each=False)
 
 
 def main():
@@ -48,13 +39,8 @@ def main():
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--build", default=None, help="ignored (scripts/gpu_suite.sh passes it)")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: no torch")
-        return 0
-    if not torch.cuda.is_available():
-        print("SKIP: no GPU")
+    torch = torch_cuda("bench_ll_torch", "SKIP: {why}")
+    if torch is None:
         return 0
 
     R, H, K, E = args.ranks, args.hidden, args.topk, args.experts

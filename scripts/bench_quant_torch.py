@@ -16,22 +16,9 @@ Usage: python3 scripts/bench_quant_torch.py [path/to/libepf_quant_shim.so] [--bu
 """
 import argparse
 import ctypes
-import os
 import sys
 
-
-def find_lib(a):
-    if a.lib:
-        return a.lib
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for b in [a.build, "build-gpu", "build"]:
-        if not b:
-            continue
-        p = b if os.path.isabs(b) else os.path.join(root, b)
-        p = os.path.join(p, "tests", "gpu", "libepf_quant_shim.so")
-        if os.path.exists(p):
-            return p
-    return None
+from epf_torch_common import find_quant_shim, median_us, torch_cuda
 
 
 def main():
@@ -43,13 +30,8 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--no-compile", action="store_true")
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("bench_quant_torch: PyTorch not available; skipped")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench_quant_torch: no GPU; skipped")
+    torch = torch_cuda("bench_quant_torch")
+    if torch is None:
         return 0
     dev = torch.device("cuda")
     M, H = a.rows, a.hidden
@@ -75,20 +57,9 @@ def main():
         return q.view(M, H), s
 
     def timeit(fn):
-        for i in range(3):
-            fn(xs[i % 3])
-        torch.cuda.synchronize()
-        times = []
-        for i in range(a.iters):
-            x = xs[i % 3]
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn(x)
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        times.sort()
-        return times[len(times) // 2]
+        """fn(x) over the three inputs in turn (no run finds its input in L2)"""
+        turn = iter(range(1 << 62))
+        return median_us(lambda: fn(xs[next(turn) % 3]), a.iters, warmup=3)
 
     dst = torch.empty_like(xs[0])
     copy_us = timeit(lambda x: dst.copy_(x))
@@ -108,7 +79,7 @@ def main():
         except Exception as ex:  # no Triton / compiler: still print the rest
             print(f"bench_quant_torch: torch.compile unavailable ({type(ex).__name__}: {ex})")
 
-    path = find_lib(a)
+    path = find_quant_shim(a.lib, a.build)
     if path is None:
         print("bench_quant_torch: libepf_quant_shim.so not found; epfuse column skipped")
     else:

@@ -14,6 +14,8 @@ Usage: python3 scripts/bench_route_torch.py [--experts 256] [--topk 8] [--iters 
 import argparse
 import sys
 
+from epf_torch_common import median_us, torch_cuda
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -22,31 +24,14 @@ def main():
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--build", default=None, help="ignored (gpu_suite.sh passes it to every script)")
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("bench_route_torch: PyTorch not available; skipped")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench_route_torch: no GPU; skipped")
+    torch = torch_cuda("bench_route_torch")
+    if torch is None:
         return 0
     dev = torch.device("cuda")
     E, K = a.experts, a.topk
 
     def timeit(fn):
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(a.iters):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e3)
-        times.sort()
-        return times[len(times) // 2]
+        return median_us(fn, a.iters, warmup=10)
 
     def layout(topk_idx, R):
         """DeepEP get_dispatch_layout: per-expert counts, per-rank dedup counts, is_token_in_rank."""

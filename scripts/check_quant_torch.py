@@ -23,22 +23,10 @@ import ctypes
 import os
 import sys
 
+from epf_torch_common import find_quant_shim, torch_cuda
+
 PAYLOAD_RCEIL, PAYLOAD_FLOOR = 0, 1
 COMPACT, SWIZZLED = 1, 2
-
-
-def find_lib(a):
-    if a.lib:
-        return a.lib
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for b in [a.build, "build-gpu", "build"]:
-        if not b:
-            continue
-        p = b if os.path.isabs(b) else os.path.join(root, b)
-        p = os.path.join(p, "tests", "gpu", "libepf_quant_shim.so")
-        if os.path.exists(p):
-            return p
-    return None
 
 
 def load(path):
@@ -65,15 +53,10 @@ def main():
     ap.add_argument("--build", default=None, help="build directory (gpu_suite.sh passes it)")
     ap.add_argument("--seed", type=int, default=None)
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("check_quant_torch: SKIP (PyTorch not available)")
+    torch = torch_cuda("check_quant_torch", "{name}: SKIP ({why})")
+    if torch is None:
         return 0
-    if not torch.cuda.is_available():
-        print("check_quant_torch: SKIP (no GPU)")
-        return 0
-    path = find_lib(a)
+    path = find_quant_shim(a.lib, a.build)
     if path is None:
         print("check_quant_torch: FAIL (libepf_quant_shim.so not found; build the epf_quant_shim target)")
         return 1
