@@ -150,8 +150,6 @@ typedef struct epf_route_ctx {
                                  lane's entries (set by epf_route_count_block, read by _slots_block) */
   uint32_t first;             /* bit u: the lane's entry of step u is its token's first to its rank */
   int32_t ids[EPF__ROUTE_STEPS];
-  int32_t lslot[EPF__ROUTE_STEPS]; /* with ids_cached in a block that writes slots: the entry's slot
-                                      among the warp's own entries of its expert (count pass) */
 } epf_route_ctx_t;
 
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
@@ -426,10 +424,8 @@ EPF_DEVICE_INLINE void epf__route_match(const int* v, int nbits, uint32_t* m) {
  * first to rank d when no lower lane of its group has d (epf__route_match over the ranks' bits).
  * With rows != NULL the token's R-byte is_token_in_rank row is written too: the group ORs (1 << d)
  * by log2 K xor-shuffles and lane k of the group writes bytes k, k + K, ... (batch of nb entries
- * starting at token tb). same_first (may be NULL): per step, the first entries of the lane's rank
- * (warp-aggregated rank counts: one atomic per rank and step). [collective:warp] */
-EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c, const int* ev, uint8_t* rows, int tb, int nb,
-                                                       uint32_t* same_first) {
+ * starting at token tb). [collective:warp] */
+EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c, const int* ev, uint8_t* rows, int tb, int nb) {
   const int lane = epf_lane_id(), K = c->top_k, R = c->nranks, kl = lane & (K - 1);
   const int kshift = __ffs(K) - 1;
   const uint32_t grp = K == 32 ? 0xffffffffu : ((1u << K) - 1u) << (lane & ~(K - 1));
@@ -442,10 +438,6 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first_shfl(const epf_route_ctx_t* c,
 #pragma unroll
   for (u = 0; u < EPF__ROUTE_STEPS; ++u)
     if (d[u] >= 0 && (m[u] & grp & lt) == 0u) first |= 1u << u;
-  if (same_first != NULL) {
-#pragma unroll
-    for (u = 0; u < EPF__ROUTE_STEPS; ++u) same_first[u] = m[u] & __ballot_sync(0xffffffffu, (first >> u) & 1u);
-  }
   if (rows != NULL) {
     uint32_t bits[EPF__ROUTE_STEPS];
     int o;
@@ -566,10 +558,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *             inside) and walks it in batches of whole tokens (at most 160 entries). Entries
  *             (t, k) are visited 32 at a time in (t, k) order; each valid entry adds 1 to its
  *             expert's column of the warp's own row of c->hist (shared-memory atomics: a sum,
- *             the same whatever their order) — or, when the warp's tokens are one batch and the
- *             block writes slots, the warp assigns the entries' slots among its own entries here
- *             (equality masks of epf__route_match, running counts in the row, kept in the ctx
- *             for epf_route_slots_block). An entry that is its token's first to its
+ *             the same whatever their order). An entry that is its token's first to its
  *             destination rank (epf__route_batch_first / _first_shfl) adds 1 to that rank's column;
  *             the batch's is_token_in_rank rows are written whole. Then c->hist columns
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
@@ -613,15 +602,11 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
 
   for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
     const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
-    /* the warp's tokens are one batch in a block that writes slots: the expert slots among the
-     * warp's own entries are assigned here (equality masks + running counts in the warp's row,
-     * which end as its counts), so the slot pass only adds the bases */
-    const bool local_slots = c->ids_cached && rows;
-    uint32_t first, same_first[EPF__ROUTE_STEPS];
+    uint32_t first;
     if (tb != c->t0) epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
     EPF__ROUTE_PROBE(1);
     if (c->shfl_first) {
-      first = epf__route_batch_first_shfl(c, ev, rows ? c->token_in_rank : NULL, tb, nt * K, same_first); /* rows written too */
+      first = epf__route_batch_first_shfl(c, ev, rows ? c->token_in_rank : NULL, tb, nt * K); /* rows written too */
       EPF__ROUTE_PROBE(2);
     } else {
       first = epf__route_batch_first(c, ev);
@@ -629,34 +614,15 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       if (rows) epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
     }
     EPF__ROUTE_PROBE(3);
-    if (local_slots) {
-      const uint32_t lt = (1u << lane) - 1u;
-      uint32_t pe[EPF__ROUTE_STEPS];
-      epf__route_match(ev, c->ebits, pe);
-#pragma unroll
-      for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-        const int e = ev[u];
-        int32_t base = 0;
-        if (e >= 0) base = H[e];
-        __syncwarp();
-        if (e >= 0 && lane == 31 - __clz((int)pe[u])) H[e] = base + __popc(pe[u]);
-        __syncwarp();
-        c->lslot[u] = base + __popc(pe[u] & lt);
-      }
-    }
-    /* counts: shared-memory atomics (the totals do not depend on the order of the adds; slots,
-     * which need an order, come from epf__route_match masks), expert counts unless the running
-     * counts above made them; rank counts aggregated per rank and step when the masks allow */
+    /* counts: shared-memory atomics on the warp's own row (the totals do not depend on the order
+     * of the adds; the slots pass, which needs an order, uses epf__route_match) */
 #pragma unroll
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
       const int e = ev[u];
-      if (e >= 0 && !local_slots) atomicAdd(&H[e], 1);
+      if (e >= 0) atomicAdd(&H[e], 1);
       if ((first >> u) & 1u) {
         const int d = epf__route_dest(c, e);
-        if (!c->shfl_first)
-          atomicAdd(&H[E + d], 1);
-        else if (lane == __ffs(same_first[u]) - 1)
-          atomicAdd(&H[E + d], __popc(same_first[u]));
+        atomicAdd(&H[E + d], 1);
         if (!c->shfl_first && rows) c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
       }
     }
@@ -795,13 +761,11 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
 /* epf_route_slots_block — pass 2: slot and destination rank of every (t, k) of this block's
  *   tokens, and (RANK_MAJOR) the rank-major slot of every (t, destination).
  *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
- *   Does:     the same walk as pass 1. When a warp's tokens are one batch, pass 1 left their ids
- *             and their slots among the warp's own entries in the ctx (call both with the same
- *             ctx): slot(t, k) = c->hist[warp][e] (blocks and warps before) + that local slot.
- *             Otherwise each batch is loaded again and slot(t, k) = c->hist[warp][e] + the number
- *             of equal experts in lower lanes of the same 32-entry step, the group's highest lane
- *             advancing c->hist[warp][e]. slot = dst = -1 for -1 and dropped ids. The SPLIT
- *             control block returns at once (it writes no slots). Rank-major: the
+ *   Does:     the same walk as pass 1 (when a warp's tokens are one batch, on the ids
+ *             epf_route_count_block left in the ctx, not loaded again: call both with the same
+ *             ctx); slot(t, k) = c->hist[warp][e] (blocks and warps before) + the number of equal
+ *             experts in lower lanes of the same 32-entry step; the group's highest lane then
+ *             advances c->hist[warp][e]. slot = dst = -1 for -1 and dropped ids. Rank-major: the
  *             batch's rm_slot rows are set to -1, then each token's first entry to rank d takes
  *             the next slot of column E + d the same way.
  *   Memory:   plain coalesced stores to slot / dst_rank / rm_slot rows. No peer access. */
@@ -812,7 +776,6 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   const bool rm = c->rank_major && c->rm_slot != NULL;
   int32_t* H = c->hist + warp * row;
   int tb;
-  if (c->split && c->block_index == 0) return; /* the SPLIT control block writes no slots */
   for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
     const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
     const int64_t i0 = (int64_t)tb * K;
@@ -824,21 +787,10 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
       first = c->first;
     } else {
       epf__route_batch_load(c, i0, nt * K, ev, NULL);
-      if (rm) first = c->shfl_first ? epf__route_batch_first_shfl(c, ev, NULL, tb, nt * K, NULL) : epf__route_batch_first(c, ev);
+      if (rm) first = c->shfl_first ? epf__route_batch_first_shfl(c, ev, NULL, tb, nt * K) : epf__route_batch_first(c, ev);
     }
     if (rm) epf__route_fill_warp(c->rm_slot + (int64_t)tb * R, (int64_t)nt * R * 4, 0xff);
-    if (c->ids_cached) {
-      /* the count pass left the slots among the warp's own entries: add the bases (warps and
-       * blocks before) that c->hist holds now */
-#pragma unroll
-      for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-        const int j = 32 * u + lane, e = ev[u];
-        if (j < nt * K) {
-          c->slot[i0 + j] = e >= 0 ? H[e] + c->lslot[u] : -1;
-          c->dst_rank[i0 + j] = e >= 0 ? epf__route_dest(c, e) : -1;
-        }
-      }
-    } else {
+    {
       /* the steps' matches first (independent), then the running counts in step order */
       uint32_t pe[EPF__ROUTE_STEPS];
       epf__route_match(ev, c->ebits, pe);
