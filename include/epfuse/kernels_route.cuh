@@ -157,14 +157,15 @@ EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, in
   return t > most ? most : (int)t;
 }
 
-/* The update kernel: grid = blocks_per_rank (real rank) or nranks * blocks_per_rank (virtual
- * ranks), epf_route_update_threads threads, epf_route_smem_bytes dynamic shared memory. */
+/* The update kernel: grid = (blocks_per_rank, route.count): blockIdx.x is the block of the rank,
+ * blockIdx.y the buffer of the group (the virtual rank; 0 for a real rank), so no block divides
+ * its index; epf_route_update_threads threads, epf_route_smem_bytes dynamic shared memory. */
 static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
-                                                epf_route_step_t step, int virtual_ranks, int blocks_per_rank) {
+                                                epf_route_step_t step, int virtual_ranks) {
   extern __shared__ uint4 epf__route_kernel_smem[];
-  const epf_team_t me = epf_team_for_block(team, virtual_ranks, blocks_per_rank);
-  const int index = virtual_ranks ? (int)me.rank : 0;
-  const int block_index = (int)(blockIdx.x % (unsigned)blocks_per_rank);
+  const int index = (int)blockIdx.y, block_index = (int)blockIdx.x, blocks_per_rank = (int)gridDim.x;
+  epf_team_t me = team;
+  if (virtual_ranks) me.rank = index;
   const int64_t elems = (int64_t)route.layout.max_tokens * route.layout.top_k;
   const char* topk = (const char*)step.topk_idx +
                      (int64_t)index * elems * (route.layout.index_type == EPF_INDEX_INT64 ? 8 : 4);
@@ -293,8 +294,8 @@ EPF_INLINE epf_status_t epf_route_update(const epf_route_t* route, epf_team_t te
   if ((int64_t)B * route->count > (int64_t)route->resident_blocks) return EPF_ERR_CO_RESIDENCY;
   threads = epf_route_update_threads(route, step->num_tokens_dev != NULL ? route->layout.max_tokens : step->num_tokens, B);
   smem = epf_route_smem_bytes(&route->layout, threads);
-  epf__route_update_kernel<<<(unsigned)(B * route->count), (unsigned)threads, smem, stream>>>(
-      *route, team, *plan, *step, virtual_ranks, B);
+  epf__route_update_kernel<<<dim3((unsigned)B, (unsigned)route->count), (unsigned)threads, smem, stream>>>(
+      *route, team, *plan, *step, virtual_ranks);
   return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
 }
 

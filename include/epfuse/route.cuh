@@ -86,7 +86,7 @@ EPF_BEGIN_DECLS
 #endif
 
 /* misc shared-memory slots (int32) */
-#define EPF__ROUTE_MISC_WARP_SUMS 0 /* [33]: per-warp sums, [32] = block total */
+#define EPF__ROUTE_MISC_SINK 0 /* [32]: per-lane target of the count pass's branch-free atomics */
 #define EPF__ROUTE_MISC_DROPPED 40
 #define EPF__ROUTE_MISC_ROWS_EM 41 /* offsets: rows of this rank's expert-major segment */
 #define EPF__ROUTE_MISC_ROWS_RM 42 /* offsets: rows of this rank's rank-major region */
@@ -109,20 +109,13 @@ EPF_BEGIN_DECLS
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
  * Uniform over the block except the warp's token range and the lane's cached ids. */
 typedef struct epf_route_ctx {
-  epf_route_header_t* header;
-  int32_t* expert_count;      /* [E] */
-  int32_t* rank_count;        /* [R] */
-  uint8_t* token_in_rank;     /* [T_max][R] */
-  int32_t* dst_rank;          /* [T_max][K] */
-  int32_t* slot;              /* [T_max][K] */
-  int32_t* rm_slot;           /* [T_max][R] or NULL */
-  /* the exchange's arrays: valid only when the layout has them (exchange; rank-major for *_rm_*) */
-  int32_t* send_offset;       /* [E] */
-  int32_t* send_rm_offset;    /* [R] */
-  epf_route_segment_t* recv_segment; /* [EL] */
-  int32_t* recv_src_offset;   /* [EL][R + 1] */
-  int32_t* recv_rm_offset;    /* [R + 1] */
-  uint64_t* scratch;          /* [max_blocks][E + R + 1] count words (signal.cuh epf_count_word_pack) */
+  /* this rank's route buffer and its layout (route->layout: with epf_route_update's kernel, the
+   * kernel's by-value parameter, so the array offsets are constant-bank operands). The arrays'
+   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx: 13
+   * pointers computed in every warp's setup and kept live through every phase were half of the
+   * setup's instructions in v4's profile (~110 of ~240 per warp; docs/performance.md, v5) */
+  char* buf;
+  const epf_route_layout_t* layout;
   uint32_t* epoch_word;       /* the route's epoch word for this rank */
   const void* topk_idx;       /* [num_tokens][K] */
   int64_t* recv_total_mapped; /* host-mapped int64 or NULL */
@@ -141,7 +134,7 @@ typedef struct epf_route_ctx {
   uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
   int32_t status;             /* set by the phases: EPF_OK or the first failure */
   int64_t recv_capacity;
-  int32_t* hist;              /* smem [num_warps][E + R]: per-warp counts, then running slots */
+  int32_t* hist;              /* smem [max(W (E + R), 3 E)]: per-warp counts, then running slots; the offsets' sums */
   int32_t* tot;               /* smem [E + R + 1]: this rank's totals (+ dropped) */
   int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
   int32_t* stage;             /* smem [num_warps][EPF__ROUTE_BATCH]: a batch's destination ranks */
@@ -152,17 +145,30 @@ typedef struct epf_route_ctx {
   int32_t ids[EPF__ROUTE_STEPS];
 } epf_route_ctx_t;
 
+/* EPF__ROUTE_ARR(c, id, type) — device address of array `id` of the ctx's route buffer, as a
+ * `type*` (array ids: host.h epf_route_array_id_t). Arrays a layout leaves out have 0 bytes and
+ * are only formed where their flag says they exist (RM_SLOT: tested with EPF__ROUTE_HAS). */
+#define EPF__ROUTE_ARR(c, id, type) ((type*)((c)->buf + (c)->layout->array[(id)].offset))
+#define EPF__ROUTE_HAS(c, id) ((c)->layout->array[(id)].bytes != 0u)
+
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
 
+/* ints of the hist region for W warps: the count and slot passes' per-warp rows [W][E + R], at
+ * least the offsets' 3 E (epf_route_offsets_block), rounded up to 4 (16 bytes) */
+EPF_HD size_t epf__route_hist_ints(const epf_route_layout_t* layout, size_t W) {
+  const size_t rows = W * ((size_t)layout->num_experts + (size_t)layout->nranks);
+  const size_t offsets = 3u * (size_t)layout->num_experts;
+  return epf__route_align4(rows > offsets ? rows : offsets);
+}
+
 /* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads: 4 * (max(W * (E + R), 2 * E) + (E + R + 1) + 64 + W * 160) + 512
+ *   `block_threads` threads: 4 * (max(W * (E + R), 3 * E) + (E + R + 1) + 64 + W * 160) + 512
  *   bytes (rounded), W = block_threads / 32. Scope: any thread, host or device. Pure. */
 EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
   const size_t W = (size_t)(block_threads / 32);
   const size_t row = (size_t)layout->num_experts + (size_t)layout->nranks;
-  size_t hist = W * row;
-  if (hist < 2u * (size_t)layout->num_experts) hist = 2u * (size_t)layout->num_experts;
-  return 4u * (epf__route_align4(hist) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS + W * EPF__ROUTE_BATCH) +
+  return 4u * (epf__route_hist_ints(layout, W) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS +
+               W * EPF__ROUTE_BATCH) +
          32u * EPF__ROUTE_CUB_BYTES_PER_WARP;
 }
 
@@ -219,26 +225,9 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   const epf_route_layout_t* L = &route->layout;
   const size_t row = (size_t)L->num_experts + (size_t)L->nranks;
   /* epf_route_ptr's arithmetic with the buffer's base computed once (block-uniform) */
-  char* const b = (char*)route->base + (uint64_t)index * L->total_bytes;
-  size_t hist;
-  /* arrays a layout may leave out are only read when their layout / exchange flag says they exist,
-   * except RM_SLOT (tested for NULL): no per-array test of the size */
-#define EPF__ROUTE_ARRAY(id) ((void*)(b + L->array[id].offset))
-  c.header = (epf_route_header_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_HEADER);
-  c.expert_count = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_EXPERT_COUNT);
-  c.rank_count = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RANK_COUNT);
-  c.token_in_rank = (uint8_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_TOKEN_IN_RANK);
-  c.dst_rank = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_DST_RANK);
-  c.slot = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SLOT);
-  c.rm_slot = L->array[EPF_ROUTE_RM_SLOT].bytes != 0u ? (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RM_SLOT) : NULL;
-  c.send_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SEND_OFFSET);
-  c.send_rm_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SEND_RM_OFFSET);
-  c.recv_segment = (epf_route_segment_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_SEGMENT);
-  c.recv_src_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_SRC_OFFSET);
-  c.recv_rm_offset = (int32_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_RECV_RM_OFFSET);
-  c.scratch = (uint64_t*)EPF__ROUTE_ARRAY(EPF_ROUTE_SCRATCH);
-#undef EPF__ROUTE_ARRAY
-  c.epoch_word = route->epoch_words != NULL ? route->epoch_words + index : &c.header->epoch;
+  c.buf = (char*)route->base + (uint64_t)index * L->total_bytes;
+  c.layout = L;
+  c.epoch_word = epf_route_epoch_ptr(route, index);
   c.topk_idx = topk_idx;
   c.recv_total_mapped = recv_total_mapped;
   c.num_tokens = num_tokens;
@@ -292,10 +281,8 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.epoch = *c.epoch_word + 1u;
   c.status = EPF_OK;
   c.recv_capacity = L->recv_capacity;
-  hist = (size_t)c.num_warps * row;
-  if (hist < 2u * (size_t)L->num_experts) hist = 2u * (size_t)L->num_experts;
   c.hist = (int32_t*)smem;
-  c.tot = c.hist + epf__route_align4(hist);
+  c.tot = c.hist + epf__route_hist_ints(L, (size_t)c.num_warps);
   c.misc = c.tot + epf__route_align4(row + 1u);
   c.stage = c.misc + EPF__ROUTE_MISC_INTS;
   c.cub_temp = (void*)(c.stage + (size_t)c.num_warps * EPF__ROUTE_BATCH);
@@ -315,34 +302,18 @@ EPF_DEVICE_INLINE epf_status_t epf__route_block_status(epf_status_t mine) {
   return epf__block_status(mine);
 }
 
-/* epf__route_block_exclusive_sum — exclusive prefix sum of x over the block in threadIdx order,
- * the block total in *out_total (all threads). [collective:block]; every lane of every warp.
- * Built from cub::WarpScan (cub::BlockScan needs the block size at compile time). Ends with a
- * __syncthreads, so it may be called again at once. */
-EPF_DEVICE_INLINE int epf__route_block_exclusive_sum(int x, int* out_total, int* misc, void* cub_temp) {
+/* epf__route_warp_exclusive_sum — exclusive prefix sum of x over the warp's lanes in lane order,
+ * the warp's total in *out_total (every lane). [collective:warp] every lane, converged. Built from
+ * cub::WarpScan (shuffles; cub_temp: the warp's EPF__ROUTE_CUB_BYTES_PER_WARP bytes). */
+EPF_DEVICE_INLINE int epf__route_warp_exclusive_sum(int x, int* out_total, void* cub_temp) {
   typedef cub::WarpScan<int> epf__warp_scan_t;
   typedef epf__warp_scan_t::TempStorage epf__warp_scan_temp_t;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  int* sums = misc + EPF__ROUTE_MISC_WARP_SUMS;
-  int incl = 0, r;
+  int incl = 0;
   EPF_STATIC_ASSERT(sizeof(epf__warp_scan_temp_t) <= EPF__ROUTE_CUB_BYTES_PER_WARP, "cub temp storage");
-  epf__warp_scan_t(*(epf__warp_scan_temp_t*)((char*)cub_temp + warp * EPF__ROUTE_CUB_BYTES_PER_WARP))
+  epf__warp_scan_t(*(epf__warp_scan_temp_t*)((char*)cub_temp + epf_warp_id() * EPF__ROUTE_CUB_BYTES_PER_WARP))
       .InclusiveSum(x, incl);
-  if (lane == 31) sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    const int v = lane < nwarps ? sums[lane] : 0;
-    int vin = 0;
-    epf__warp_scan_t(*(epf__warp_scan_temp_t*)cub_temp).InclusiveSum(v, vin);
-    __syncwarp();
-    if (lane < nwarps) sums[lane] = vin - v;
-    if (lane == 31) sums[32] = vin;
-  }
-  __syncthreads();
-  *out_total = sums[32];
-  r = incl - x + sums[warp];
-  __syncthreads();
-  return r;
+  *out_total = __shfl_sync(0xffffffffu, incl, 31);
+  return incl - x;
 }
 
 /* destination rank of expert e >= 0: e / EL without a division (exact for e * EL < 2^32, which
@@ -356,21 +327,35 @@ EPF_DEVICE_INLINE int epf__route_dest(const epf_route_ctx_t* c, int e) {
  * the batch). Ids outside [-1, E) give -1 and count into *dropped (when not NULL). [warp] */
 EPF_DEVICE_INLINE void epf__route_batch_load(const epf_route_ctx_t* c, int64_t i0, int nb, int* ev, uint32_t* dropped) {
   const int lane = epf_lane_id();
-  int64_t v[EPF__ROUTE_STEPS];
+  const uint32_t E = (uint32_t)c->num_experts;
+  uint32_t bad = 0u;
   int u;
+  /* one loop per index type (not a select per step): each step is one predicated load at an
+   * immediate offset from the lane's base, then an unsigned compare (-1 <= v < E) */
+  if (c->index64) {
+    const int64_t* p = (const int64_t*)c->topk_idx + i0 + lane;
+    int64_t v[EPF__ROUTE_STEPS];
 #pragma unroll
-  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-    const int j = 32 * u + lane;
-    v[u] = -1;
-    if (j < nb)
-      v[u] = c->index64 ? ((const int64_t*)c->topk_idx)[i0 + j] : (int64_t)((const int32_t*)c->topk_idx)[i0 + j];
-  }
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) v[u] = 32 * u + lane < nb ? p[32 * u] : -1;
 #pragma unroll
-  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-    const bool ok = (uint64_t)(v[u] + 1) <= (uint64_t)c->num_experts; /* -1 <= v < E */
-    if (dropped != NULL) *dropped += ok ? 0u : 1u;
-    ev[u] = ok ? (int)v[u] : -1;
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const bool ok = (uint64_t)v[u] + 1u <= (uint64_t)E;
+      bad += ok ? 0u : 1u;
+      ev[u] = ok ? (int)v[u] : -1;
+    }
+  } else {
+    const int32_t* p = (const int32_t*)c->topk_idx + i0 + lane;
+    int32_t v[EPF__ROUTE_STEPS];
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) v[u] = 32 * u + lane < nb ? p[32 * u] : -1;
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const bool ok = (uint32_t)v[u] + 1u <= E;
+      bad += ok ? 0u : 1u;
+      ev[u] = ok ? v[u] : -1;
+    }
   }
+  if (dropped != NULL) *dropped += bad;
 }
 
 /* epf__route_batch_first — which of this lane's entries are their token's FIRST entry (lowest k)
@@ -580,6 +565,8 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
    * c->tot directly (no per-warp rows to zero and prefix: nothing reads them) */
   const bool rows = !(c->split && c->block_index == 0);
   int32_t* H = rows ? c->hist + warp * row : c->tot;
+  uint8_t* const tir = rows ? EPF__ROUTE_ARR(c, EPF_ROUTE_TOKEN_IN_RANK, uint8_t) : NULL;
+  int32_t* const sink = c->misc + EPF__ROUTE_MISC_SINK + lane; /* never read */
   uint32_t dropped = 0u;
   int x, tb;
   int ev[EPF__ROUTE_STEPS], u;
@@ -590,12 +577,17 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   __syncthreads();
   if (threadIdx.x == 0) {
     c->misc[EPF__ROUTE_MISC_DROPPED] = 0;
-    if (c->block_index == 0) c->header->status = EPF_OK;
+    if (c->block_index == 0) EPF__ROUTE_ARR(c, EPF_ROUTE_HEADER, epf_route_header_t)->status = EPF_OK;
   }
-  if (rows)
+  /* strided loops stay rolled (#pragma unroll 1) here and below: unrolled, each needs its trip
+   * count, a 32-bit division (~20 instructions per warp) before the first iteration */
+  if (rows) {
+#pragma unroll 1
     for (x = lane; x < row; x += 32) H[x] = 0;
-  else
+  } else {
+#pragma unroll 1
     for (x = (int)threadIdx.x; x < row; x += (int)blockDim.x) H[x] = 0;
+  }
   c->ids_cached = c->t1 - c->t0 <= c->batch_tokens;
   __syncthreads();
   EPF__ROUTE_PROBE(0);
@@ -606,25 +598,26 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     if (tb != c->t0) epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
     EPF__ROUTE_PROBE(1);
     if (c->shfl_first) {
-      first = epf__route_batch_first_shfl(c, ev, rows ? c->token_in_rank : NULL, tb, nt * K); /* rows written too */
+      first = epf__route_batch_first_shfl(c, ev, tir, tb, nt * K); /* rows written too */
       EPF__ROUTE_PROBE(2);
     } else {
       first = epf__route_batch_first(c, ev);
       EPF__ROUTE_PROBE(2);
-      if (rows) epf__route_fill_warp(c->token_in_rank + (int64_t)tb * R, (int64_t)nt * R, 0);
+      if (rows) {
+        epf__route_fill_warp(tir + (int64_t)tb * R, (int64_t)nt * R, 0); /* ends with __syncwarp */
+#pragma unroll
+        for (u = 0; u < EPF__ROUTE_STEPS; ++u)
+          if ((first >> u) & 1u) tir[(int64_t)(tb + (32 * u + lane) / K) * R + epf__route_dest(c, ev[u])] = 1;
+      }
     }
     EPF__ROUTE_PROBE(3);
     /* counts: shared-memory atomics on the warp's own row (the totals do not depend on the order
      * of the adds; the slots pass, which needs an order, uses epf__route_match) */
 #pragma unroll
-    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
-      const int e = ev[u];
-      if (e >= 0) atomicAdd(&H[e], 1);
-      if ((first >> u) & 1u) {
-        const int d = epf__route_dest(c, e);
-        atomicAdd(&H[E + d], 1);
-        if (!c->shfl_first && rows) c->token_in_rank[(int64_t)(tb + (32 * u + lane) / K) * R + d] = 1;
-      }
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) { /* branch-free: a lane with nothing to add adds to its sink */
+      const int e = ev[u], d = epf__route_dest(c, e); /* d: meaningless for e < 0, then unused */
+      atomicAdd(e >= 0 ? &H[e] : sink, 1);
+      atomicAdd((first >> u) & 1u ? &H[E + d] : sink, 1);
     }
     EPF__ROUTE_PROBE(4);
     if (c->ids_cached) {
@@ -646,8 +639,9 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   if (!rows) {
     if (threadIdx.x == 0) c->tot[row] = c->misc[EPF__ROUTE_MISC_DROPPED]; /* the counts are in place */
   } else {
-    uint64_t* part = c->scratch + (int64_t)c->block_index * (row + 1);
+    uint64_t* part = EPF__ROUTE_ARR(c, EPF_ROUTE_SCRATCH, uint64_t) + (int64_t)c->block_index * (row + 1);
     const bool single = c->num_blocks == 1 || c->split;
+#pragma unroll 1
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int32_t run = 0;
       int w0, w;
@@ -698,12 +692,13 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
   int x;
   __syncthreads();
   if (B > 1 && !c->split) {
+#pragma unroll 1
     for (x = (int)threadIdx.x; x <= row; x += (int)blockDim.x) {
       int base, total, wi;
       /* block 0 (no tokens of its own when B > 1) needs every row for the totals; block b only
        * the rows before it for its base */
       const int n = c->block_index == 0 ? B : c->block_index;
-      epf__route_sum_words(c->scratch + x, row + 1, n, c->block_index, c->epoch, -1, -1, 0, w, &st, &total, &base, NULL);
+      epf__route_sum_words(EPF__ROUTE_ARR(c, EPF_ROUTE_SCRATCH, uint64_t) + x, row + 1, n, c->block_index, c->epoch, -1, -1, 0, w, &st, &total, &base, NULL);
       if (x < row && base != 0)
         for (wi = 0; wi < W; ++wi) c->hist[wi * row + x] += base;
       if (c->block_index == 0) c->tot[x] = total;
@@ -717,12 +712,17 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
   /* B == 1 or SPLIT: the __syncthreads above made epf_route_count_block's c->tot visible (in a
    * SPLIT update both blocks counted every token: block 0's totals are the rank's) */
   if (c->block_index == 0) {
-    for (x = (int)threadIdx.x; x < E; x += (int)blockDim.x) c->expert_count[x] = c->tot[x];
-    for (x = (int)threadIdx.x; x < R; x += (int)blockDim.x) c->rank_count[x] = c->tot[E + x];
+    int32_t* const expert_count = EPF__ROUTE_ARR(c, EPF_ROUTE_EXPERT_COUNT, int32_t);
+    int32_t* const rank_count = EPF__ROUTE_ARR(c, EPF_ROUTE_RANK_COUNT, int32_t);
+#pragma unroll 1
+    for (x = (int)threadIdx.x; x < E; x += (int)blockDim.x) expert_count[x] = c->tot[x];
+#pragma unroll 1
+    for (x = (int)threadIdx.x; x < R; x += (int)blockDim.x) rank_count[x] = c->tot[E + x];
     if (threadIdx.x == 0) {
-      c->header->rank = c->rank;
-      c->header->num_tokens = c->num_tokens;
-      c->header->dropped_routes = (uint32_t)c->tot[row];
+      epf_route_header_t* const hdr = EPF__ROUTE_ARR(c, EPF_ROUTE_HEADER, epf_route_header_t);
+      hdr->rank = c->rank;
+      hdr->num_tokens = c->num_tokens;
+      hdr->dropped_routes = (uint32_t)c->tot[row];
       if (w.record != NULL) epf_error_count_add(&w.record->dropped_routes, (uint32_t)c->tot[row]);
     }
   }
@@ -750,6 +750,7 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
   const uint64_t counts_off = epf_plan_counts_offset(plan, parity, team.rank, 0);
   int p, x;
   if (c->block_index != 0) return;
+#pragma unroll 1
   for (x = (int)threadIdx.x; x < row; x += (int)blockDim.x) {
     const uint64_t word = epf_count_word_pack(c->epoch, (uint32_t)c->tot[x]);
     for (p = 0; p < R; ++p) epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, counts_off, p) + x, word);
@@ -773,7 +774,10 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   const int lane = epf_lane_id(), warp = epf_warp_id();
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
   const uint32_t lt = (1u << lane) - 1u;
-  const bool rm = c->rank_major && c->rm_slot != NULL;
+  const bool rm = c->rank_major && EPF__ROUTE_HAS(c, EPF_ROUTE_RM_SLOT);
+  int32_t* const slot_out = EPF__ROUTE_ARR(c, EPF_ROUTE_SLOT, int32_t);
+  int32_t* const dst_out = EPF__ROUTE_ARR(c, EPF_ROUTE_DST_RANK, int32_t);
+  int32_t* const rm_slot = EPF__ROUTE_ARR(c, EPF_ROUTE_RM_SLOT, int32_t); /* used only when rm */
   int32_t* H = c->hist + warp * row;
   int tb;
   for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
@@ -789,7 +793,7 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
       epf__route_batch_load(c, i0, nt * K, ev, NULL);
       if (rm) first = c->shfl_first ? epf__route_batch_first_shfl(c, ev, NULL, tb, nt * K) : epf__route_batch_first(c, ev);
     }
-    if (rm) epf__route_fill_warp(c->rm_slot + (int64_t)tb * R, (int64_t)nt * R * 4, 0xff);
+    if (rm) epf__route_fill_warp(rm_slot + (int64_t)tb * R, (int64_t)nt * R * 4, 0xff);
     {
       /* the steps' matches first (independent), then the running counts in step order */
       uint32_t pe[EPF__ROUTE_STEPS];
@@ -807,8 +811,8 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
         if (e >= 0 && lane == 31 - __clz((int)pe[u])) H[e] = base + __popc(pe[u]);
         __syncwarp();
         if (j < nt * K) {
-          c->slot[i0 + j] = slot;
-          c->dst_rank[i0 + j] = dst;
+          slot_out[i0 + j] = slot;
+          dst_out[i0 + j] = dst;
         }
       }
     }
@@ -824,7 +828,7 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
         int32_t rbase = 0;
         if (d >= 0) {
           rbase = H[E + d];
-          c->rm_slot[(int64_t)(tb + j / K) * R + d] = rbase + __popc(pd[u] & lt);
+          rm_slot[(int64_t)(tb + j / K) * R + d] = rbase + __popc(pd[u] & lt);
         }
         __syncwarp();
         if (d >= 0 && lane == 31 - __clz((int)pd[u])) H[E + d] = rbase + __popc(pd[u]);
@@ -848,6 +852,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t
   const uint64_t* C = (const uint64_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
   epf_status_t st = EPF_OK;
   int q;
+#pragma unroll 1
   for (q = (int)threadIdx.x; q < row; q += (int)blockDim.x) {
     int tot, pre;
     epf__route_sum_words(C + q, row, c->nranks, 0, c->epoch, 0, -1, 0, w, &st, &tot, &pre, NULL);
@@ -874,6 +879,7 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
     const epf_route_segment_t s = seg[j];
     const int npad = s.padded_count - s.count < A - 1 ? s.padded_count - s.count : A - 1;
     int xpad;
+#pragma unroll 1
     for (xpad = lane; xpad < npad; xpad += 32) {
       const int64_t r = (int64_t)s.begin + s.count + xpad;
       if (r < cap) {
@@ -890,109 +896,134 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
 
 /* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
  *   Scope:    [collective:block] [uniform-args] [blocking] after pass 2 (it reuses c->hist), in
- *             block 0 of the rank (one block computes every destination: E experts are one or
- *             two block-wide steps).
- *   Does:     thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for words
- *             that do not carry this epoch yet (bounded by w); d = e / EL, j = e % EL:
- *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
- *               begin_d[j] = sum_{j' < j} padded_d[j'] (one block scan over all e, restarted at
- *               each destination), send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e].
- *             RANK_MAJOR: send_rm_offset[d] = sum_{s < rank} C[s][E + d] for every d.
+ *             block 0 of the rank (one block computes every destination).
+ *   Does:     (1) thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for
+ *             words that do not carry this epoch yet (bounded by w), and keeps in shared memory
+ *             count(e) = sum_s C[s][e], pre(e) = sum_{s < rank} C[s][e] and, for this rank's own
+ *             experts, every C[s][e]. (2) One barrier; then warp w scans destinations d = w,
+ *             w + W, ...: its lanes take consecutive runs of d's EL experts (j = e - d EL), pad
+ *             each count (padded = roundup(count, alignment)), and one warp scan gives
+ *             begin_d[j] = sum_{j' < j} padded_d[j'] — a segmented scan with no block barrier;
+ *             send_offset[e] = begin_d[j] + pre(e).
  *             This rank's segment: recv_segment[j] = {begin, count, padded, 0}, recv_src_offset[j][s]
- *             = begin + sum_{s' < s} C[s'][e] (s = 0..R), RANK_MAJOR recv_rm_offset[s] =
- *             sum_{s' < s} C[s'][E + rank] (s = 0..R); header recv_rows (plan layout),
- *             recv_rows_em, recv_overflow = max(0, recv_rows - recv_capacity);
- *             *c->recv_total_mapped = recv_rows (.sys store); then the pad rows' metadata
- *             (epf_route_mark_pad_rows_block) unless EPF_ROUTE_FLAG_NO_PAD_MARK.
+ *             = begin + sum_{s' < s} C[s'][e] (s = 0..R). RANK_MAJOR (the block's last warp):
+ *             send_rm_offset[d] = sum_{s < rank} C[s][E + d], recv_rm_offset[s] = sum_{s' < s}
+ *             C[s'][E + rank] (s = 0..R). Then header recv_rows (plan layout), recv_rows_em,
+ *             recv_overflow = max(0, recv_rows - recv_capacity); *c->recv_total_mapped = recv_rows
+ *             (.sys store); then the pad rows' metadata (epf_route_mark_pad_rows_block) unless
+ *             EPF_ROUTE_FLAG_NO_PAD_MARK.
  *   Result:   [result:all] EPF_OK, or a wait's failure (then the offsets are not valid).
- *   Memory:   ld.relaxed.sys of the own window's COUNTS; plain stores to the route buffer. */
+ *   Memory:   ld.relaxed.sys of the own window's COUNTS; plain stores to the route buffer.
+ *             Shared: c->hist's first 3 E ints (epf_route_smem_bytes). */
 EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan,
                                                        epf_wait_t w) {
   const int E = c->num_experts, R = c->nranks, EL = c->experts_per_rank, row = E + R;
-  const int me = team.rank, A = c->alignment;
+  const int me = team.rank, A = c->alignment, lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const uint64_t* C = (const uint64_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
-  int32_t* seg_start = c->hist; /* [R]: block-scan value at each destination's first expert */
+  int32_t* const etot = c->hist;         /* [E] count(e), all sources */
+  int32_t* const epre = c->hist + E;     /* [E] sources before this rank */
+  int32_t* const own = c->hist + 2 * E;  /* [EL][R] C[s][e] of this rank's experts (EL R == E) */
+  int32_t* const send_offset = EPF__ROUTE_ARR(c, EPF_ROUTE_SEND_OFFSET, int32_t);
   epf_status_t st = EPF_OK;
-  int carry = 0, e0, d;
+  int e, d;
   __syncthreads(); /* pass 2's last reads of c->hist */
-  for (e0 = 0; e0 < E; e0 += (int)blockDim.x) {
-    const int e = e0 + (int)threadIdx.x;
-    const bool valid = e < E;
-    const int dd = valid ? epf__route_dest(c, e) : 0, j = valid ? e - dd * EL : 0;
-    int tot = 0, pre = 0, padded, excl, agg, u;
-    int v[EPF__ROUTE_KEEP]; /* R <= EPF__ROUTE_KEEP: every source's count of e (the first R set) */
-    if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, me, c->tot[e], w, &st, &tot, &pre, v);
-    padded = valid ? (tot + A - 1) & -A : 0; /* A: a power of two (epf_plan_compute checks it) */
-    excl = carry + epf__route_block_exclusive_sum(padded, &agg, c->misc, c->cub_temp);
-    carry += agg;
-    if (valid && j == 0) seg_start[dd] = excl;
-    __syncthreads();
-    if (valid) {
-      const int begin = excl - seg_start[dd];
-      c->send_offset[e] = begin + pre;
-      if (dd == me) {
-        epf_route_segment_t sg;
-        int run = begin;
-        sg.begin = begin;
-        sg.count = tot;
-        sg.padded_count = padded;
-        sg.reserved = 0;
-        c->recv_segment[j] = sg;
-        if (R <= EPF__ROUTE_KEEP) {
+  /* (1) the sums per expert */
+#pragma unroll 1
+  for (e = (int)threadIdx.x; e < E; e += (int)blockDim.x) {
+    const int dd = epf__route_dest(c, e);
+    int tot = 0, pre = 0, u;
+    int v[EPF__ROUTE_KEEP]; /* every source's count of e, the first min(R, EPF__ROUTE_KEEP) */
+    epf__route_sum_words(C + e, row, R, me, c->epoch, 0, me, c->tot[e], w, &st, &tot, &pre, v);
+    etot[e] = tot;
+    epre[e] = pre;
+    if (dd == me) {
+      int32_t* const o = own + (e - dd * EL) * R;
 #pragma unroll
-          for (u = 0; u < EPF__ROUTE_KEEP; ++u) {
-            if (u >= R) break;
-            c->recv_src_offset[(int64_t)j * (R + 1) + u] = run;
-            run += v[u];
-          }
-        } else {
-          int s;
-          for (s = 0; s < R; ++s) {
-            c->recv_src_offset[(int64_t)j * (R + 1) + s] = run;
-            run += s == me ? c->tot[e] /* not loaded: the rank's own */
-                           : (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)s * row + e)); /* validated above */
-          }
-        }
-        c->recv_src_offset[(int64_t)j * (R + 1) + R] = run;
-        if (j == EL - 1) c->misc[EPF__ROUTE_MISC_ROWS_EM] = begin + padded;
-      }
+      for (u = 0; u < EPF__ROUTE_KEEP; ++u)
+        if (u < R) o[u] = v[u];
+#pragma unroll 1
+      for (u = EPF__ROUTE_KEEP; u < R; ++u) /* validated by the sum above */
+        o[u] = u == me ? c->tot[e] : (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)u * row + e));
     }
   }
-  if (c->rank_major) {
-    int rcarry = 0, s0;
-    for (d = (int)threadIdx.x; d < R; d += (int)blockDim.x) {
+  __syncthreads();
+  /* (2) warp-level segmented scan: lane l of the warp of destination d takes experts
+   * [l q, (l + 1) q) of d's EL (q = ceil(EL / 32)) */
+  {
+    const int q = (EL + 31) >> 5, j0 = lane * q, j1 = j0 + q < EL ? j0 + q : EL;
+#pragma unroll 1
+    for (d = warp; d < R; d += W) {
+      const int e0 = d * EL;
+      int sum = 0, total, run, j;
+#pragma unroll 1
+      for (j = j0; j < j1; ++j) sum += (etot[e0 + j] + A - 1) & -A; /* A: a power of two (epf_plan_compute) */
+      run = epf__route_warp_exclusive_sum(sum, &total, c->cub_temp);
+#pragma unroll 1
+      for (j = j0; j < j1; ++j) {
+        const int cnt = etot[e0 + j], padded = (cnt + A - 1) & -A;
+        send_offset[e0 + j] = run + epre[e0 + j];
+        if (d == me) {
+          epf_route_segment_t sg;
+          int32_t* const src = EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SRC_OFFSET, int32_t) + (int64_t)j * (R + 1);
+          int s, r2 = run;
+          sg.begin = run;
+          sg.count = cnt;
+          sg.padded_count = padded;
+          sg.reserved = 0;
+          EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SEGMENT, epf_route_segment_t)[j] = sg;
+#pragma unroll 1
+          for (s = 0; s < R; ++s) {
+            src[s] = r2;
+            r2 += own[j * R + s];
+          }
+          src[R] = r2;
+        }
+        run += padded;
+      }
+      if (d == me && lane == 0) c->misc[EPF__ROUTE_MISC_ROWS_EM] = total;
+    }
+  }
+  if (c->rank_major && warp == W - 1) {
+    /* the block's last warp (destination warps start at 0): send_rm_offset[d] for every d, then
+     * recv_rm_offset by warp scans over the sources, 32 at a time */
+    int32_t* const send_rm = EPF__ROUTE_ARR(c, EPF_ROUTE_SEND_RM_OFFSET, int32_t);
+    int32_t* const recv_rm = EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_RM_OFFSET, int32_t);
+    int carry = 0, s0;
+#pragma unroll 1
+    for (d = lane; d < R; d += 32) {
       int tot, pre;
       epf__route_sum_words(C + E + d, row, me, me, c->epoch, 0, -1, 0, w, &st, &tot, &pre, NULL); /* s < me */
-      c->send_rm_offset[d] = tot;
+      send_rm[d] = tot;
     }
-    for (s0 = 0; s0 < R; s0 += (int)blockDim.x) {
-      const int si = s0 + (int)threadIdx.x;
-      int v = 0, agg, excl;
-      if (si < R) {
-        const uint64_t* p = C + (int64_t)si * row + E + me;
-        int z;
-        epf__route_sum_words(p, 0, 1, 0, c->epoch, si, si == me ? 0 : -1, c->tot[E + me], w, &st, &v, &z, NULL);
-      }
-      excl = rcarry + epf__route_block_exclusive_sum(v, &agg, c->misc, c->cub_temp);
-      rcarry += agg;
-      if (si < R) c->recv_rm_offset[si] = excl;
+#pragma unroll 1
+    for (s0 = 0; s0 < R; s0 += 32) {
+      const int si = s0 + lane;
+      int v = 0, agg, excl, z;
+      if (si < R)
+        epf__route_sum_words(C + (int64_t)si * row + E + me, 0, 1, 0, c->epoch, si, si == me ? 0 : -1, c->tot[E + me], w,
+                             &st, &v, &z, NULL);
+      excl = carry + epf__route_warp_exclusive_sum(v, &agg, c->cub_temp);
+      carry += agg;
+      if (si < R) recv_rm[si] = excl;
     }
-    if (threadIdx.x == 0) {
-      c->recv_rm_offset[R] = rcarry;
-      c->misc[EPF__ROUTE_MISC_ROWS_RM] = rcarry;
+    if (lane == 0) {
+      recv_rm[R] = carry;
+      c->misc[EPF__ROUTE_MISC_ROWS_RM] = carry;
     }
   }
-  st = epf__route_block_status(st); /* also orders misc */
+  st = epf__route_block_status(st); /* also orders misc and the segments (read by the pad marks) */
   if (st != EPF_OK) return st;
   if (threadIdx.x == 0) {
+    epf_route_header_t* const hdr = EPF__ROUTE_ARR(c, EPF_ROUTE_HEADER, epf_route_header_t);
     const int64_t rows_em = EL > 0 ? c->misc[EPF__ROUTE_MISC_ROWS_EM] : 0;
     const int64_t rows = c->rank_major ? (int64_t)c->misc[EPF__ROUTE_MISC_ROWS_RM] : rows_em;
-    c->header->recv_rows = rows;
-    c->header->recv_rows_em = rows_em;
-    c->header->recv_overflow = rows > c->recv_capacity ? rows - c->recv_capacity : 0;
+    hdr->recv_rows = rows;
+    hdr->recv_rows_em = rows_em;
+    hdr->recv_overflow = rows > c->recv_capacity ? rows - c->recv_capacity : 0;
     if (c->recv_total_mapped != NULL) epf_st_relaxed_sys_u64((uint64_t*)c->recv_total_mapped, (uint64_t)rows);
   }
-  if (c->mark_pads) epf_route_mark_pad_rows_block(team, plan, c->recv_segment, EL);
+  if (c->mark_pads)
+    epf_route_mark_pad_rows_block(team, plan, EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SEGMENT, epf_route_segment_t), EL);
   return EPF_OK;
 }
 
@@ -1003,18 +1034,19 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
  *             the rank read the epoch before its scratch row, and block 0 has read every row; the
  *             next update is a later kernel on the same stream). */
 EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_status_t st) {
+  epf_route_header_t* const hdr = EPF__ROUTE_ARR(c, EPF_ROUTE_HEADER, epf_route_header_t);
   __syncthreads();
   if (threadIdx.x != 0) return;
   if (st != EPF_OK) {
-    atomicCAS(&c->header->status, (uint32_t)EPF_OK, (uint32_t)st);
+    atomicCAS(&hdr->status, (uint32_t)EPF_OK, (uint32_t)st);
     if (c->exchange && c->block_index == 0) {
-      c->header->recv_rows = -1;
+      hdr->recv_rows = -1;
       if (c->recv_total_mapped != NULL) epf_st_relaxed_sys_u64((uint64_t*)c->recv_total_mapped, (uint64_t)-(int64_t)st);
     }
   }
   if (c->block_index == 0) {
     *c->epoch_word = c->epoch;
-    c->header->epoch = c->epoch;
+    hdr->epoch = c->epoch;
   }
 }
 
