@@ -134,7 +134,7 @@ typedef struct epf_route_ctx {
   uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
   int32_t status;             /* set by the phases: EPF_OK or the first failure */
   int64_t recv_capacity;
-  int32_t* hist;              /* smem [max(W (E + R), 3 E)]: per-warp counts, then running slots; the offsets' sums */
+  int32_t* hist;              /* smem [W][E + R]: per-warp counts, then running slots */
   int32_t* tot;               /* smem [E + R + 1]: this rank's totals (+ dropped) */
   int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
   int32_t* stage;             /* smem [num_warps][EPF__ROUTE_BATCH]: a batch's destination ranks */
@@ -153,16 +153,14 @@ typedef struct epf_route_ctx {
 
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
 
-/* ints of the hist region for W warps: the count and slot passes' per-warp rows [W][E + R], at
- * least the offsets' 3 E (epf_route_offsets_block), rounded up to 4 (16 bytes) */
+/* ints of the hist region for W warps: the count and slot passes' per-warp rows [W][E + R]
+ * (the offsets reuse its first R), rounded up to 4 (16 bytes) */
 EPF_HD size_t epf__route_hist_ints(const epf_route_layout_t* layout, size_t W) {
-  const size_t rows = W * ((size_t)layout->num_experts + (size_t)layout->nranks);
-  const size_t offsets = 3u * (size_t)layout->num_experts;
-  return epf__route_align4(rows > offsets ? rows : offsets);
+  return epf__route_align4(W * ((size_t)layout->num_experts + (size_t)layout->nranks));
 }
 
 /* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads: 4 * (max(W * (E + R), 3 * E) + (E + R + 1) + 64 + W * 160) + 512
+ *   `block_threads` threads: 4 * (W * (E + R) + (E + R + 1) + 64 + W * 160) + 512
  *   bytes (rounded), W = block_threads / 32. Scope: any thread, host or device. Pure. */
 EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
   const size_t W = (size_t)(block_threads / 32);
@@ -897,90 +895,84 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
 /* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
  *   Scope:    [collective:block] [uniform-args] [blocking] after pass 2 (it reuses c->hist), in
  *             block 0 of the rank (one block computes every destination).
- *   Does:     (1) thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for
- *             words that do not carry this epoch yet (bounded by w), and keeps in shared memory
- *             count(e) = sum_s C[s][e], pre(e) = sum_{s < rank} C[s][e] and, for this rank's own
- *             experts, every C[s][e]. (2) One barrier; then warp w scans destinations d = w,
- *             w + W, ...: its lanes take consecutive runs of d's EL experts (j = e - d EL), pad
- *             each count (padded = roundup(count, alignment)), and one warp scan gives
- *             begin_d[j] = sum_{j' < j} padded_d[j'] — a segmented scan with no block barrier;
- *             send_offset[e] = begin_d[j] + pre(e).
+ *   Does:     thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for words
+ *             that do not carry this epoch yet (bounded by w); d = e / EL, j = e % EL:
+ *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
+ *               begin_d[j] = sum_{j' < j} padded_d[j'] (one block scan over all e: warp scans and
+ *               two barriers per blockDim experts, restarted at each destination by subtracting
+ *               the scan's value at its first expert), send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e].
  *             This rank's segment: recv_segment[j] = {begin, count, padded, 0}, recv_src_offset[j][s]
- *             = begin + sum_{s' < s} C[s'][e] (s = 0..R). RANK_MAJOR (the block's last warp):
- *             send_rm_offset[d] = sum_{s < rank} C[s][E + d], recv_rm_offset[s] = sum_{s' < s}
- *             C[s'][E + rank] (s = 0..R). Then header recv_rows (plan layout), recv_rows_em,
- *             recv_overflow = max(0, recv_rows - recv_capacity); *c->recv_total_mapped = recv_rows
- *             (.sys store); then the pad rows' metadata (epf_route_mark_pad_rows_block) unless
- *             EPF_ROUTE_FLAG_NO_PAD_MARK.
+ *             = begin + sum_{s' < s} C[s'][e] (s = 0..R). RANK_MAJOR (the block's last warp, warp
+ *             scans over the sources): send_rm_offset[d] = sum_{s < rank} C[s][E + d],
+ *             recv_rm_offset[s] = sum_{s' < s} C[s'][E + rank] (s = 0..R). Then header recv_rows
+ *             (plan layout), recv_rows_em, recv_overflow = max(0, recv_rows - recv_capacity);
+ *             *c->recv_total_mapped = recv_rows (.sys store); then the pad rows' metadata
+ *             (epf_route_mark_pad_rows_block) unless EPF_ROUTE_FLAG_NO_PAD_MARK.
  *   Result:   [result:all] EPF_OK, or a wait's failure (then the offsets are not valid).
- *   Memory:   ld.relaxed.sys of the own window's COUNTS; plain stores to the route buffer.
- *             Shared: c->hist's first 3 E ints (epf_route_smem_bytes). */
+ *   Memory:   ld.relaxed.sys of the own window's COUNTS; plain stores to the route buffer. */
 EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan,
                                                        epf_wait_t w) {
   const int E = c->num_experts, R = c->nranks, EL = c->experts_per_rank, row = E + R;
   const int me = team.rank, A = c->alignment, lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const uint64_t* C = (const uint64_t*)epf_local_ptr(team, epf_plan_counts_offset(plan, (int)(c->epoch & 1u), 0, 0));
-  int32_t* const etot = c->hist;         /* [E] count(e), all sources */
-  int32_t* const epre = c->hist + E;     /* [E] sources before this rank */
-  int32_t* const own = c->hist + 2 * E;  /* [EL][R] C[s][e] of this rank's experts (EL R == E) */
   int32_t* const send_offset = EPF__ROUTE_ARR(c, EPF_ROUTE_SEND_OFFSET, int32_t);
+  int32_t* const wsum = c->misc + EPF__ROUTE_MISC_SINK; /* [32]: per-warp sums (the count pass's sink) */
+  int32_t* const seg0 = c->hist;                        /* [R]: the scan's value at each d's first expert */
   epf_status_t st = EPF_OK;
-  int e, d;
+  int carry = 0, e0, d;
   __syncthreads(); /* pass 2's last reads of c->hist */
-  /* (1) the sums per expert */
 #pragma unroll 1
-  for (e = (int)threadIdx.x; e < E; e += (int)blockDim.x) {
-    const int dd = epf__route_dest(c, e);
-    int tot = 0, pre = 0, u;
-    int v[EPF__ROUTE_KEEP]; /* every source's count of e, the first min(R, EPF__ROUTE_KEEP) */
-    epf__route_sum_words(C + e, row, R, me, c->epoch, 0, me, c->tot[e], w, &st, &tot, &pre, v);
-    etot[e] = tot;
-    epre[e] = pre;
-    if (dd == me) {
-      int32_t* const o = own + (e - dd * EL) * R;
-#pragma unroll
-      for (u = 0; u < EPF__ROUTE_KEEP; ++u)
-        if (u < R) o[u] = v[u];
-#pragma unroll 1
-      for (u = EPF__ROUTE_KEEP; u < R; ++u) /* validated by the sum above */
-        o[u] = u == me ? c->tot[e] : (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)u * row + e));
+  for (e0 = 0; e0 < E; e0 += (int)blockDim.x) {
+    const int e = e0 + (int)threadIdx.x;
+    const bool valid = e < E;
+    const int dd = valid ? epf__route_dest(c, e) : 0, j = valid ? e - dd * EL : 1;
+    int tot = 0, pre = 0, padded, incl, x, u;
+    int v[EPF__ROUTE_KEEP]; /* R <= EPF__ROUTE_KEEP: every source's count of e (the first R set) */
+    if (valid) epf__route_sum_words(C + e, row, R, me, c->epoch, 0, me, c->tot[e], w, &st, &tot, &pre, v);
+    padded = valid ? (tot + A - 1) & -A : 0; /* A: a power of two (epf_plan_compute checks it) */
+    /* block-wide exclusive scan x of the padded counts: warp scans, one barrier, then every warp
+     * scans the warps' sums itself (no second pass through one warp and back) */
+    incl = padded + epf__route_warp_exclusive_sum(padded, &x, c->cub_temp);
+    if (lane == 31) wsum[warp] = incl;
+    __syncthreads();
+    {
+      int wt;
+      const int wx = epf__route_warp_exclusive_sum(lane < W ? wsum[lane] : 0, &wt, c->cub_temp);
+      x = carry + __shfl_sync(0xffffffffu, wx, warp) + incl - padded;
+      carry += wt;
     }
-  }
-  __syncthreads();
-  /* (2) warp-level segmented scan: lane l of the warp of destination d takes experts
-   * [l q, (l + 1) q) of d's EL (q = ceil(EL / 32)) */
-  {
-    const int q = (EL + 31) >> 5, j0 = lane * q, j1 = j0 + q < EL ? j0 + q : EL;
-#pragma unroll 1
-    for (d = warp; d < R; d += W) {
-      const int e0 = d * EL;
-      int sum = 0, total, run, j;
-#pragma unroll 1
-      for (j = j0; j < j1; ++j) sum += (etot[e0 + j] + A - 1) & -A; /* A: a power of two (epf_plan_compute) */
-      run = epf__route_warp_exclusive_sum(sum, &total, c->cub_temp);
-#pragma unroll 1
-      for (j = j0; j < j1; ++j) {
-        const int cnt = etot[e0 + j], padded = (cnt + A - 1) & -A;
-        send_offset[e0 + j] = run + epre[e0 + j];
-        if (d == me) {
-          epf_route_segment_t sg;
-          int32_t* const src = EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SRC_OFFSET, int32_t) + (int64_t)j * (R + 1);
-          int s, r2 = run;
-          sg.begin = run;
-          sg.count = cnt;
-          sg.padded_count = padded;
-          sg.reserved = 0;
-          EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SEGMENT, epf_route_segment_t)[j] = sg;
-#pragma unroll 1
-          for (s = 0; s < R; ++s) {
-            src[s] = r2;
-            r2 += own[j * R + s];
+    if (valid && j == 0) seg0[dd] = x;
+    __syncthreads(); /* seg0 written; also every read of wsum is done before the next chunk's */
+    if (valid) {
+      const int begin = x - seg0[dd];
+      send_offset[e] = begin + pre;
+      if (dd == me) {
+        int32_t* const src = EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SRC_OFFSET, int32_t) + (int64_t)j * (R + 1);
+        epf_route_segment_t sg;
+        int run = begin;
+        sg.begin = begin;
+        sg.count = tot;
+        sg.padded_count = padded;
+        sg.reserved = 0;
+        EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SEGMENT, epf_route_segment_t)[j] = sg;
+        if (R <= EPF__ROUTE_KEEP) {
+#pragma unroll
+          for (u = 0; u < EPF__ROUTE_KEEP; ++u) {
+            if (u >= R) break;
+            src[u] = run;
+            run += v[u];
           }
-          src[R] = r2;
+        } else {
+#pragma unroll 1
+          for (u = 0; u < R; ++u) {
+            src[u] = run;
+            run += u == me ? c->tot[e] /* not loaded: the rank's own */
+                           : (int)epf_count_word_count(epf_ld_relaxed_sys_u64(C + (int64_t)u * row + e)); /* validated above */
+          }
         }
-        run += padded;
+        src[R] = run;
+        if (j == EL - 1) c->misc[EPF__ROUTE_MISC_ROWS_EM] = begin + padded;
       }
-      if (d == me && lane == 0) c->misc[EPF__ROUTE_MISC_ROWS_EM] = total;
     }
   }
   if (c->rank_major && warp == W - 1) {
