@@ -513,7 +513,9 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
  * count word (epf_count_word_pack) that must carry `epoch`: *tot = all, *pre = those with i < split;
  * keep (may be NULL): the first min(n, EPF__ROUTE_KEEP) counts. Word `self` (-1: none) is not
  * loaded: its count is self_count (the rank's own published word, which the caller holds in
- * shared memory: one memory round trip less, none at all for a team of one). Loads up to EPF__ROUTE_ROWS words
+ * shared memory: one memory round trip less). n == 1 with self == 0 (a team of one) returns
+ * self_count at once: no load, no check, none of the batch loop's code to fetch (the offsets'
+ * time is mostly instruction fetch: docs/performance.md, v5). Loads up to EPF__ROUTE_ROWS words
  * per round trip (4 when n <= 4: the common one- to four-rank case does not execute 16 predicated
  * loads and checks per word) with ld.relaxed.sys (peers' words, or the rank's own scratch); while
  * a word does not carry the epoch yet, loads the whole batch again (up to EPF__ROUTE_QUICK_SPINS
@@ -523,7 +525,11 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
 EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, int n, int split, uint32_t epoch,
                                             int peer0, int self, int self_count, epf_wait_t w, epf_status_t* st,
                                             int* tot, int* pre, int* keep) {
-  if (n <= 4)
+  if (n == 1 && self == 0) { /* the rank's own word only (a team of one): nothing to load or check */
+    *tot = self_count;
+    *pre = split > 0 ? self_count : 0;
+    if (keep != NULL) keep[0] = self_count;
+  } else if (n <= 4)
     epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, self, self_count, w, st, tot, pre, keep, 4);
   else
     epf__route_sum_words_rows(p, stride, n, split, epoch, peer0, self, self_count, w, st, tot, pre, keep,
@@ -546,9 +552,10 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *             the batch's is_token_in_rank rows are written whole. Then c->hist columns
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
  *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
- *             num_blocks == 1 or in a SPLIT update to c->tot instead: they are the rank's totals; the
- *             SPLIT control block writes no is_token_in_rank rows). Block 0 also resets
- *             header->status.
+ *             num_blocks == 1 to c->tot instead: they are the rank's totals). SPLIT update: the
+ *             control block counts every entry into c->tot (the rank's totals) and writes no
+ *             is_token_in_rank rows; the token block counts only what its slots need (expert
+ *             columns, and rank columns for RANK_MAJOR). Block 0 also resets header->status.
  *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
  *             scratch row (st.relaxed.gpu, each word carries the epoch: no fence, no flag).
  *             Smem: c->hist, c->stage, c->misc.
@@ -562,6 +569,9 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   /* the SPLIT control block only counts: no rows, and its warps add into the block's totals
    * c->tot directly (no per-warp rows to zero and prefix: nothing reads them) */
   const bool rows = !(c->split && c->block_index == 0);
+  /* the SPLIT token block's totals are not the rank's (the control block has them): its rank
+   * columns matter only for the rank-major slots, its dropped count not at all */
+  const bool totals = !(c->split && rows), rank_cols = totals || c->rank_major;
   int32_t* H = rows ? c->hist + warp * row : c->tot;
   uint8_t* const tir = rows ? EPF__ROUTE_ARR(c, EPF_ROUTE_TOKEN_IN_RANK, uint8_t) : NULL;
   int32_t* const sink = c->misc + EPF__ROUTE_MISC_SINK + lane; /* never read */
@@ -615,7 +625,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) { /* branch-free: a lane with nothing to add adds to its sink */
       const int e = ev[u], d = epf__route_dest(c, e); /* d: meaningless for e < 0, then unused */
       atomicAdd(e >= 0 ? &H[e] : sink, 1);
-      atomicAdd((first >> u) & 1u ? &H[E + d] : sink, 1);
+      atomicAdd(rank_cols && ((first >> u) & 1u) ? &H[E + d] : sink, 1);
     }
     EPF__ROUTE_PROBE(4);
     if (c->ids_cached) {
@@ -624,7 +634,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       c->first = first;
     }
   }
-  {
+  if (totals) {
     const int n = epf__warp_reduce_t(*(epf__warp_reduce_temp_t*)((char*)c->cub_temp + warp * EPF__ROUTE_CUB_BYTES_PER_WARP))
                       .Sum((int)dropped);
     if (lane == 0 && n != 0) atomicAdd(&c->misc[EPF__ROUTE_MISC_DROPPED], n);
