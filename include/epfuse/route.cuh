@@ -101,8 +101,9 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
 #define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
 /* SPLIT update: with exactly 2 blocks per rank and at most this many (token, k) entries, the
- * control block counts every entry itself (no scratch row, no merge wait) and block 1 walks the
- * tokens for the rows and slots: the two run side by side with no hand-off between them. */
+ * control block counts every entry itself (no scratch row, no merge wait) and writes the
+ * is_token_in_rank rows, and block 1 walks the tokens for the slots: the two run side by side
+ * with no hand-off between them. */
 #define EPF_ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
@@ -124,8 +125,8 @@ typedef struct epf_route_ctx {
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
   int32_t split;              /* a SPLIT update (num_blocks == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): no
-                                 scratch; block 0 counts [0, T) without writing rows, block 1 does
-                                 the rows and slots of [0, T) */
+                                 scratch; block 0 counts [0, T) and writes the rows, block 1 does
+                                 the slots of [0, T) */
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
   int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
@@ -215,7 +216,8 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
  *   writes no scratch and uses no epoch).
  *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
  *   block's warps in order; a fused kernel may rely on it (examples/03_fused_moe_layer). SPLIT
- *   update (B == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): block 0 also walks [0, T), to count only. */
+ *   update (B == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): block 0 also walks [0, T), to count and
+ *   write the is_token_in_rank rows. */
 EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
                                                      const void* topk_idx, int num_tokens, int block_index,
                                                      int num_blocks, int64_t* recv_total_mapped, void* smem) {
@@ -553,8 +555,8 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
  *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
  *             num_blocks == 1 to c->tot instead: they are the rank's totals). SPLIT update: the
- *             control block counts every entry into c->tot (the rank's totals) and writes no
- *             is_token_in_rank rows; the token block counts only what its slots need (expert
+ *             control block counts every entry into c->tot (the rank's totals) and writes every
+ *             is_token_in_rank row; the token block counts only what its slots need (expert
  *             columns, and rank columns for RANK_MAJOR). Block 0 also resets header->status.
  *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
  *             scratch row (st.relaxed.gpu, each word carries the epoch: no fence, no flag).
@@ -566,14 +568,15 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   EPF_STATIC_ASSERT(sizeof(epf__warp_reduce_temp_t) <= EPF__ROUTE_CUB_BYTES_PER_WARP, "cub temp storage");
   const int lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
-  /* the SPLIT control block only counts: no rows, and its warps add into the block's totals
-   * c->tot directly (no per-warp rows to zero and prefix: nothing reads them) */
-  const bool rows = !(c->split && c->block_index == 0);
-  /* the SPLIT token block's totals are not the rank's (the control block has them): its rank
-   * columns matter only for the rank-major slots, its dropped count not at all */
-  const bool totals = !(c->split && rows), rank_cols = totals || c->rank_major;
+  /* SPLIT update: the control block's warps add into the block's totals c->tot directly (no
+   * per-warp rows to zero and prefix: nothing reads them) and it writes the is_token_in_rank
+   * rows; the token block's totals are not the rank's, so it needs no first-entry test (unless
+   * RANK_MAJOR: its rank columns give the rank-major slots) and no dropped count — the two
+   * blocks' paths are balanced that way (v5) */
+  const bool ctrl = c->split && c->block_index == 0, rows = !ctrl;
+  const bool totals = !c->split || ctrl, rank_cols = totals || c->rank_major;
   int32_t* H = rows ? c->hist + warp * row : c->tot;
-  uint8_t* const tir = rows ? EPF__ROUTE_ARR(c, EPF_ROUTE_TOKEN_IN_RANK, uint8_t) : NULL;
+  uint8_t* const tir = totals ? EPF__ROUTE_ARR(c, EPF_ROUTE_TOKEN_IN_RANK, uint8_t) : NULL;
   int32_t* const sink = c->misc + EPF__ROUTE_MISC_SINK + lane; /* never read */
   uint32_t dropped = 0u;
   int x, tb;
@@ -605,13 +608,16 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     uint32_t first;
     if (tb != c->t0) epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
     EPF__ROUTE_PROBE(1);
-    if (c->shfl_first) {
+    if (!rank_cols) {
+      first = 0u;
+      EPF__ROUTE_PROBE(2);
+    } else if (c->shfl_first) {
       first = epf__route_batch_first_shfl(c, ev, tir, tb, nt * K); /* rows written too */
       EPF__ROUTE_PROBE(2);
     } else {
       first = epf__route_batch_first(c, ev);
       EPF__ROUTE_PROBE(2);
-      if (rows) {
+      if (tir != NULL) {
         epf__route_fill_warp(tir + (int64_t)tb * R, (int64_t)nt * R, 0); /* ends with __syncwarp */
 #pragma unroll
         for (u = 0; u < EPF__ROUTE_STEPS; ++u)
@@ -625,7 +631,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     for (u = 0; u < EPF__ROUTE_STEPS; ++u) { /* branch-free: a lane with nothing to add adds to its sink */
       const int e = ev[u], d = epf__route_dest(c, e); /* d: meaningless for e < 0, then unused */
       atomicAdd(e >= 0 ? &H[e] : sink, 1);
-      atomicAdd(rank_cols && ((first >> u) & 1u) ? &H[E + d] : sink, 1);
+      atomicAdd((first >> u) & 1u ? &H[E + d] : sink, 1);
     }
     EPF__ROUTE_PROBE(4);
     if (c->ids_cached) {
@@ -1055,8 +1061,8 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
 /* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, offsets
  *   (block 0, which waits for the peers' counts word by word), finish — the phases above, in
  *   that order. In a SPLIT update (2 blocks, T K <= EPF_ROUTE_SPLIT_ENTRIES) block 0 counts,
- *   publishes and computes the offsets while block 1 counts, writes the rows and the slots: no
- *   scratch row, no merge wait between them.
+ *   writes the is_token_in_rank rows, publishes and computes the offsets while block 1 counts
+ *   per warp and writes the slots: no scratch row, no merge wait between them.
  *   Scope:    [collective:block] [uniform-args] every thread of each of the rank's num_blocks
  *             blocks (block_index 0 .. num_blocks - 1), converged; with virtual ranks every rank's
  *             blocks in one grid, all co-resident [needs-co-residency] [blocking].
