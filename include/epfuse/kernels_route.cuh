@@ -129,15 +129,18 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
 
 /* epf_route_blocks_per_rank — the default number of blocks per rank: one token-walking block
  *   per 2304 (token, k) entries, plus block 0, the control block (merge, publish, offsets; no
- *   tokens: epf_route_block_tokens) when there are two or more; 2 (a SPLIT update, route.cuh:
- *   the control block counts the few entries itself while block 1 does rows and slots) for 1 to
- *   EPF_ROUTE_SPLIT_ENTRIES entries; within [1, layout.max_blocks] and within what the device
- *   holds co-resident. Pure. */
+ *   tokens: epf_route_block_tokens) when there are two or more; for 1 to EPF_ROUTE_SPLIT_ENTRIES
+ *   entries a SPLIT update (route.cuh: every block walks the few entries itself): 3 blocks when
+ *   the route exchanges counts (control, slots, offsets side by side), else 2; within
+ *   [1, layout.max_blocks] and within what the device holds co-resident. Pure. */
 EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   const int64_t entries = (int64_t)num_tokens * route->layout.top_k;
   int b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
   const int fit = route->count > 0 ? route->resident_blocks / route->count : 1;
-  if (b > 1 || (entries > 0 && entries <= EPF_ROUTE_SPLIT_ENTRIES)) b += 1;
+  if (entries > 0 && entries <= EPF_ROUTE_SPLIT_ENTRIES)
+    b = route->layout.exchange ? 3 : 2;
+  else if (b > 1)
+    b += 1;
   if (b > route->layout.max_blocks) b = route->layout.max_blocks;
   if (b > fit) b = fit;
   return b < 1 ? 1 : b;
@@ -150,8 +153,11 @@ EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
  *   scheduler: the update's phases are issue-bound (bench_route's count-phase probes). Pure. */
 EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, int blocks_per_rank) {
   const int most = epf_route_block_threads(&route->layout);
-  const int workers = blocks_per_rank > 1 ? blocks_per_rank - 1 : 1; /* block 0 walks no tokens when B > 1 */
-  const int64_t entries = ((int64_t)num_tokens * route->layout.top_k + workers - 1) / workers;
+  const int64_t all = (int64_t)num_tokens * route->layout.top_k;
+  const bool split = (blocks_per_rank == 2 || blocks_per_rank == 3) && all <= EPF_ROUTE_SPLIT_ENTRIES;
+  /* block 0 walks no tokens when B > 1, except in a SPLIT update, where every block walks all */
+  const int workers = blocks_per_rank > 1 && !split ? blocks_per_rank - 1 : 1;
+  const int64_t entries = (all + workers - 1) / workers;
   int64_t t = 32 * ((entries + EPF__ROUTE_BATCH - 1) / EPF__ROUTE_BATCH);
   if (t < 256) t = 256;
   return t > most ? most : (int)t;

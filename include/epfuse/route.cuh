@@ -49,8 +49,9 @@
  *   void epf_route_publish_block(const epf_route_ctx_t*, epf_team_t, const epf_plan_t*)   [collective:block]
  *   void epf_route_slots_block(epf_route_ctx_t*)                      pass 2: slots        [collective:block]
  *   epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t*, epf_team_t, const epf_plan_t*, epf_wait_t)
- *   void epf_route_offsets_block(epf_route_ctx_t*, epf_team_t, const epf_plan_t*)        [collective:block]
+ *   epf_status_t epf_route_offsets_block(epf_route_ctx_t*, epf_team_t, const epf_plan_t*, epf_wait_t) [collective:block]
  *   void epf_route_mark_pad_rows_block(epf_team_t, const epf_plan_t*, const epf_route_segment_t*, int num_local)
+ *   epf_status_t epf_route_epoch_ack_wait_block(const epf_route_ctx_t*, epf_wait_t)      [collective:block]
  *   void epf_route_finish_block(const epf_route_ctx_t*, epf_status_t)                   [collective:block]
  *   epf_status_t epf_route_update_block(const epf_route_t*, int index, epf_team_t, const epf_plan_t*,
  *                       const void* topk_idx, int num_tokens, int block_index, int num_blocks,
@@ -100,10 +101,11 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
 #define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
 #define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
-/* SPLIT update: with exactly 2 blocks per rank and at most this many (token, k) entries, the
- * control block counts every entry itself (no scratch row, no merge wait) and writes the
- * is_token_in_rank rows, and block 1 walks the tokens for the slots: the two run side by side
- * with no hand-off between them. */
+/* SPLIT update: with 2 or 3 blocks per rank and at most this many (token, k) entries, every
+ * block walks all the tokens itself and none waits for another's counts: the control block
+ * (0) counts, writes the is_token_in_rank rows and publishes; block 1 counts per warp and writes
+ * the slots; with 3 blocks, block 2 counts the expert columns and computes the offsets (with 2,
+ * block 0 does). No scratch rows, no merge wait. */
 #define EPF_ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
@@ -124,9 +126,10 @@ typedef struct epf_route_ctx {
   int32_t rank_major, exchange, alignment, mark_pads;
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
-  int32_t split;              /* a SPLIT update (num_blocks == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): no
-                                 scratch; block 0 counts [0, T) and writes the rows, block 1 does
-                                 the slots of [0, T) */
+  int32_t split;              /* a SPLIT update (num_blocks 2 or 3, T K <= EPF_ROUTE_SPLIT_ENTRIES):
+                                 no scratch; block 0 counts [0, T), writes the rows and publishes,
+                                 block 1 does the slots of [0, T), block 2 (3 blocks) the offsets */
+  int32_t offsets_block;      /* the block that computes the offsets: 2 in a 3-block SPLIT, else 0 */
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
   int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
@@ -213,11 +216,12 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
  *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
  *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
  *   every block's scratch row, which is what makes that store safe; in a SPLIT update block 1
- *   writes no scratch and uses no epoch).
+ *   uses no epoch and block 2 acknowledges reading it: epf_route_epoch_ack_wait_block).
  *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
- *   block's warps in order; a fused kernel may rely on it (examples/03_fused_moe_layer). SPLIT
- *   update (B == 2, T K <= EPF_ROUTE_SPLIT_ENTRIES): block 0 also walks [0, T), to count and
- *   write the is_token_in_rank rows. */
+ *   block's warps in order; a fused kernel may rely on it (examples/03_fused_moe_layer) except
+ *   in a SPLIT update (B == 2 or 3, T K <= EPF_ROUTE_SPLIT_ENTRIES): there EVERY block walks
+ *   all of [0, T) (block 1 writes every slot), so a kernel that produces topk_idx per block
+ *   must make all of it visible to the rank's blocks first (a rank rendezvous), or use B >= 4. */
 EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
                                                      const void* topk_idx, int num_tokens, int block_index,
                                                      int num_blocks, int64_t* recv_total_mapped, void* smem) {
@@ -255,7 +259,8 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
   c.rbits = L->nranks > 1 ? 32 - __clz(L->nranks - 1) : 0;
   c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
-  c.split = num_blocks == 2 && num_tokens * L->top_k <= EPF_ROUTE_SPLIT_ENTRIES;
+  c.split = (num_blocks == 2 || num_blocks == 3) && num_tokens * L->top_k <= EPF_ROUTE_SPLIT_ENTRIES;
+  c.offsets_block = c.split && num_blocks == 3 ? 2 : 0;
   epf_route_block_tokens(num_tokens, c.split ? 1 : block_index, c.split ? 2 : num_blocks, &c.t0, &c.t1);
   {
     /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens (n W < 2^31: n <= 2^24,
@@ -320,6 +325,12 @@ EPF_DEVICE_INLINE int epf__route_warp_exclusive_sum(int x, int* out_total, void*
  * EPF_MAX_EXPERTS <= 65535 guarantees) */
 EPF_DEVICE_INLINE int epf__route_dest(const epf_route_ctx_t* c, int e) {
   return c->el_inv == 0u ? e : (int)__umulhi((uint32_t)e, c->el_inv);
+}
+
+/* the offsets block's epoch acknowledgement in a 3-block SPLIT update: word 0 of scratch row 2
+ * (no scratch row is used otherwise in a SPLIT update), a count word carrying the epoch it read */
+EPF_DEVICE_INLINE uint64_t* epf__route_epoch_ack(const epf_route_ctx_t* c) {
+  return EPF__ROUTE_ARR(c, EPF_ROUTE_SCRATCH, uint64_t) + 2 * (int64_t)(c->num_experts + c->nranks + 1);
 }
 
 /* epf__route_batch_load — this lane's entries of one batch: entry 32 u + lane of the batch that
@@ -570,11 +581,12 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
   /* SPLIT update: the control block's warps add into the block's totals c->tot directly (no
    * per-warp rows to zero and prefix: nothing reads them) and it writes the is_token_in_rank
-   * rows; the token block's totals are not the rank's, so it needs no first-entry test (unless
-   * RANK_MAJOR: its rank columns give the rank-major slots) and no dropped count — the two
-   * blocks' paths are balanced that way (v5) */
-  const bool ctrl = c->split && c->block_index == 0, rows = !ctrl;
-  const bool totals = !c->split || ctrl, rank_cols = totals || c->rank_major;
+   * rows; so do the offsets block's (block 2 of 3: expert columns; rank columns for RANK_MAJOR's
+   * own receive count). The token block's totals are not the rank's, so it needs no first-entry
+   * test (unless RANK_MAJOR: its rank columns give the rank-major slots) and no dropped count —
+   * the blocks' paths are balanced that way (v5) */
+  const bool ctrl = c->split && c->block_index == 0, offs = c->split && c->block_index == 2;
+  const bool rows = !(ctrl || offs), totals = !c->split || ctrl, rank_cols = totals || c->rank_major;
   int32_t* H = rows ? c->hist + warp * row : c->tot;
   uint8_t* const tir = totals ? EPF__ROUTE_ARR(c, EPF_ROUTE_TOKEN_IN_RANK, uint8_t) : NULL;
   int32_t* const sink = c->misc + EPF__ROUTE_MISC_SINK + lane; /* never read */
@@ -589,6 +601,8 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   if (threadIdx.x == 0) {
     c->misc[EPF__ROUTE_MISC_DROPPED] = 0;
     if (c->block_index == 0) EPF__ROUTE_ARR(c, EPF_ROUTE_HEADER, epf_route_header_t)->status = EPF_OK;
+    /* the offsets block has read the epoch: block 0 may store the next one (epf_route_finish_block) */
+    if (offs) epf_st_relaxed_gpu_u64(epf__route_epoch_ack(c), epf_count_word_pack(c->epoch, 0u));
   }
   /* strided loops stay rolled (#pragma unroll 1) here and below: unrolled, each needs its trip
    * count, a 32-bit division (~20 instructions per warp) before the first iteration */
@@ -910,7 +924,8 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
 
 /* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
  *   Scope:    [collective:block] [uniform-args] [blocking] after pass 2 (it reuses c->hist), in
- *             block 0 of the rank (one block computes every destination).
+ *             block c->offsets_block of the rank (one block computes every destination: block 0,
+ *             or block 2 of a 3-block SPLIT update).
  *   Does:     thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for words
  *             that do not carry this epoch yet (bounded by w); d = e / EL, j = e % EL:
  *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
@@ -1035,8 +1050,24 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
   return EPF_OK;
 }
 
-/* epf_route_finish_block — end of an update: block 0 records a failure (header status,
- *   recv_rows = -1, *recv_total_mapped = -status) and stores the new epoch.
+/* epf_route_epoch_ack_wait_block — before epf_route_finish_block: in a 3-block SPLIT update,
+ *   block 0 waits (bounded by w) until block 2 has acknowledged reading this update's epoch
+ *   (block 2 writes the acknowledgement at the start of its epf_route_count_block), so block 0's
+ *   epoch store cannot reach a block that has not read the epoch yet. Every other block, and
+ *   every other kind of update, returns EPF_OK at once (the merge gives that order there).
+ *   Scope:    [collective:block] [uniform-args] [blocking] in every block of the rank.
+ *   Result:   [result:all] EPF_OK or the wait's failure.
+ *   Memory:   ld.relaxed.sys / the bounded wait on one word of the route's SCRATCH. */
+EPF_DEVICE_INLINE epf_status_t epf_route_epoch_ack_wait_block(const epf_route_ctx_t* c, epf_wait_t w) {
+  epf_status_t st = EPF_OK;
+  if (!(c->split && c->offsets_block == 2 && c->block_index == 0)) return EPF_OK;
+  if (threadIdx.x == 0) st = epf_count_word_wait_sys(epf__route_epoch_ack(c), c->epoch, w, -1, NULL);
+  return epf__route_block_status(st);
+}
+
+/* epf_route_finish_block — end of an update: the offsets block records a failure (recv_rows =
+ *   -1, *recv_total_mapped = -status), any block's failure goes to the header status, and block
+ *   0 stores the new epoch.
  *   Scope:    [collective:block] [uniform-args] last phase, in every block of the rank.
  *   Memory:   plain stores; the epoch store needs no ordering inside the update (every block of
  *             the rank read the epoch before its scratch row, and block 0 has read every row; the
@@ -1047,7 +1078,7 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
   if (threadIdx.x != 0) return;
   if (st != EPF_OK) {
     atomicCAS(&hdr->status, (uint32_t)EPF_OK, (uint32_t)st);
-    if (c->exchange && c->block_index == 0) {
+    if (c->exchange && c->block_index == c->offsets_block) {
       hdr->recv_rows = -1;
       if (c->recv_total_mapped != NULL) epf_st_relaxed_sys_u64((uint64_t*)c->recv_total_mapped, (uint64_t)-(int64_t)st);
     }
@@ -1060,9 +1091,11 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
 
 /* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, offsets
  *   (block 0, which waits for the peers' counts word by word), finish — the phases above, in
- *   that order. In a SPLIT update (2 blocks, T K <= EPF_ROUTE_SPLIT_ENTRIES) block 0 counts,
- *   writes the is_token_in_rank rows, publishes and computes the offsets while block 1 counts
- *   per warp and writes the slots: no scratch row, no merge wait between them.
+ *   that order. In a SPLIT update (2 or 3 blocks, T K <= EPF_ROUTE_SPLIT_ENTRIES) block 0
+ *   counts, writes the is_token_in_rank rows and publishes, block 1 counts per warp and writes
+ *   the slots, and the offsets are computed by block 2 (3 blocks: it counts the expert columns
+ *   itself) or block 0 (2 blocks): no scratch row, no merge wait between them; block 0 stores
+ *   the next epoch only after block 2's acknowledgement (epf_route_epoch_ack_wait_block).
  *   Scope:    [collective:block] [uniform-args] every thread of each of the rank's num_blocks
  *             blocks (block_index 0 .. num_blocks - 1), converged; with virtual ranks every rank's
  *             blocks in one grid, all co-resident [needs-co-residency] [blocking].
@@ -1093,8 +1126,12 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
   st = epf_route_merge_block(&c, w);
   if (st == EPF_OK) {
     if (c.exchange) epf_route_publish_block(&c, team, plan);
-    if (!(c.split && block_index == 0)) epf_route_slots_block(&c);
-    if (c.exchange && block_index == 0) st = epf_route_offsets_block(&c, team, plan, w);
+    if (!c.split || block_index == 1) epf_route_slots_block(&c);
+    if (c.exchange && block_index == c.offsets_block) st = epf_route_offsets_block(&c, team, plan, w);
+  }
+  {
+    const epf_status_t a = epf_route_epoch_ack_wait_block(&c, w);
+    if (st == EPF_OK) st = a;
   }
   c.status = st;
   epf_route_finish_block(&c, st);
