@@ -272,10 +272,14 @@ __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) phase_kernel(epf_r
     PHASE_STAMP(PH_MERGE);
     if (s == EPF_OK && c.exchange) epf_route_publish_block(&c, me, &plan);
     PHASE_STAMP(PH_PUBLISH);
-    if (s == EPF_OK && !(c.split && bi == 0)) epf_route_slots_block(&c); /* as epf_route_update_block */
+    if (s == EPF_OK && (!c.split || bi == 1)) epf_route_slots_block(&c); /* as epf_route_update_block */
     PHASE_STAMP(PH_SLOTS);
-    if (s == EPF_OK && c.exchange && bi == 0) s = epf_route_offsets_block(&c, me, &plan, w);
+    if (s == EPF_OK && c.exchange && bi == c.offsets_block) s = epf_route_offsets_block(&c, me, &plan, w);
     PHASE_STAMP(PH_OFFSETS);
+    {
+      const epf_status_t a = epf_route_epoch_ack_wait_block(&c, w); /* 3-block SPLIT: block 0 waits for block 2 */
+      if (s == EPF_OK) s = a;
+    }
     c.status = s;
     epf_route_finish_block(&c, s);
     PHASE_STAMP(PH_FINISH);
@@ -456,7 +460,7 @@ int main(int argc, char** argv) {
     EPF_BENCH_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     /* threads 0 = what the launcher picks (epf_route_update_threads) */
     struct { int R, T, B, threads; } pc[] = {{1, 4096, 17, 0}, {1, 4096, 16, 0}, {1, 128, 1, 0}, {1, 128, 2, 0},
-                                             {8, 4096, 16, 0}, {8, 128, 2, 0}};
+                                             {1, 128, 3, 0}, {8, 4096, 16, 0}, {8, 128, 3, 0}};
     for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); ++i) {
       Setup s;
       setup(s, pc[i].R, 256, 8, pc[i].T, 0u);
