@@ -179,6 +179,13 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
   return num_local > 0 ? seg[num_local - 1].begin + seg[num_local - 1].padded_count : 0;
 }
 
+/* x / d for x >= 0, d >= 1 on the device: a shift when d is a power of two (the common K, W and
+ * block counts), else the 32-bit division (a chain of ~15 dependent instructions, which every
+ * warp of every block would otherwise run in its setup) */
+EPF_DEVICE_INLINE int epf__route_div(int x, int d) {
+  return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d;
+}
+
 /* epf_route_block_tokens — the tokens [*out_t0, *out_t1) block b of B owns in an update (count
  *   and slot passes; a fused kernel that produces topk_idx per block uses the same partition,
  *   examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's CONTROL
@@ -195,13 +202,8 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
     return;
   }
 #if defined(__CUDA_ARCH__)
-  if ((W & (W - 1)) == 0) { /* a power of two (the SPLIT update's 1, 16 + 1 blocks): shifts */
-    *out_t0 = (num_tokens * b) >> (__ffs(W) - 1);
-    *out_t1 = (num_tokens * (b + 1)) >> (__ffs(W) - 1);
-  } else {
-    *out_t0 = num_tokens * b / W;
-    *out_t1 = num_tokens * (b + 1) / W;
-  }
+  *out_t0 = epf__route_div(num_tokens * b, W); /* the SPLIT update's 1, 16 + 1 blocks: shifts */
+  *out_t1 = epf__route_div(num_tokens * (b + 1), W);
 #else
   *out_t0 = (int)((int64_t)num_tokens * b / W);
   *out_t1 = (int)((int64_t)num_tokens * (b + 1) / W);
@@ -249,11 +251,9 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.block_index = block_index;
   c.num_blocks = num_blocks;
   c.num_warps = (int32_t)(blockDim.x >> 5);
-  /* powers of two (the common K and E / R) by shifts: a 32-bit division is a chain of ~15
-   * dependent instructions, and every warp of every block runs this setup */
   {
     const int K = L->top_k > 0 ? L->top_k : 1, EL = L->experts_per_rank;
-    c.batch_tokens = (K & (K - 1)) == 0 ? EPF__ROUTE_BATCH >> (__ffs(K) - 1) : EPF__ROUTE_BATCH / K;
+    c.batch_tokens = epf__route_div(EPF__ROUTE_BATCH, K);
     c.el_inv = EL <= 1 ? 0u : (EL & (EL - 1)) == 0 ? 1u << (33 - __ffs(EL)) : 0xffffffffu / (uint32_t)EL + 1u;
   }
   c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
@@ -268,17 +268,13 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
      * for x W < 2^32, i.e. n W^2 < 2^32 (n < 4M at W = 32), else by 32-bit divisions */
     const int n = c.t1 - c.t0, w = epf_warp_id(), W = c.num_warps;
     int w0, w1;
-    if ((W & (W - 1)) == 0) {
-      const int sh = __ffs(W) - 1;
-      w0 = (n * w) >> sh;
-      w1 = (n * (w + 1)) >> sh;
-    } else if ((int64_t)n * W * W < (int64_t)0xffffffff) {
+    if ((W & (W - 1)) != 0 && (int64_t)n * W * W < (int64_t)0xffffffff) {
       const uint32_t winv = 0xffffffffu / (uint32_t)W + 1u;
       w0 = (int)__umulhi((uint32_t)(n * w), winv);
       w1 = (int)__umulhi((uint32_t)(n * (w + 1)), winv);
     } else {
-      w0 = n * w / W;
-      w1 = n * (w + 1) / W;
+      w0 = epf__route_div(n * w, W);
+      w1 = epf__route_div(n * (w + 1), W);
     }
     c.t1 = c.t0 + w1;
     c.t0 = c.t0 + w0;
