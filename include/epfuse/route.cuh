@@ -96,7 +96,7 @@ EPF_BEGIN_DECLS
 /* A warp walks its tokens in BATCHES of whole tokens, at most EPF__ROUTE_BATCH (token, k) entries
  * (EPF__ROUTE_STEPS 32-entry steps, loads in flight per lane); rows of counts per batch of loads
  * (latency hiding; results do not depend on these). */
-#define EPF__ROUTE_STEPS 4
+#define EPF__ROUTE_STEPS 5
 #define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
 #define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
@@ -106,7 +106,7 @@ EPF_BEGIN_DECLS
  * (0) counts, writes the is_token_in_rank rows and publishes; block 1 counts per warp and writes
  * the slots; with 3 blocks, block 2 counts the expert columns and computes the offsets (with 2,
  * block 0 does). No scratch rows, no merge wait. */
-#define EPF_ROUTE_SPLIT_ENTRIES 2048
+#define EPF_ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
