@@ -143,6 +143,7 @@ typedef struct epf_route_ctx {
   int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
   int32_t* stage;             /* smem [num_warps][EPF__ROUTE_BATCH]: a batch's destination ranks */
   void* cub_temp;             /* smem [32][EPF__ROUTE_CUB_BYTES_PER_WARP] */
+  int32_t* tags;              /* smem [num_warps][E]: the slot pass's expert tags, or NULL (ballots) */
   int32_t ids_cached;         /* 1: this warp's tokens are one batch and ids[] / first hold this
                                  lane's entries (set by epf_route_count_block, read by _slots_block) */
   uint32_t first;             /* bit u: the lane's entry of step u is its token's first to its rank */
@@ -163,15 +164,29 @@ EPF_HD size_t epf__route_hist_ints(const epf_route_layout_t* layout, size_t W) {
   return epf__route_align4(W * ((size_t)layout->num_experts + (size_t)layout->nranks));
 }
 
-/* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads: 4 * (W * (E + R) + (E + R + 1) + 64 + W * 160) + 512
- *   bytes (rounded), W = block_threads / 32. Scope: any thread, host or device. Pure. */
-EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
-  const size_t W = (size_t)(block_threads / 32);
+/* bytes of everything but the tag rows: hist, totals, misc, stage, cub temp storage */
+EPF_HD size_t epf__route_smem_core(const epf_route_layout_t* layout, size_t W) {
   const size_t row = (size_t)layout->num_experts + (size_t)layout->nranks;
   return 4u * (epf__route_hist_ints(layout, W) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS +
                W * EPF__ROUTE_BATCH) +
          32u * EPF__ROUTE_CUB_BYTES_PER_WARP;
+}
+
+/* whether the slot pass's per-warp expert tag rows [W][E] (epf__route_match_tags) fit beside the
+ * rest within EPF__ROUTE_TAGS_SMEM_LIMIT; when they do not, the slot pass matches by ballots */
+#define EPF__ROUTE_TAGS_SMEM_LIMIT (48u * 1024u)
+EPF_HD int epf__route_tags_fit(const epf_route_layout_t* layout, size_t W) {
+  return epf__route_smem_core(layout, W) + 4u * W * (size_t)layout->num_experts <= EPF__ROUTE_TAGS_SMEM_LIMIT;
+}
+
+/* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
+ *   `block_threads` threads: 4 * (W * (E + R) + (E + R + 1) + 64 + W * 160) + 512 bytes (rounded),
+ *   W = block_threads / 32, plus 4 W E for the slot pass's tag rows when the total stays within
+ *   48 KiB (E = 256: up to 16 warps). Scope: any thread, host or device. Pure. */
+EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
+  const size_t W = (size_t)(block_threads / 32);
+  return epf__route_smem_core(layout, W) +
+         (epf__route_tags_fit(layout, W) ? 4u * W * (size_t)layout->num_experts : 0u);
 }
 
 /* epf_route_rows_em — rows of an expert-major receive layout: end of the last segment. */
@@ -287,6 +302,9 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.misc = c.tot + epf__route_align4(row + 1u);
   c.stage = c.misc + EPF__ROUTE_MISC_INTS;
   c.cub_temp = (void*)(c.stage + (size_t)c.num_warps * EPF__ROUTE_BATCH);
+  c.tags = epf__route_tags_fit(L, (size_t)c.num_warps)
+               ? (int32_t*)((char*)c.cub_temp + 32u * EPF__ROUTE_CUB_BYTES_PER_WARP)
+               : NULL;
   c.ids_cached = 0;
   c.first = 0u;
   return c;
@@ -409,6 +427,34 @@ EPF_DEVICE_INLINE void epf__route_match(const int* v, int nbits, uint32_t* m) {
       m[u] &= one ? b : ~b;
     }
   }
+}
+
+/* epf__route_match_tags — epf__route_match for ids v in [-1, E) by shared-memory tags, a handful
+ * of instructions per step instead of one vote per bit: in each step every lane with v >= 0
+ * stores its lane id at tags[v] (one of the equal lanes wins), reads the winner back — the same
+ * lane for all equal lanes — and ORs its bit into the winner's word of the step, grp[32 u +
+ * winner]; those words are the masks. Which lane wins changes no mask: the result is the same
+ * set of lanes as epf__route_match's, on every run. A lane with v < 0 ORs into its own word
+ * (it wins no tag, so no valid lane reads that word) and gets mask 0.
+ * tags: the warp's [E] row (no initial value needed); grp: the warp's EPF__ROUTE_BATCH-word stage
+ * row, zeroed here first. [collective:warp] */
+EPF_DEVICE_INLINE void epf__route_match_tags(const int* v, int32_t* tags, uint32_t* grp, uint32_t* m) {
+  const int lane = epf_lane_id();
+  int lead[EPF__ROUTE_STEPS], u;
+  __syncwarp(); /* earlier reads of grp (another use of the stage row) are done */
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) grp[32 * u + lane] = 0u;
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+    if (v[u] >= 0) tags[v[u]] = lane;
+    __syncwarp();
+    lead[u] = v[u] >= 0 ? tags[v[u]] : lane;
+    __syncwarp(); /* every read of this step's tags before the next step's stores */
+    atomicOr(&grp[32 * u + lead[u]], 1u << lane);
+  }
+  __syncwarp();
+#pragma unroll
+  for (u = 0; u < EPF__ROUTE_STEPS; ++u) m[u] = v[u] >= 0 ? grp[32 * u + lead[u]] : 0u;
 }
 
 /* epf__route_batch_first_shfl — epf__route_batch_first for K a power of two <= 32 and R <= 32
@@ -821,7 +867,10 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
     {
       /* the steps' matches first (independent), then the running counts in step order */
       uint32_t pe[EPF__ROUTE_STEPS];
-      epf__route_match(ev, c->ebits, pe);
+      if (c->tags != NULL)
+        epf__route_match_tags(ev, c->tags + (size_t)warp * (size_t)E, (uint32_t*)c->stage + warp * EPF__ROUTE_BATCH, pe);
+      else
+        epf__route_match(ev, c->ebits, pe);
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
         const int j = 32 * u + lane, e = ev[u];
