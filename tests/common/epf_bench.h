@@ -13,6 +13,8 @@
 
 #include <cuda_runtime.h>
 
+#include "epf_rng.h"
+
 #include "epfuse/host.h"
 
 #define EPF_BENCH_CUDA(call)                                                                   \
@@ -34,12 +36,7 @@
     }                                                                                          \
   } while (0)
 
-static inline uint64_t epf_bench_splitmix(uint64_t* s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static inline uint64_t epf_bench_splitmix(uint64_t* s) { return epf_rng_next(s); } /* epf_rng.h */
 
 static inline int epf_bench_cmp_f(const void* a, const void* b) {
   const float x = *(const float*)a, y = *(const float*)b;

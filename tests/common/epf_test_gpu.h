@@ -14,6 +14,8 @@
 
 #include <cuda_runtime.h>
 
+#include "epf_rng.h"
+
 #define EPF_CHECK_CUDA(call)                                                                  \
   do {                                                                                        \
     cudaError_t epf_e_ = (call);                                                              \
@@ -46,12 +48,7 @@ static inline uint64_t epf_test_seed(void) {
   return seed;
 }
 
-/* splitmix64 */
-static inline uint64_t epf_test_rand(uint64_t* s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+/* splitmix64 (epf_rng.h) */
+static inline uint64_t epf_test_rand(uint64_t* s) { return epf_rng_next(s); }
 
 #endif /* EPF_TEST_GPU_H */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "epf_cmocka.h"
+#include "epf_rng.h"
 
 #include "epfuse/quant.cuh"
 
@@ -107,12 +108,7 @@ static float ref_fp8_128_scale(float amax, int ue8m0) {
 }
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void) {
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return epf_rng_next(&rng); }
 
 /* ---- E4M3 --------------------------------------------------------------------------------------- */
 

@@ -10,17 +10,13 @@
 #include <time.h>
 
 #include "epf_cmocka.h"
+#include "epf_rng.h"
 
 #include "epfuse/host.h"
 
 static uint64_t rng_state;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+static uint64_t rnd(void) { return epf_rng_next(&rng_state); }
+static int rnd_in(int lo, int hi) { return epf_rng_in(&rng_state, lo, hi); }
 
 static epf_plan_t make_plan(int R, int E, int K, int T, int A, int layout, int mode) {
   epf_config_t c = EPF_CONFIG_INIT;

@@ -10,17 +10,12 @@
 #include <string.h>
 
 #include "epf_cmocka.h"
+#include "epf_rng.h"
 
 #include "epfuse/kernels_route.cuh"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+static int rnd_in(int lo, int hi) { return epf_rng_in(&rng, lo, hi); }
 
 /* a route handle as epf_route_init would bind it, without a device: layout from host.h, the
  * co-residency figure given */
