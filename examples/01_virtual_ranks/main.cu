@@ -593,6 +593,7 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   memset(&da, 0, sizeof(da));
   da.x = d_x;                  /* [R][T][H] BF16: per-rank buffers, epf_ll_rank_bytes apart */
   da.topk_idx = d_topk;        /* [R][T][K] int32 */
+  da.index_type = EPF_INDEX_INT32; /* the ids' type (0 would mean int64, as for the route) */
   da.topk_weights = d_w;       /* [R][T][K], carried in the metadata rows */
   da.num_tokens = T;
   da.recv_counts = d_counts;   /* out: [R][EL][R] rows per (local expert, source) */
@@ -603,6 +604,7 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   ca.y_layout = y_layout;      /* EPF_LL_Y_IN_PLACE_PULL (BF16) or EPF_LL_Y_FIXED */
   ca.recv_counts = d_counts;
   ca.topk_idx = d_topk;
+  ca.index_type = EPF_INDEX_INT32;
   ca.topk_weights = d_w;
   ca.out = d_out;              /* [R][T][H] BF16 combine output */
   ca.num_tokens = T;

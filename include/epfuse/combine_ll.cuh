@@ -226,7 +226,7 @@ EPF_DEVICE_INLINE void epf__ll_combine_slots_block(const epf_plan_t* plan, epf_l
   da.topk_idx = a->topk_idx;
   da.topk_weights = NULL;
   da.num_tokens = a->num_tokens;
-  da.topk_int64 = a->topk_int64;
+  da.index_type = a->index_type;
   da.recv_counts = NULL;
   da.expert_counts = NULL;
   da.packed_x = NULL;
@@ -323,7 +323,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
       uint32_t m;
       if (k < K) {
         int first_k;
-        const int e = epf__ll_route(a->topk_idx, a->topk_int64, t, k, K, E, &first_k);
+        const int e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
         const int d = e >= 0 ? e / EL : 0;
         if (e >= 0 && epf__ll_active(present, d)) {
           if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */

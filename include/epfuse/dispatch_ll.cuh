@@ -113,7 +113,7 @@ EPF_DEVICE_INLINE void epf__ll_slots_block(const epf_plan_t* plan, epf_ll_ctx_t 
       if (p < hi) {
         const int t = p / K, k = p - t * K;
         int first_k;
-        e = epf__ll_route(a->topk_idx, a->topk_int64, t, k, K, E, &first_k);
+        e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
         if (e >= 0 && first_k != k) e = -1; /* repeated expert of the token: one copy */
       }
       {

@@ -274,7 +274,8 @@ EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_com
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
  *   plan, EPF_ERR_LAYOUT for RANK_MAJOR; EPF_ERR_RANKS / EPF_ERR_RANK for the team), halves,
- *   payload (EPF_ERR_NOT_SUPPORTED unless epf_ll_payload_supported), tokens (EPF_ERR_TOKENS), operands
+ *   index type (EPF_ERR_INVALID_ARGUMENT unless epf_ll_index_type_ok), payload
+ *   (EPF_ERR_NOT_SUPPORTED unless epf_ll_payload_supported), tokens (EPF_ERR_TOKENS), operands
  *   (EPF_ERR_INVALID_ARGUMENT: send needs x and topk_idx unless num_tokens == 0, receive needs
  *   recv_counts; EPF_ERR_ALIGNMENT: x, packed_x, packed_meta not 16-byte aligned), then the grid
  *   (EPF_ERR_TOKENS when T x top_k / num_experts need more shared memory than a block can have,
@@ -287,6 +288,7 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
+  if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_payload_supported(L->plan.payload)) return EPF_ERR_NOT_SUPPORTED;
   st = epf_ll_tokens_check(&L->plan, args->num_tokens);
   if (st != EPF_OK) return st;
@@ -320,6 +322,7 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
+  if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_combine_payload_supported(L->plan.combine_payload)) return EPF_ERR_NOT_SUPPORTED;
   st = epf_ll_tokens_check(&L->plan, args->num_tokens);
   if (st != EPF_OK) return st;
@@ -347,9 +350,9 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
 EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const uint32_t* host_mask,
                                          uint32_t* out_masks, cudaStream_t stream) {
   epf_ll_mask_words_t m;
-  const int count = epf__ll_ranks_in_launch(L);
-  int i;
-  if (L == NULL || L->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  int count, i;
+  if (L == NULL || L->state == NULL) return EPF_ERR_INVALID_ARGUMENT; /* before any use of L */
+  count = epf__ll_ranks_in_launch(L);
   for (i = 0; i < EPF_MASK_WORDS; ++i) m.w[i] = host_mask != NULL ? host_mask[i] : 0u;
   epf_ll_state_kernel<<<(count + 127) / 128, 128, 0, stream>>>(L->state, count, L->plan.nranks, op, m, out_masks);
   return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
@@ -366,7 +369,7 @@ EPF_INLINE epf_status_t epf_ll_state_reset(const epf_ll_launch_t* L, cudaStream_
  *   memory, [ranks of the launch][EPF_MASK_WORDS] uint32). Stream-ordered, no allocation, no sync:
  *   capturable. */
 EPF_INLINE epf_status_t epf_ll_mask_query_async(const epf_ll_launch_t* L, uint32_t* out_masks, cudaStream_t stream) {
-  if (out_masks == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (L == NULL || out_masks == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf__ll_state_op(L, EPF__LL_STATE_QUERY, NULL, out_masks, stream);
 }
 
@@ -375,17 +378,18 @@ EPF_INLINE epf_status_t epf_ll_mask_query_async(const epf_ll_launch_t* L, uint32
  *   Stream-ordered between LL calls. Masking a rank that is alive only makes both sides skip each
  *   other (see docs/low-latency.md); re-admission of a masked rank needs epf_ll_mask_clean. */
 EPF_INLINE epf_status_t epf_ll_mask_update(const epf_ll_launch_t* L, const uint32_t* host_mask, cudaStream_t stream) {
-  if (host_mask == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (L == NULL || host_mask == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf__ll_state_op(L, EPF__LL_STATE_UPDATE, host_mask, NULL, stream);
 }
 
 /* epf_ll_mask_clean — launch epf_ll_mask_clean_block, one block per rank of the launch (virtual:
  *   all R, co-resident). Collective: every rank that should (re)join calls it. Stream-ordered. */
 EPF_INLINE epf_status_t epf_ll_mask_clean(const epf_ll_launch_t* L, cudaStream_t stream) {
-  const size_t smem = epf_ll_smem_bytes(&L->plan, EPF_LL_CLEAN_THREADS);
+  size_t smem;
   int cap = 0;
-  epf_status_t st = epf__ll_launch_check(L);
+  epf_status_t st = epf__ll_launch_check(L); /* checks L != NULL before any use of it */
   if (st != EPF_OK) return st;
+  smem = epf_ll_smem_bytes(&L->plan, EPF_LL_CLEAN_THREADS);
   st = epf__ll_capacity((const void*)epf_ll_clean_kernel, EPF_LL_CLEAN_THREADS, smem, L->device, &cap);
   if (st != EPF_OK) return st;
   if (epf__ll_ranks_in_launch(L) > cap) return EPF_ERR_CO_RESIDENCY;

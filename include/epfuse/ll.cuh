@@ -52,7 +52,8 @@
  *   int64_t  epf_ll_combine_row(plan, uint32_t epoch, int token, int k)                 [EPF_HD]
  *   int64_t  epf_ll_dispatch_signal_index(plan, uint32_t epoch, int local_expert, int src) [EPF_HD]
  *   int64_t  epf_ll_combine_signal_index(plan, uint32_t epoch, int peer)                [EPF_HD]
- *   uint64_t epf_ll_rank_bytes(plan, epf_ll_buffer_t which, int topk_int64)            [EPF_HD]
+ *   uint64_t epf_ll_rank_bytes(plan, epf_ll_buffer_t which, int index_type)            [EPF_HD]
+ *   bool     epf_ll_index_type_ok(int index_type), int epf_ll_index_is64(int index_type) [EPF_HD]
  *   epf_ll_buffer_t                                        per-rank operand buffers (sizes, strides)
  *   epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatch_args_t*, plan, int rank) [EPF_HD]
  *   epf_ll_combine_args_t  epf_ll_combine_args_for_rank(const epf_ll_combine_args_t*, plan, int rank)   [EPF_HD]
@@ -158,10 +159,11 @@ typedef struct epf_ll_ctx {
  * plan.max_tokens_per_rank, EL = plan.experts_per_rank, R = plan.nranks. */
 typedef struct epf_ll_dispatch_args {
   const void* x;                   /* send: [T][hidden] BF16 rows, 16-byte aligned */
-  const void* topk_idx;            /* send: [T][top_k] int32 (or int64 if topk_int64); -1 = none */
+  const void* topk_idx;            /* send: [T][top_k] of index_type; -1 = none */
   const float* topk_weights;       /* send: [T][top_k] or NULL (1.0f) -> metadata weight */
   int32_t num_tokens;              /* send: tokens of this call, 0..T (rows >= num_tokens ignored) */
-  int32_t topk_int64;              /* send: topk_idx is int64_t */
+  int32_t index_type;              /* send: epf_index_type_t of topk_idx; 0 (DEFAULT) -> INT64, as
+                                      the route (epf_route_config_t.index_type) */
   int32_t* recv_counts;            /* recv out: [EL][R] rows received per (local expert, source) */
   int32_t* expert_counts;          /* recv out: [EL] rows per local expert (masked_m), or NULL */
   void* packed_x;                  /* recv out: [EL][R * T] rows of plan.row_bytes, or NULL */
@@ -178,7 +180,7 @@ typedef struct epf_ll_combine_args {
   const float* topk_weights;   /* recv: [T][top_k] weights, or NULL (1.0f) */
   void* out;                   /* recv out: [T][hidden] BF16 */
   int32_t num_tokens;          /* recv: tokens of this call (the dispatch's) */
-  int32_t topk_int64;          /* recv: topk_idx is int64_t */
+  int32_t index_type;          /* recv: epf_index_type_t of topk_idx; 0 (DEFAULT) -> INT64 */
   int32_t y_layout;            /* send: epf_ll_y_layout_t; recv: only a hint (IN_PLACE_PULL: build
                                   the slot table before waiting; what each peer did travels in
                                   its signal word) */
@@ -275,13 +277,21 @@ EPF_HD int64_t epf_ll_combine_signal_index(const epf_plan_t* plan, uint32_t epoc
 }
 
 /* epf_ll_rank_bytes — bytes of one rank's buffer `which` (see epf_ll_buffer_t), sized for
- *   plan.max_tokens_per_rank; the per-rank stride of virtual-rank operand arrays. */
-EPF_HD uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, epf_ll_buffer_t which, int topk_int64) {
+ *   plan.max_tokens_per_rank; the per-rank stride of virtual-rank operand arrays. index_type:
+ *   the ids' epf_index_type_t (only EPF_LL_BUF_TOPK_IDX depends on it). */
+/* epf_ll_index_type_ok — index_type is DEFAULT (0, means INT64), INT32 or INT64. The launchers
+ *   refuse anything else with EPF_ERR_INVALID_ARGUMENT. epf_ll_index_is64 — its storage is int64. */
+EPF_HD bool epf_ll_index_type_ok(int index_type) {
+  return index_type == EPF_INDEX_DEFAULT || index_type == EPF_INDEX_INT32 || index_type == EPF_INDEX_INT64;
+}
+EPF_HD int epf_ll_index_is64(int index_type) { return index_type != EPF_INDEX_INT32; }
+
+EPF_HD uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, epf_ll_buffer_t which, int index_type) {
   const uint64_t T = (uint64_t)plan->max_tokens_per_rank, K = (uint64_t)plan->top_k;
   const uint64_t H = (uint64_t)plan->hidden, rows = (uint64_t)plan->recv_capacity;
   switch (which) {
     case EPF_LL_BUF_X: return T * H * 2u;
-    case EPF_LL_BUF_TOPK_IDX: return T * K * (topk_int64 ? 8u : 4u);
+    case EPF_LL_BUF_TOPK_IDX: return T * K * (epf_ll_index_is64(index_type) ? 8u : 4u);
     case EPF_LL_BUF_TOPK_WEIGHTS: return T * K * 4u;
     case EPF_LL_BUF_RECV_COUNTS: return (uint64_t)plan->experts_per_rank * (uint64_t)plan->nranks * 4u;
     case EPF_LL_BUF_EXPERT_COUNTS: return (uint64_t)plan->experts_per_rank * 4u;
@@ -309,7 +319,7 @@ EPF_HD epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatc
   epf_ll_dispatch_args_t r = *a;
   const uint64_t k = (uint64_t)rank;
   r.x = epf__ll_cadv(a->x, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0));
-  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, a->topk_int64));
+  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, a->index_type));
   r.topk_weights =
       (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
   r.recv_counts = (int32_t*)epf__ll_adv(a->recv_counts, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0));
@@ -330,7 +340,7 @@ EPF_HD epf_ll_combine_args_t epf_ll_combine_args_for_rank(const epf_ll_combine_a
   r.y = epf__ll_cadv(a->y, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_Y, 0));
   r.recv_counts =
       (const int32_t*)epf__ll_cadv(a->recv_counts, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0));
-  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, a->topk_int64));
+  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, a->index_type));
   r.topk_weights =
       (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
   r.out = epf__ll_adv(a->out, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0));

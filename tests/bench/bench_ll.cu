@@ -138,7 +138,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   epf_error_clear(rec_h);
   EPF_BENCH_CUDA(cudaMalloc(&x, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
   EPF_BENCH_CUDA(cudaMalloc(&out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
-  EPF_BENCH_CUDA(cudaMalloc(&topk, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&topk, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32)));
   EPF_BENCH_CUDA(cudaMalloc(&w, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
   EPF_BENCH_CUDA(cudaMalloc(&recv_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
   EPF_BENCH_CUDA(cudaMalloc(&round, (size_t)R * 4));
@@ -177,6 +177,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   memset(&da, 0, sizeof(da));
   da.x = x;
   da.topk_idx = topk;
+  da.index_type = EPF_INDEX_INT32;
   da.topk_weights = w;
   da.num_tokens = T;
   da.recv_counts = recv_counts;
@@ -186,6 +187,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : c->pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
   ca.recv_counts = recv_counts;
   ca.topk_idx = topk;
+  ca.index_type = EPF_INDEX_INT32;
   ca.topk_weights = w;
   ca.out = out;
   ca.num_tokens = T;

@@ -354,7 +354,7 @@ static void mg_run_ll(mg_run_t* run, mg_case_t* c, epf_mg_rank_t* m, cudaStream_
   MG_CUDA(r, cudaMalloc(&d_state, sizeof(epf_ll_state_t)));
   MG_CUDA(r, cudaMalloc(&d_x, epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0)));
   MG_CUDA(r, cudaMalloc(&d_out, epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0)));
-  MG_CUDA(r, cudaMalloc(&d_topk, epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, 0)));
+  MG_CUDA(r, cudaMalloc(&d_topk, epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32)));
   MG_CUDA(r, cudaMalloc(&d_w, epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
   MG_CUDA(r, cudaMalloc(&d_counts, epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0)));
   MG_CUDA(r, cudaMalloc(&d_round, epf_ll_rank_bytes(plan, EPF_LL_BUF_ROUND, 0)));
@@ -368,6 +368,7 @@ static void mg_run_ll(mg_run_t* run, mg_case_t* c, epf_mg_rank_t* m, cudaStream_
   memset(&da, 0, sizeof(da));
   da.x = d_x;
   da.topk_idx = d_topk;
+  da.index_type = EPF_INDEX_INT32;
   da.topk_weights = d_w;
   da.num_tokens = T;
   da.recv_counts = d_counts;
@@ -377,6 +378,7 @@ static void mg_run_ll(mg_run_t* run, mg_case_t* c, epf_mg_rank_t* m, cudaStream_
     ca[p].y_layout = p == 0 ? EPF_LL_Y_IN_PLACE : EPF_LL_Y_IN_PLACE_PULL; /* identity experts in place */
     ca[p].recv_counts = d_counts;
     ca[p].topk_idx = d_topk;
+    ca[p].index_type = EPF_INDEX_INT32;
     ca[p].topk_weights = d_w;
     ca[p].out = d_out;
     ca[p].num_tokens = T;

@@ -115,7 +115,7 @@ static void fix_init_q(fix_t* f, int R, int Tmax, int H, int K, int E, int topk6
   f->L = epf_ll_launch_make(&f->plan, epf_team_virtual(f->win, f->plan.total_bytes, 0, R), f->state, f->rec_d, 1);
   assert_int_equal(epf_ll_state_reset(&f->L, 0), EPF_OK);
 #define ALLOC_RANKS(ptr, which) \
-  EPF_CHECK_CUDA(cudaMalloc((void**)&(ptr), (size_t)R * epf_ll_rank_bytes(&f->plan, which, topk64)))
+  EPF_CHECK_CUDA(cudaMalloc((void**)&(ptr), (size_t)R * epf_ll_rank_bytes(&f->plan, which, topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
   ALLOC_RANKS(f->x, EPF_LL_BUF_X);
   ALLOC_RANKS(f->topk, EPF_LL_BUF_TOPK_IDX);
   ALLOC_RANKS(f->w, EPF_LL_BUF_TOPK_WEIGHTS);
@@ -179,7 +179,7 @@ static void fix_poison(fix_t* f, uint32_t epoch) {
   const int R = f->in.R;
   for (int r = 0; r < R; ++r) EPF_CHECK_CUDA(llref_poison_window(p, f->win + (size_t)r * p->total_bytes, epoch, 0));
 #define POISON(ptr, which) \
-  EPF_CHECK_CUDA(cudaMemset(ptr, 0xEE, (size_t)R * epf_ll_rank_bytes(p, which, f->topk64)))
+  EPF_CHECK_CUDA(cudaMemset(ptr, 0xEE, (size_t)R * epf_ll_rank_bytes(p, which, f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
   POISON(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
   POISON(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
   POISON(f->packed_x, EPF_LL_BUF_PACKED_X);
@@ -198,7 +198,7 @@ static epf_ll_dispatch_args_t fix_dargs(const fix_t* f, int packed) {
   a.topk_idx = f->topk;
   a.topk_weights = f->w;
   a.num_tokens = f->in.T;
-  a.topk_int64 = f->topk64;
+  a.index_type = f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
   a.recv_counts = f->recv_counts;
   a.expert_counts = f->expert_counts;
   a.packed_x = packed ? f->packed_x : NULL;
@@ -217,7 +217,7 @@ static epf_ll_combine_args_t fix_cargs(const fix_t* f, int y_layout) {
   a.topk_weights = f->w;
   a.out = f->out;
   a.num_tokens = f->in.T;
-  a.topk_int64 = f->topk64;
+  a.index_type = f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
   a.y_layout = y_layout;
   return a;
 }

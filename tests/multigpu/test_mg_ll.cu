@@ -248,7 +248,7 @@ static int mg_fix_setup(mg_ctx_t* c, mg_fix_t* f) {
               llref_in_init(&c->sh->in[i], c->R, cs->Tmax, cs->H, cs->K, mg_experts(c->R), cs->payload, EPF_PAYLOAD_BF16,
                             cs->flags, (int)p->scale_bytes_per_row) == 0,
               "rank 0: out of host memory for the inputs");
-#define MG_ALLOC(ptr, which) MG_CUDA(c, cudaMalloc((void**)&(ptr), epf_ll_rank_bytes(p, which, cs->topk64)))
+#define MG_ALLOC(ptr, which) MG_CUDA(c, cudaMalloc((void**)&(ptr), epf_ll_rank_bytes(p, which, cs->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
   for (int i = 0; i < f->nsets; ++i) {
     MG_ALLOC(f->x[i], EPF_LL_BUF_X);
     MG_ALLOC(f->topk[i], EPF_LL_BUF_TOPK_IDX);
@@ -357,7 +357,7 @@ static int mg_upload(mg_ctx_t* c, mg_fix_t* f, int set) {
 static int mg_poison_outputs(mg_ctx_t* c, mg_fix_t* f, int set) {
   const epf_plan_t* p = &f->plan;
 #define MG_POISON(ptr, which) \
-  MG_CUDA(c, cudaMemsetAsync(ptr, 0xEE, epf_ll_rank_bytes(p, which, f->cs.topk64), c->s))
+  MG_CUDA(c, cudaMemsetAsync(ptr, 0xEE, epf_ll_rank_bytes(p, which, f->cs.topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32), c->s))
   MG_POISON(f->recv_counts[set], EPF_LL_BUF_RECV_COUNTS);
   MG_POISON(f->expert_counts[set], EPF_LL_BUF_EXPERT_COUNTS);
   MG_POISON(f->round[set], EPF_LL_BUF_ROUND);
@@ -377,7 +377,7 @@ static epf_ll_dispatch_args_t mg_dargs(const mg_fix_t* f, int set, int T, int pa
   a.topk_idx = f->topk[set];
   a.topk_weights = f->w[set];
   a.num_tokens = T;
-  a.topk_int64 = f->cs.topk64;
+  a.index_type = f->cs.topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
   a.recv_counts = f->recv_counts[set];
   a.expert_counts = f->expert_counts[set];
   a.packed_x = packed ? f->packed_x : NULL;
@@ -396,7 +396,7 @@ static epf_ll_combine_args_t mg_cargs(const mg_fix_t* f, int set, int T, int y_l
   a.topk_weights = f->w[set];
   a.out = f->out[set];
   a.num_tokens = T;
-  a.topk_int64 = f->cs.topk64;
+  a.index_type = f->cs.topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
   a.y_layout = y_layout;
   return a;
 }

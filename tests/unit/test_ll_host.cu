@@ -174,8 +174,9 @@ static void test_rank_buffers(void** state) {
   (void)state;
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
   assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_X, 0) == 16u * 2880u * 2u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, 0) == 16u * 8u * 4u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, 1) == 16u * 8u * 8u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32) == 16u * 8u * 4u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT64) == 16u * 8u * 8u);
+  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_DEFAULT) == 16u * 8u * 8u);
   assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_WEIGHTS, 0) == 16u * 8u * 4u);
   assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_RECV_COUNTS, 0) == 64u * 4u);
   assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_EXPERT_COUNTS, 0) == 16u * 4u);
@@ -198,7 +199,7 @@ static void test_rank_buffers(void** state) {
   memset(&a, 0, sizeof(a));
   a.x = (const void*)(uintptr_t)0x10000;
   a.topk_idx = (const void*)(uintptr_t)0x20000;
-  a.topk_int64 = 1;
+  a.index_type = EPF_INDEX_INT64;
   a.recv_counts = (int32_t*)(uintptr_t)0x30000;
   a.round = (uint32_t*)(uintptr_t)0x40000;
   r = epf_ll_dispatch_args_for_rank(&a, &p, 3);
