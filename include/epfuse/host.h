@@ -120,7 +120,9 @@ typedef struct epf_config {
   int32_t expert_alignment;    /* pad each expert's receive segment to this many rows; 0 -> 1 */
   uint32_t flags;              /* EPF_FLAG_* */
   uint32_t reserved0;          /* must be 0 */
-  int64_t recv_capacity;       /* HT: rows of the receive region; 0 -> worst case. LL: must be 0 */
+  int64_t recv_capacity;       /* HT: rows of the receive region; 0 -> worst case; at most
+                                  INT32_MAX, at least expert_alignment (EXPERT_MAJOR) or 1
+                                  (RANK_MAJOR). LL: must be 0 */
   uint64_t timeout_ns;         /* bounded waits; 0 -> 10 s. Not part of the config hash. */
 } epf_config_t;
 
@@ -189,9 +191,13 @@ EPF_HD epf_status_t epf__check_prefix(uint32_t size, uint32_t magic, uint32_t ve
 }
 
 /* epf_config_validate — check every limit of an already resolved config (no zero defaults left).
- *   Returns the status of the first violated rule, in this order: prefix, mode, layout, payloads,
- *   scale layout, flags, ranks, experts, divisibility, top-k, hidden, hidden alignment, tokens,
- *   alignment, receive capacity.
+ *   Returns the status of the first violated rule, in this order: prefix, reserved0 != 0
+ *   (EPF_ERR_INVALID_ARGUMENT), mode, layout, payloads, scale layout, flags, ranks, experts,
+ *   divisibility, top-k, hidden, hidden alignment, tokens, alignment, receive capacity.
+ *   Receive capacity: LL must be 0; HT must be at most INT32_MAX and at least one padded expert
+ *   segment, expert_alignment rows, in the EXPERT_MAJOR layout, at least 1 row in the RANK_MAJOR
+ *   layout (its receive region is one unpadded row per (token, destination rank), so the
+ *   alignment does not apply there).
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
   epf_status_t st;
@@ -228,7 +234,8 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
     return EPF_ERR_ALIGNMENT;
   if (c->mode == EPF_MODE_LL) {
     if (c->recv_capacity != 0) return EPF_ERR_RECV_CAPACITY;
-  } else if (c->recv_capacity < (int64_t)c->expert_alignment || c->recv_capacity > INT32_MAX) {
+  } else if (c->recv_capacity < (c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)c->expert_alignment) ||
+             c->recv_capacity > INT32_MAX) {
     return EPF_ERR_RECV_CAPACITY;
   }
   return EPF_OK;
@@ -246,7 +253,9 @@ EPF_HD int64_t epf_config_worst_case_rows(const epf_config_t* c) {
 
 /* epf_config_resolve — copy `in`, replace every zero field by its default, then validate.
  *   out_resolved is written even on error (defaults applied as far as they go), so a caller can
- *   print what was checked. `in` and `out_resolved` may alias.
+ *   print what was checked. `in` and `out_resolved` may alias. Idempotent: resolving
+ *   *out_resolved again gives the same config and the same status, in every mode and layout
+ *   (and when it returns EPF_OK, epf_config_validate(out_resolved) returns EPF_OK too).
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out_resolved) {
   epf_config_t c;

@@ -76,6 +76,76 @@ static void test_defaults(void** state) {
   assert_memory_equal(&in, &out, sizeof(in));
 }
 
+/* ---- resolve is idempotent, for every layout and mode (issue #14 item 7) ------------------------ */
+
+/* RANK_MAJOR receives one unpadded row per (token, destination rank): its worst case (R * T = 64
+ * rows here) may be below expert_alignment (128), which pads only the expert-major layout. resolve
+ * used to accept this config and fill in 64, which validate, a second resolve and plan_compute
+ * then refused with EPF_ERR_RECV_CAPACITY (the rule recv_capacity >= expert_alignment). */
+static void test_resolve_rank_major_small(void** state) {
+  epf_config_t in = EPF_CONFIG_INIT, r1, r2;
+  epf_plan_t plan;
+  (void)state;
+  in.nranks = 1;
+  in.num_experts = 8;
+  in.top_k = 1;
+  in.hidden = 1024;
+  in.max_tokens_per_rank = 64;
+  in.expert_alignment = 128;
+  in.layout = EPF_LAYOUT_RANK_MAJOR;
+  assert_int_equal(epf_config_resolve(&in, &r1), EPF_OK);
+  assert_true(r1.recv_capacity == 64);
+  assert_int_equal(epf_config_validate(&r1), EPF_OK);
+  assert_int_equal(epf_config_resolve(&r1, &r2), EPF_OK);
+  assert_memory_equal(&r1, &r2, sizeof(r1));
+  assert_int_equal(epf_plan_compute(&in, &plan), EPF_OK);
+  assert_true(plan.recv_capacity == 64);
+  assert_int_equal(epf_plan_compute(&r1, &plan), EPF_OK);
+  /* RANK_MAJOR: any capacity of at least one row; EXPERT_MAJOR keeps one aligned segment */
+  in.recv_capacity = 1;
+  assert_int_equal(epf_config_resolve(&in, &r1), EPF_OK);
+  in.recv_capacity = 0;
+  in.max_tokens_per_rank = 0; /* -> 4096 */
+  assert_int_equal(epf_config_resolve(&in, &r1), EPF_OK);
+  in.layout = EPF_LAYOUT_EXPERT_MAJOR;
+  in.recv_capacity = 127;
+  assert_int_equal(epf_config_resolve(&in, &r1), EPF_ERR_RECV_CAPACITY);
+  in.recv_capacity = 128;
+  assert_int_equal(epf_config_resolve(&in, &r1), EPF_OK);
+}
+
+/* resolving a resolved config gives the same config and the same status, whatever the status */
+static void test_resolve_idempotent(void** state) {
+  int n, i, ok = 0;
+  (void)state;
+  for (n = 0; n < 50000; ++n) {
+    epf_config_t c = EPF_CONFIG_INIT, r1, r2;
+    epf_status_t s1, s2;
+    int32_t* f[] = {&c.nranks, &c.num_experts, &c.top_k, &c.hidden, &c.max_tokens_per_rank, &c.mode,
+                    &c.layout, &c.payload, &c.combine_payload, &c.scale_layout, &c.expert_alignment};
+    static const int32_t small[] = {0, 1, 2, 3, 8, 64, 128, 1024};
+    for (i = 0; i < (int)(sizeof(f) / sizeof(f[0])); ++i) *f[i] = small[rnd_in(0, 7)];
+    c.mode = rnd_in(0, 3);
+    c.layout = rnd_in(0, 3);
+    c.payload = rnd_in(0, 3);
+    c.combine_payload = rnd_in(0, 2);
+    c.scale_layout = rnd_in(0, 2);
+    c.expert_alignment = rnd_in(0, 3) == 0 ? 0 : 1 << rnd_in(0, 10);
+    c.recv_capacity = rnd_in(0, 2) == 0 ? 0 : rnd_in(0, 3000);
+    s1 = epf_config_resolve(&c, &r1);
+    s2 = epf_config_resolve(&r1, &r2);
+    if (s1 != s2 || memcmp(&r1, &r2, sizeof(r1)) != 0)
+      fail_msg("config %d (R %d E %d K %d T %d layout %d mode %d align %d cap %lld): %s, then %s", n, c.nranks,
+               c.num_experts, c.top_k, c.max_tokens_per_rank, c.layout, c.mode, c.expert_alignment,
+               (long long)c.recv_capacity, epf_status_name(s1), epf_status_name(s2));
+    if (s1 == EPF_OK) {
+      ++ok;
+      assert_int_equal(epf_config_validate(&r1), EPF_OK);
+    }
+  }
+  assert_true(ok > 1000);
+}
+
 /* ---- every validation error, with its exact status --------------------------------------------- */
 
 typedef struct {
@@ -452,6 +522,7 @@ int main(void) {
       cmocka_unit_test(test_struct_prefix),  cmocka_unit_test(test_plan_random),
       cmocka_unit_test(test_hash),           cmocka_unit_test(test_status_strings),
       cmocka_unit_test(test_error_record),   cmocka_unit_test(test_version),
+      cmocka_unit_test(test_resolve_rank_major_small), cmocka_unit_test(test_resolve_idempotent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
