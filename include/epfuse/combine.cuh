@@ -23,6 +23,7 @@
  *
  * Contents:
  *   void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden, int mxfp8, void* out_row)
+ *        (one k-order reduction: epf__combine_reduce_warp, also behind the rank-major pre-reduce)
  *   void epf_combine_pull_row_warp(team, plan, int src_rank, int64_t src_row, float weight, int ncopies, void* out_row)
  *   void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst)
  *   void epf_combine_push_row_warp(team, plan, const void* expert_out_row, int dst_rank, int64_t combine_row)
@@ -71,81 +72,109 @@ EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-/* epf__combine_acc_vec — accumulate vector i (8 elements) of one combine row into acc:
- * BF16 rows (16 bytes per vector) or MXFP8 rows (8 E4M3 bytes per vector, the row's E8M0 scales
- * after its `hidden` element bytes). */
-EPF_DEVICE_INLINE void epf__combine_acc_vec(const char* row, int i, int mxfp8, int hidden, float w, float* acc) {
-  if (!mxfp8)
-    epf_bf16x8_fma(acc, epf_ld_v4_u32((const uint4*)row + i), w);
-  else
-    epf_mxfp8_dequantize_accumulate8(*(const uint2*)(row + (uint64_t)i * 8u), (uint8_t)row[hidden + (i >> 2)], w, acc);
+/* epf__combine_acc8 — acc += w_u * row_u[vector i] for u < m (m <= 8), in ascending u: the m
+ * rows' vectors are loaded first (all in flight), then the fmas run in order. Rows are BF16
+ * (16 bytes per vector) or MXFP8 combine rows (8 E4M3 bytes per vector, the row's E8M0 scales
+ * after its `hidden` element bytes). on == false: nothing is loaded (a lane past the row end). */
+EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, int m, int i, bool on, int mxfp8,
+                                         int hidden, float* acc) {
+  int u;
+  if (!mxfp8) {
+    uint4 v[8];
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) v[u] = epf_ld_v4_u32((const uint4*)p[u] + i);
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) epf_bf16x8_fma(acc, v[u], w[u]);
+  } else {
+    uint2 q[8];
+    uint8_t sc[8];
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) {
+        q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
+        sc[u] = (uint8_t)p[u][hidden + (i >> 2)];
+      }
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) epf_mxfp8_dequantize_accumulate8(q[u], sc[u], w[u], acc);
+  }
+}
+
+/* epf__combine_reduce_warp — THE k-order reduction of epfuse (the source's combine, the
+ *   rank-major pre-reduce and epf_combine_pull_row_warp all call it): out = round(fma chain over a
+ *   lane-held list of rows, in ascending lane order, from acc = 0, in FP32).
+ *   Scope:    [collective:warp] every lane, converged; present, hidden, in_mxfp8, out_mxfp8,
+ *             mx_rule, out_row uniform.
+ *   Input:    lane j holds row j's address and weight; `present` marks the rows to use (any
+ *             number, up to 32). Rows: BF16 [hidden] (in_mxfp8 == 0) or MXFP8 combine rows.
+ *   Does:     out_mxfp8 == 0: out_row is BF16 [hidden], RNE. out_mxfp8 != 0: out_row is an MXFP8
+ *             combine row (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule mx_rule).
+ *   Loops:    every loop is warp-uniform — its trip count is the same in every lane, lanes past
+ *             the row end are predicated off — so the shuffles inside and the quantizer's
+ *             collectives always see the whole warp (a lane-strided loop around a shuffle is
+ *             undefined behaviour when hidden / 8 is not a multiple of 32, e.g. hidden 2880). */
+EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, uint32_t present, int hidden,
+                                                int in_mxfp8, int out_mxfp8, int mx_rule, void* out_row) {
+  const int lane = epf_lane_id();
+  const int nvec = hidden >> 3;
+  const int n = __popc(present);
+  const int n8 = n < 8 ? n : 8;
+  /* compact: lane j gets the j-th present row (order kept) */
+  const int src = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
+  const unsigned long long row_j = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, src);
+  const float w_j = __shfl_sync(0xffffffffu, my_w, src);
+  const char* p[8]; /* the first 8 rows (all of them for top-k <= 8): addresses in registers */
+  float wv[8];
+  int base, u;
+#pragma unroll
+  for (u = 0; u < 8; ++u) {
+    p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
+    wv[u] = __shfl_sync(0xffffffffu, w_j, u);
+  }
+  for (base = 0; base < nvec; base += 32) { /* warp-uniform */
+    const int i = base + lane;
+    const bool on = i < nvec;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int j0;
+    epf__combine_acc8(p, wv, n8, i, on, in_mxfp8, hidden, acc);
+    for (j0 = 8; j0 < n; j0 += 8) { /* warp-uniform: rows 8.. (top-k > 8), 8 at a time */
+      const char* q[8];
+      float wq[8];
+#pragma unroll
+      for (u = 0; u < 8; ++u) {
+        q[u] = (const char*)__shfl_sync(0xffffffffu, row_j, (j0 + u) & 31);
+        wq[u] = __shfl_sync(0xffffffffu, w_j, (j0 + u) & 31);
+      }
+      epf__combine_acc8(q, wq, n - j0 < 8 ? n - j0 : 8, i, on, in_mxfp8, hidden, acc);
+    }
+    if (!out_mxfp8) {
+      if (on) epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));
+    } else {
+      uint8_t sb;
+      const uint2 q = epf_mxfp8_quantize_lane8_warp(acc, mx_rule, &sb); /* lanes past the end: zeros */
+      if (on) {
+        *(uint2*)((char*)out_row + (uint64_t)i * 8u) = q;
+        if ((lane & 3) == 0) ((char*)out_row)[hidden + (i >> 2)] = (char)sb;
+      }
+    }
+  }
 }
 
 /* epf_combine_reduce_rows_warp — out = BF16(fma chain over a lane-held list of rows, in order).
  *   Scope:    [collective:warp] every lane, converged; present, hidden, mxfp8, out_row uniform.
  *   Input:    lane j holds row j's address (any memory this GPU can load: local or a peer's
- *             window) and weight; `present` marks the rows to use; they are used in ascending
- *             lane order (the caller puts copies in k order). Rows are BF16 [hidden] (mxfp8 == 0)
- *             or MXFP8 [hidden bytes E4M3][hidden / 32 E8M0 scales] (mxfp8 != 0).
+ *             window) and weight; `present` marks the rows to use (up to 32); they are used in
+ *             ascending lane order (the caller puts copies in k order). Rows are BF16 [hidden]
+ *             (mxfp8 == 0) or MXFP8 [hidden bytes E4M3][hidden / 32 E8M0 scales] (mxfp8 != 0).
+ *             hidden: any multiple of 8 (of 32 with mxfp8).
  *   Does:     acc = fma(w_j, y_j, acc) from acc = 0 for j ascending, in FP32; RNE to BF16. Up to 8
  *             rows are loaded before the first fma (loads in flight, not one at a time).
  *   Memory:   plain loads; plain local stores. */
 EPF_DEVICE_INLINE void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden,
                                                     int mxfp8, void* out_row) {
-  const int lane = epf_lane_id();
-  const int nvec = hidden >> 3;
-  const int n = __popc(present);
-  /* compact: lane j gets the j-th present row (order kept) */
-  const int src = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
-  const unsigned long long row_j = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, src);
-  const float w_j = __shfl_sync(0xffffffffu, my_w, src);
-  uint4* out = (uint4*)out_row;
-  int i;
-  if (n <= 8) {
-    /* the common case (top-k <= 8): every row's address and weight in registers */
-    const char* p[8];
-    float wv[8];
-    int u;
-#pragma unroll
-    for (u = 0; u < 8; ++u) {
-      p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
-      wv[u] = __shfl_sync(0xffffffffu, w_j, u);
-    }
-    for (i = lane; i < nvec; i += 32) {
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (!mxfp8) {
-        uint4 v[8];
-#pragma unroll
-        for (u = 0; u < 8; ++u)
-          if (u < n) v[u] = epf_ld_v4_u32((const uint4*)p[u] + i);
-#pragma unroll
-        for (u = 0; u < 8; ++u)
-          if (u < n) epf_bf16x8_fma(acc, v[u], wv[u]);
-      } else {
-        uint2 q[8];
-        uint8_t sc[8];
-#pragma unroll
-        for (u = 0; u < 8; ++u)
-          if (u < n) {
-            q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
-            sc[u] = (uint8_t)p[u][hidden + (i >> 2)];
-          }
-#pragma unroll
-        for (u = 0; u < 8; ++u)
-          if (u < n) epf_mxfp8_dequantize_accumulate8(q[u], sc[u], wv[u], acc);
-      }
-      epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
-    }
-    return;
-  }
-  for (i = lane; i < nvec; i += 32) {
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    int j;
-    for (j = 0; j < n; ++j)
-      epf__combine_acc_vec((const char*)__shfl_sync(0xffffffffu, row_j, j), i, mxfp8, hidden,
-                           __shfl_sync(0xffffffffu, w_j, j), acc);
-    epf_st_v4_u32(out + i, epf_bf16x8_from_f32(acc));
-  }
+  epf__combine_reduce_warp(my_row, my_w, present, hidden, mxfp8, 0, 0, out_row);
 }
 
 /* epf_combine_pull_row_warp — reduce one token's expert outputs, loading them from the peers.

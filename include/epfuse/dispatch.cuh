@@ -30,9 +30,11 @@
  *     epf_dispatch_signal_block(team, &plan, epoch);
  *
  * Contents:
+ *   int      epf_topk_first_lane_warp(int e)     the first lane holding this lane's expert (repeats)
  *   uint32_t epf_dispatch_send_row_warp(team, plan, const void* src_row, int dst_rank, int64_t dst_row, int ncopies)
  *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
  *   bool     epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round)     [collective:block]
+ *   bool     epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch)  [collective:block]
  *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
  *   epf_status_t epf_dispatch_wait_block(team, plan, uint32_t epoch, epf_wait_t w)             [collective:block]
  *   void     epf_copy_row_warp(void* dst, const void* src, uint32_t bytes)                    [collective:warp]
@@ -72,6 +74,19 @@ EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t by
 EPF_DEVICE_INLINE char* epf__row_dst(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row) {
   if (dst_rank < 0 || dst_rank >= team.nranks || dst_row < 0 || dst_row >= plan->recv_capacity) return NULL;
   return (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, dst_row), dst_rank);
+}
+
+/* epf_topk_first_lane_warp — the DUPLICATE rule of epfuse, for a warp that holds one token's ids
+ *   (lane k < top_k: expert id e_k, -1 for none; other lanes -1): the lowest lane whose id equals
+ *   this lane's. A lane whose result is not itself holds a REPEAT: an expert the token already
+ *   named at a lower k. A repeat gets no copy of its own (the route gives it DST_RANK = SLOT = -1
+ *   and counts each (token, expert) once); in the combine it uses its first occurrence's output
+ *   with its own weight, in k order. A lane with e < 0 gets itself.
+ *   Scope: [collective:warp], converged. */
+EPF_DEVICE_INLINE int epf_topk_first_lane_warp(int e) {
+  const int lane = epf_lane_id();
+  const uint32_t same = __match_any_sync(0xffffffffu, e >= 0 ? e : -1 - lane);
+  return __ffs((int)same) - 1;
 }
 
 /* epf_dispatch_send_row_warp — copy one token row into up to 32 destination slots.
@@ -152,6 +167,43 @@ EPF_DEVICE_INLINE bool epf_arrive_last_block(uint32_t* counter, uint32_t nblocks
   if (threadIdx.x == 0) {
     const uint32_t old = epf_atom_add_acq_rel_sys_u32(counter, 1u);
     last = old + 1u == round * nblocks;
+  }
+  return __syncthreads_or(last) != 0;
+}
+
+/* epf_arrive_last_block_epoch — epf_arrive_last_block for rounds named by an epoch, robust to a
+ *   round that failed part-way: the counter word carries the round's tag (the low 16 bits of
+ *   `epoch`) beside its count (low 16 bits), and an arrival that finds another tag starts the
+ *   count afresh, so blocks of an earlier round that never all arrived (a launch with a wrong
+ *   grid, a killed kernel) cannot make a later round signal early (rounds of one word must still
+ *   not overlap: an arrival of an older round during a newer one would restart the newer count).
+ *   Scope:    [collective:block] every thread of each of the `nblocks` blocks that share `word`
+ *             calls it once per round, after its work, with the same epoch.
+ *   Result:   [result:all] true in exactly one block, the last to arrive; as epf_arrive_last_block,
+ *             what every block wrote before its arrival happens before anything that block does
+ *             after the call. That block resets the count (word = tag | 0) when it returns, so
+ *             the same epoch may run again (e.g. a dispatch repeated for one route update).
+ *   Memory:   word: a uint32 in device memory, zero at start. __syncthreads, then thread 0's .sys
+ *             acq_rel compare-and-swap (retried only when another block's arrival won the race:
+ *             at most nblocks times).
+ *   Limits:   1 <= nblocks <= 65535; rounds of one word must not overlap. */
+EPF_DEVICE_INLINE bool epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch) {
+  int last = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t tag = (epoch & 0xffffu) << 16;
+    uint32_t old = epf_ld_relaxed_sys_u32(word), n;
+    for (n = 0; n <= nblocks; ++n) { /* bounded: each failed CAS is another block's arrival */
+      uint32_t count, got;
+      count = (old & 0xffff0000u) == tag ? (old & 0xffffu) : 0u;
+      got = epf_atom_cas_acq_rel_sys_u32(word, old, tag | (count + 1u));
+      if (got == old) {
+        last = count + 1u == nblocks;
+        if (last) epf_st_relaxed_sys_u32(word, tag); /* all nblocks arrived: nobody else touches it now */
+        break;
+      }
+      old = got;
+    }
   }
   return __syncthreads_or(last) != 0;
 }

@@ -93,8 +93,8 @@ typedef struct epf_route_step {
   int64_t* recv_total_mapped;    /* NULL, or the device address of host-mapped int64[count]: the
                                     rank's receive rows, or -status on failure (host protocol:
                                     write -1, launch, poll until != -1; docs/route.md) */
-  epf_wait_t wait;               /* timeout (plan.timeout_ns), error record, abort word; the rank
-                                    field is set per block */
+  epf_wait_t wait;               /* timeout (0 -> plan.timeout_ns), error record, abort word; the
+                                    rank field is set per block */
 } epf_route_step_t;
 
 /* epf_route_step_make — a step with the given ids and T, default blocks, no device T, no mapped
@@ -277,6 +277,7 @@ EPF_INLINE epf_status_t epf_route_update(const epf_route_t* route, epf_team_t te
   int threads, B, virtual_ranks;
   size_t smem;
   epf_status_t st;
+  epf_route_step_t s;
   if (route == NULL || plan == NULL || step == NULL || step->topk_idx == NULL || route->base == NULL)
     return EPF_ERR_INVALID_ARGUMENT;
   st = epf__check_prefix(route->size, route->magic, route->version, EPF_ROUTE_HANDLE_MAGIC,
@@ -300,8 +301,10 @@ EPF_INLINE epf_status_t epf_route_update(const epf_route_t* route, epf_team_t te
   if ((int64_t)B * route->count > (int64_t)route->resident_blocks) return EPF_ERR_CO_RESIDENCY;
   threads = epf_route_update_threads(route, step->num_tokens_dev != NULL ? route->layout.max_tokens : step->num_tokens, B);
   smem = epf_route_smem_bytes(&route->layout, threads);
+  s = *step;
+  if (s.wait.timeout_ns == 0u) s.wait.timeout_ns = plan->timeout_ns; /* zero: the plan's timeout */
   epf__route_update_kernel<<<dim3((unsigned)B, (unsigned)route->count), (unsigned)threads, smem, stream>>>(
-      *route, team, *plan, *step, virtual_ranks);
+      *route, team, *plan, s, virtual_ranks);
   return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
 }
 

@@ -17,8 +17,10 @@
  *     total receive rows (also stored to host-mapped memory) and the pad rows' metadata.
  * epf_route_update_block composes all of it; the phases are public for fused kernels. Expert ids
  * outside [-1, E) are dropped: treated as -1, counted (route header and the error record's
- * dropped_routes), never used as an index. A token that names one expert twice sends two copies
- * in EXPERT_MAJOR (slots in k order) and one row per destination rank in RANK_MAJOR.
+ * dropped_routes), never used as an index. A token that names one expert more than once is
+ * routed to it once: the first occurrence (lowest k) gets the slot, later ones (REPEATS) are
+ * treated like -1 here (DST_RANK = SLOT = -1, not counted, not dropped) and reuse the first
+ * occurrence's output in the combine (dispatch.cuh: epf_topk_first_lane_warp).
  *
  * What it does NOT do: allocate, launch kernels (kernels_route.cuh does), move token rows
  * (dispatch.cuh), or include nccl_device.h. CUB is used inside function bodies only (warp scans
@@ -347,9 +349,68 @@ EPF_DEVICE_INLINE uint64_t* epf__route_epoch_ack(const epf_route_ctx_t* c) {
   return EPF__ROUTE_ARR(c, EPF_ROUTE_SCRATCH, uint64_t) + 2 * (int64_t)(c->num_experts + c->nranks + 1);
 }
 
+/* epf__route_batch_dedup — the duplicate rule (dispatch.cuh: epf_topk_first_lane_warp): an entry
+ * whose expert an earlier k of its token already names is a REPEAT and becomes -1 here — no copy,
+ * no count, no slot, not a dropped id (the combine gives it its first occurrence's output). A
+ * batch starts at a token boundary, so entry j = 32 u + lane has k = j % K. K a power of two:
+ * a token's K entries are K aligned lanes of one step, compared by K - 1 shuffles per two steps
+ * (ids + 1 packed 16 bits each); other K: through the warp's stage row, at most K - 1
+ * shared-memory reads per entry. K == 1: nothing to do. [collective:warp] */
+EPF_DEVICE_INLINE void epf__route_batch_dedup(const epf_route_ctx_t* c, int* ev) {
+  const int K = c->top_k, lane = epf_lane_id();
+  int u;
+  if (K == 1) return;
+  if ((K & (K - 1)) == 0) {
+    enum { P = (EPF__ROUTE_STEPS + 1) / 2 };
+    const int kl = lane & (K - 1);
+    uint32_t pk[P], rep[P];
+    int o, p;
+#pragma unroll
+    for (p = 0; p < P; ++p) {
+      const uint32_t hi = 2 * p + 1 < EPF__ROUTE_STEPS ? (uint32_t)(ev[2 * p + 1] + 1) : 0u;
+      pk[p] = (uint32_t)(ev[2 * p] + 1) | (hi << 16);
+      rep[p] = 0u;
+    }
+#pragma unroll 1
+    for (o = 1; o < K; ++o) {
+#pragma unroll
+      for (p = 0; p < P; ++p) {
+        const uint32_t eq = __shfl_up_sync(0xffffffffu, pk[p], (unsigned)o, K) ^ pk[p];
+        if (kl >= o) rep[p] |= ((eq & 0xffffu) == 0u ? 1u : 0u) | ((eq >> 16) == 0u ? 2u : 0u);
+      }
+    }
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u)
+      if ((rep[u >> 1] >> (u & 1)) & 1u) ev[u] = -1; /* an entry of -1 equal to -1 stays -1 */
+  } else {
+    int32_t* S = c->stage + epf_warp_id() * EPF__ROUTE_BATCH;
+    const int step_k = 32 % K;
+    int kk = lane % K; /* k of entry 32 u + lane */
+    __syncwarp(); /* earlier reads of the stage row are done */
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) S[32 * u + lane] = ev[u];
+    __syncwarp();
+#pragma unroll
+    for (u = 0; u < EPF__ROUTE_STEPS; ++u) {
+      const int j = 32 * u + lane, e = ev[u];
+      if (e >= 0) {
+        int q;
+        for (q = j - kk; q < j; ++q) /* no collective inside: lanes may differ in trips */
+          if (S[q] == e) {
+            ev[u] = -1;
+            break;
+          }
+      }
+      kk += step_k;
+      if (kk >= K) kk -= K;
+    }
+  }
+}
+
 /* epf__route_batch_load — this lane's entries of one batch: entry 32 u + lane of the batch that
  * starts at (token, k) entry i0 and holds nb entries, as an expert id in [-1, E) (ev[u] = -1 past
- * the batch). Ids outside [-1, E) give -1 and count into *dropped (when not NULL). [warp] */
+ * the batch). Ids outside [-1, E) give -1 and count into *dropped (when not NULL); repeats of an
+ * expert within a token give -1 without counting (epf__route_batch_dedup). [collective:warp] */
 EPF_DEVICE_INLINE void epf__route_batch_load(const epf_route_ctx_t* c, int64_t i0, int nb, int* ev, uint32_t* dropped) {
   const int lane = epf_lane_id();
   const uint32_t E = (uint32_t)c->num_experts;
@@ -381,6 +442,7 @@ EPF_DEVICE_INLINE void epf__route_batch_load(const epf_route_ctx_t* c, int64_t i
     }
   }
   if (dropped != NULL) *dropped += bad;
+  epf__route_batch_dedup(c, ev); /* repeats of an expert within a token: -1 (after the dropped count) */
 }
 
 /* epf__route_batch_first — which of this lane's entries are their token's FIRST entry (lowest k)
@@ -536,7 +598,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
   for (i0 = 0; i0 < n; i0 += rows) {
     uint64_t v[EPF__ROUTE_ROWS];
     int spins = 0;
-    for (;;) {
+    for (;;) { /* bounded: after EPF__ROUTE_QUICK_SPINS reloads, the bounded wait (signal.cuh) */
       int late = -1; /* the first word of the batch without the epoch */
 #pragma unroll
       for (u = 0; u < rows; ++u)

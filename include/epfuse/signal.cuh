@@ -126,7 +126,9 @@ EPF_DEVICE_INLINE void epf_mask_activate_sys(uint32_t* mask, int rank) {
 
 /* The wait context, passed by value. */
 typedef struct epf_wait {
-  uint64_t timeout_ns;        /* 0 = wait forever (also when EPF_ENABLE_TIMEOUT == 0) */
+  uint64_t timeout_ns;        /* deadline of every wait; 0 = EPF_DEFAULT_TIMEOUT_NS (10 s): there is
+                                 no infinite wait (only EPF_ENABLE_TIMEOUT == 0 at compile time
+                                 removes the deadline) */
   epf_error_record_t* record; /* where expiry is recorded (host-mapped), or NULL */
   const uint32_t* abort_word; /* nonzero = abort every wait, or NULL */
   uint32_t* mask;             /* active mask (fault tolerance), or NULL */
@@ -206,8 +208,10 @@ EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, int kind, uint32_
                                              epf_wait_t w, int peer, uint64_t* out_word) {
   uint64_t word = 0, start = 0;
   uint32_t polls = 0;
+  const uint64_t limit = w.timeout_ns != 0u ? w.timeout_ns : (uint64_t)EPF_DEFAULT_TIMEOUT_NS; /* 0: the default */
+  (void)limit;
   if (w.mask != NULL && peer >= 0 && !epf_mask_is_active(w.mask, peer)) return EPF_ERR_PEER_MASKED;
-  for (;;) {
+  for (;;) { /* bounded: the deadline (limit), the abort word */
     bool done;
     if (kind != EPF__WAIT_U32_EPOCH) {
       word = epf_ld_acquire_sys_u64((const uint64_t*)addr);
@@ -225,7 +229,7 @@ EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, int kind, uint32_
       if (start == 0) start = now;
       if (w.abort_word != NULL && epf_ld_volatile_u32(w.abort_word) != 0u) return EPF_ERR_ABORTED;
 #if EPF_ENABLE_TIMEOUT
-      if (w.timeout_ns != 0 && now - start > w.timeout_ns) {
+      if (now - start > limit) {
         if (w.mask != NULL && peer >= 0 && epf_mask_deactivate_sys(w.mask, peer) && w.record != NULL)
           epf_error_count_add(&w.record->masked_ranks, 1u);
         epf_error_report(w.record, EPF_ERR_TIMEOUT, w.rank, peer, addr, epoch, word, now - start);

@@ -58,7 +58,13 @@
   X(EPF_ERR_CO_RESIDENCY, 27,                                                                   \
     "the virtual-rank grid cannot be co-resident on this device (too many blocks)")             \
   X(EPF_ERR_ROUTE_DROPPED, 28, "expert ids outside [-1, num_experts) were dropped and counted") \
-  X(EPF_ERR_RECV_OVERFLOW, 29, "received rows exceeded recv_capacity; they were dropped and counted")
+  X(EPF_ERR_RECV_OVERFLOW, 29, "received rows exceeded recv_capacity; they were dropped and counted") \
+  X(EPF_ERR_ROUTE_STALE, 30,                                                                    \
+    "topk_idx changed after the route update of this step: the copies whose ids no longer "     \
+    "match the route were skipped")                                                             \
+  X(EPF_ERR_BAD_METADATA, 31,                                                                   \
+    "a received metadata row is out of range (token, source rank, expert or slot): the row "    \
+    "was skipped")
 
 #define EPF__STATUS_ENUM_ITEM(name, value, message) name = value,
 

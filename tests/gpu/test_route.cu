@@ -3,7 +3,9 @@
  * receive total and the pad rows' metadata:
  *   - one rank: T in {1, 37, 4096} x E in {8, 256, 1024} x K in {1, 8, 32} x int32/int64 x
  *     routing {random, skewed (every (t, k) to one expert), all -1, out of range (ids >= E and
- *     < -1, dropped and counted)}, both layouts, alignment 1 / 128, 1..8 blocks;
+ *     < -1, dropped and counted)}, both layouts, alignment 1 / 128, 1..8 blocks; repeated experts
+ *     within a token (skewed routing, K > E, the out-of-range mix) routed once: the first k gets
+ *     the slot, later ones -1, counted once;
  *   - virtual ranks R in {1, 2, 4, 8}: count exchange and offsets, 3 back-to-back steps per case
  *     (both COUNTS parities), per-rank T from device memory, small capacities (overflow), epochs
  *     across the 2^32 wrap;
@@ -76,6 +78,9 @@ static void reference(const Shape& s, const std::vector<std::vector<int64_t>>& t
         }
         if (v == -1) continue;
         const int e = (int)v;
+        bool repeat = false; /* an expert the token named at a lower k: no copy, no count, not dropped */
+        for (int q = 0; q < k; ++q) repeat = repeat || topk[r][(size_t)t * K + q] == v;
+        if (repeat) continue;
         o.slot[(size_t)t * K + k] = o.expert_count[e]++;
         o.dst[(size_t)t * K + k] = e / EL;
         o.in_rank[(size_t)t * R + e / EL] = 1;
