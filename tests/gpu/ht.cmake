@@ -5,3 +5,6 @@ if(TARGET epfuse::nccl)
 else()
   epf_add_test(test_ht SOURCES test_ht.cu GPUS 1 TIMEOUT 900)
 endif()
+# The kernels' answers to input that breaks their contract (issue #14 §3: failed rounds, stale ids,
+# bad metadata, zero timeouts)
+epf_add_test(test_ht_guards SOURCES test_ht_guards.cu GPUS 1 TIMEOUT 300)

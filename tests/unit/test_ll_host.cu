@@ -241,10 +241,50 @@ static void test_smem(void** state) {
   assert_true(epf_ll_smem_bytes(&p, 1024) <= 227u * 1024u);
 }
 
+/* issue #14 §3.6 / §4: the launchers check the launch before they use it (a NULL launch was
+ * dereferenced by state_reset, mask_update, mask_query_async and mask_clean), and refuse an unknown
+ * index type (0 means int64, as for the route). Every refusal comes before any CUDA call. */
+static void test_null_launch_and_index_type(void** state) {
+  epf_config_t c = ll_config(4, 32, 4, 1024, 16);
+  epf_plan_t p;
+  epf_ll_state_t st;
+  char dummy[64];
+  uint32_t mask[EPF_MASK_WORDS] = {0};
+  epf_ll_dispatch_args_t da;
+  epf_ll_combine_args_t ca;
+  (void)state;
+  memset(&da, 0, sizeof(da));
+  memset(&ca, 0, sizeof(ca));
+  assert_int_equal(epf_ll_state_reset(NULL, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ll_mask_update(NULL, mask, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ll_mask_query_async(NULL, mask, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ll_mask_clean(NULL, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ll_dispatch(NULL, &da, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ll_combine(NULL, &ca, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  {
+    const epf_ll_launch_t L = epf_ll_launch_make(&p, epf_team_virtual(dummy, p.total_bytes, 0, 4), &st, NULL, 1);
+    da.num_tokens = 0;
+    da.recv_counts = (int32_t*)dummy;
+    da.index_type = 7;
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+    da.index_type = -1;
+    assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+    ca.index_type = 3;
+    ca.recv_counts = (const int32_t*)dummy;
+    ca.y = dummy;
+    assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  }
+  assert_true(epf_ll_index_type_ok(EPF_INDEX_DEFAULT) && epf_ll_index_type_ok(EPF_INDEX_INT32) &&
+              epf_ll_index_type_ok(EPF_INDEX_INT64) && !epf_ll_index_type_ok(3));
+  assert_int_equal(epf_ll_index_is64(EPF_INDEX_DEFAULT), 1);
+  assert_int_equal(epf_ll_index_is64(EPF_INDEX_INT32), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_state_init), cmocka_unit_test(test_plan_checks), cmocka_unit_test(test_layout),
-      cmocka_unit_test(test_rank_buffers), cmocka_unit_test(test_smem),
+      cmocka_unit_test(test_rank_buffers), cmocka_unit_test(test_smem), cmocka_unit_test(test_null_launch_and_index_type),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,180 @@
+/* test_ht_host — the host-side checks of the ready-made HT launchers (kernels_ht.cuh) on the CPU, no
+ * GPU needed: every case breaks one rule and must be refused with its status BEFORE any CUDA call
+ * (a machine without a GPU would otherwise answer with a CUDA error or a launch). Regression tests
+ * of issue #14 §3: the team's rank, size and memory (item 1), expert_rows of an expert-major
+ * expert_out (item 2), blocks_per_rank's bound (item 3), the route handle (item 5: prefix, base,
+ * count 0 divided by zero on the host), phase bits. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "epf_cmocka.h"
+
+#include "epfuse/kernels_ht.cuh"
+
+typedef struct {
+  epf_plan_t plan;
+  epf_route_t route;
+  epf_ht_step_t step;
+  epf_team_t team; /* a real rank's view (route.count == 1) */
+  epf_ht_state_t state;
+  char dummy[64]; /* stands in for device buffers: nothing is dereferenced on the host */
+} fix_t;
+
+/* A valid HT setup of R ranks, as far as the host can tell: everything is checked, nothing runs. */
+static void fix_make(fix_t* f, int R, int layout, int push) {
+  epf_config_t c = EPF_CONFIG_INIT;
+  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+  memset(f, 0, sizeof(*f));
+  c.nranks = R;
+  c.num_experts = 8 * R;
+  c.top_k = 4;
+  c.hidden = 2880;
+  c.max_tokens_per_rank = 64;
+  c.layout = layout;
+  c.flags = push ? EPF_FLAG_COMBINE_PUSH : 0u;
+  assert_int_equal(epf_plan_compute(&c, &f->plan), EPF_OK);
+  f->route.size = (uint32_t)sizeof(epf_route_t);
+  f->route.magic = EPF_ROUTE_HANDLE_MAGIC;
+  f->route.version = EPF_ROUTE_HANDLE_VERSION;
+  f->route.count = 1;
+  f->route.base = f->dummy;
+  assert_int_equal(epf_route_layout_compute(&f->plan, &rc, &f->route.layout), EPF_OK);
+  f->team = epf_team_affine(f->dummy, f->plan.total_bytes, R - 1, R);
+  f->step.x = f->dummy;
+  f->step.topk_weights = (const float*)f->dummy;
+  f->step.out = f->dummy;
+  f->step.expert_out = f->dummy;
+  f->step.em_view = f->dummy;
+  f->step.state = &f->state;
+  f->step.expert_rows = f->plan.recv_capacity;
+}
+
+/* every launcher of this fixture refuses with `want` (and the pure check agrees where it should) */
+static void expect_all(fix_t* f, epf_status_t want) {
+  assert_int_equal(epf_ht_dispatch(&f->route, f->team, &f->plan, &f->step, f->dummy, EPF_HT_SEND | EPF_HT_RECV, 0), want);
+  assert_int_equal(epf_ht_combine(&f->route, f->team, &f->plan, &f->step, f->dummy, 0), want);
+  if (f->plan.layout == EPF_LAYOUT_RANK_MAJOR) assert_int_equal(epf_ht_expand(&f->route, f->team, &f->plan, &f->step, 0), want);
+}
+
+static void test_valid_fixture(void** state) {
+  fix_t f;
+  (void)state;
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_OK);
+  fix_make(&f, 5, EPF_LAYOUT_RANK_MAJOR, 1);
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_OK);
+}
+
+/* item 1: a real rank outside [0, nranks), a team of another size, a team without memory */
+static void test_team(void** state) {
+  fix_t f;
+  (void)state;
+  for (int layout = EPF_LAYOUT_EXPERT_MAJOR; layout <= EPF_LAYOUT_RANK_MAJOR; ++layout) {
+    fix_make(&f, 6, layout, 0);
+    f.team.rank = 6;
+    expect_all(&f, EPF_ERR_RANK);
+    f.team.rank = -1;
+    expect_all(&f, EPF_ERR_RANK);
+    fix_make(&f, 6, layout, 0);
+    f.team.nranks = 5;
+    expect_all(&f, EPF_ERR_CONFIG_MISMATCH);
+    fix_make(&f, 6, layout, 0);
+    f.team.base = NULL;
+    expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+    fix_make(&f, 6, layout, 0);
+    f.team.stride = f.plan.total_bytes - 16; /* slices would overlap */
+    expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+  }
+}
+
+/* item 2: an expert-major expert_out needs one row per receive row */
+static void test_expert_rows(void** state) {
+  fix_t f;
+  (void)state;
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.step.expert_rows = f.plan.recv_capacity - 1;
+  assert_int_equal(epf_ht_combine(&f.route, f.team, &f.plan, &f.step, f.dummy, 0), EPF_ERR_INVALID_ARGUMENT);
+  f.step.expert_rows = 0;
+  assert_int_equal(epf_ht_combine(&f.route, f.team, &f.plan, &f.step, f.dummy, 0), EPF_ERR_INVALID_ARGUMENT);
+  f.step.expert_rows = -1;
+  expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+  /* rank-major: at least one view row */
+  fix_make(&f, 6, EPF_LAYOUT_RANK_MAJOR, 0);
+  f.step.expert_rows = 0;
+  assert_int_equal(epf_ht_combine(&f.route, f.team, &f.plan, &f.step, f.dummy, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_expand(&f.route, f.team, &f.plan, &f.step, 0), EPF_ERR_INVALID_ARGUMENT);
+}
+
+/* item 3: blocks_per_rank has a bound (bpr * count overflowed int: 4 blocks all playing rank 0) */
+static void test_blocks_per_rank(void** state) {
+  fix_t f;
+  (void)state;
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.step.blocks_per_rank = EPF_HT_MAX_BLOCKS_PER_RANK + 1;
+  expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  f.step.blocks_per_rank = (1 << 30) + 1; /* times 4 ranks wraps to 4 blocks in 32 bits */
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  f.step.blocks_per_rank = -1;
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  f.step.blocks_per_rank = EPF_HT_MAX_BLOCKS_PER_RANK;
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_OK);
+}
+
+/* item 5: the route handle is validated (count 0 divided by zero on the host) */
+static void test_route_handle(void** state) {
+  fix_t f;
+  (void)state;
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.route.count = 0;
+  expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  f.route.count = 3; /* neither 1 nor nranks */
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  f.route.count = -6;
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.route.base = NULL;
+  expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.route.magic = 0;
+  expect_all(&f, EPF_ERR_STRUCT_VERSION);
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.route.size = 8;
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_STRUCT_VERSION);
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.route.layout.nranks = 3;
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_CONFIG_MISMATCH);
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.route.layout.exchange = 0;
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_CONFIG_MISMATCH);
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  f.step.state = NULL;
+  expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_check(NULL, &f.route, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_check(&f.plan, NULL, &f.step), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, NULL), EPF_ERR_INVALID_ARGUMENT);
+}
+
+/* unknown phase bits; the dispatch's own operands */
+static void test_phases(void** state) {
+  fix_t f;
+  (void)state;
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &f.step, f.dummy, 0, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &f.step, f.dummy, EPF_HT_SEND | 0x10, 0),
+                   EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &f.step, NULL, EPF_HT_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+  f.step.x = NULL;
+  assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &f.step, f.dummy, EPF_HT_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_valid_fixture), cmocka_unit_test(test_team),          cmocka_unit_test(test_expert_rows),
+      cmocka_unit_test(test_blocks_per_rank), cmocka_unit_test(test_route_handle), cmocka_unit_test(test_phases),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
