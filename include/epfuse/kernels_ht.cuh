@@ -643,7 +643,8 @@ EPF_INLINE epf_status_t epf__ht_launch_check(const epf_route_t* route, epf_team_
   const epf_status_t st = epf_ht_check(plan, route, step);
   if (st != EPF_OK) return st;
   if (team.nranks != plan->nranks) return EPF_ERR_CONFIG_MISMATCH;
-  if (team.peers == NULL && (team.base == NULL || team.stride < plan->total_bytes)) return EPF_ERR_INVALID_ARGUMENT;
+  if (team.peers == NULL && (team.base == NULL || (team.nranks > 1 && team.stride < plan->total_bytes)))
+    return EPF_ERR_INVALID_ARGUMENT; /* slices would overlap (a team of one has no stride: NCCL gives 0) */
   if (route->count == 1 && (team.rank < 0 || team.rank >= plan->nranks)) return EPF_ERR_RANK;
   return EPF_OK;
 }
