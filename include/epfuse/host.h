@@ -28,6 +28,7 @@
  *   epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out_resolved)
  *   epf_status_t epf_config_validate(const epf_config_t* resolved)
  *   uint64_t     epf_config_hash(const epf_config_t* resolved)
+ *   int64_t      epf_config_worst_case_rows(const epf_config_t* resolved)   HT rows that never overflow
  *   int          epf_payload_vector_width(int payload)     hidden must be a multiple of this
  *   epf_region_id_t, epf_region_t, epf_plan_t, epf_window_header_t, EPF_HEADER_BYTES
  *   epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan)
@@ -242,8 +243,9 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
 }
 
 /* epf_config_worst_case_rows — HT receive rows that can never overflow: every token of every
- * source routed to this rank, min(top_k, experts per rank) copies each (EXPERT_MAJOR) or one
- * (RANK_MAJOR), plus the alignment padding of every local expert segment. Valid fields only. */
+ * source routed to this rank, min(top_k, experts per rank) copies each plus the alignment padding
+ * of every local expert segment (EXPERT_MAJOR: R * T * min(K, E / R) + (E / R) *
+ * (expert_alignment - 1)), or one unpadded copy each (RANK_MAJOR: R * T). Valid fields only. */
 EPF_HD int64_t epf_config_worst_case_rows(const epf_config_t* c) {
   int64_t local = c->num_experts / c->nranks;
   int64_t copies = c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)epf__min_i(c->top_k, (int)local);
@@ -252,8 +254,11 @@ EPF_HD int64_t epf_config_worst_case_rows(const epf_config_t* c) {
 }
 
 /* epf_config_resolve — copy `in`, replace every zero field by its default, then validate.
- *   out_resolved is written even on error (defaults applied as far as they go), so a caller can
- *   print what was checked. `in` and `out_resolved` may alias. Idempotent: resolving
+ *   Statuses: EPF_ERR_INVALID_ARGUMENT (NULL), then those of epf_config_validate on the resolved
+ *   copy (EPF_ERR_RECV_CAPACITY too when the HT worst case passes INT32_MAX rows).
+ *   out_resolved is written on every error but a NULL or a bad prefix (defaults applied as far as
+ *   they go; recv_capacity stays 0 when the worst case cannot be computed), so a caller can print
+ *   what was checked. `in` and `out_resolved` may alias. Idempotent: resolving
  *   *out_resolved again gives the same config and the same status, in every mode and layout
  *   (and when it returns EPF_OK, epf_config_validate(out_resolved) returns EPF_OK too).
  *   Scope: any thread, host or device. Pure. */
@@ -418,8 +423,10 @@ EPF_HD bool epf__mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
 }
 
 /* epf_plan_compute — resolve + validate `cfg`, then lay out every region of one rank's window
- *   slice, each at a multiple of EPF_ALIGN. This is the only function in epfuse that computes
- *   region offsets. On error *out_plan is zeroed (size/magic/version still set).
+ *   slice, each at a multiple of EPF_ALIGN, in epf_region_id_t order. This is the only function in
+ *   epfuse that computes region offsets. Statuses: EPF_ERR_INVALID_ARGUMENT (NULL), those of
+ *   epf_config_resolve, EPF_ERR_SIZE_OVERFLOW (the slice would reach 2^63 bytes). On error
+ *   *out_plan is zeroed (size/magic/version still set).
  *   Scope: any thread, host or device. Pure: no allocation, no I/O. */
 EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan) {
   epf_config_t c;
@@ -541,7 +548,8 @@ EPF_HD epf_status_t epf_plan_check(const epf_plan_t* plan) {
 
 /* ---- accessors: index inside one region (the region's base comes from the plan) ------------- */
 
-/* epf_plan_signal_offset — byte offset of uint64_t signal word `index` of a SIG_* region. */
+/* epf_plan_signal_offset — byte offset of uint64_t signal word `index` of a SIG_* region.
+ *   `region` must be an epf_region_id_t below EPF_REGION_COUNT (it indexes plan->region). */
 EPF_HD uint64_t epf_plan_signal_offset(const epf_plan_t* plan, epf_region_id_t region, int64_t index) {
   return plan->region[region].offset + (uint64_t)index * 8u;
 }
@@ -823,12 +831,13 @@ typedef struct epf_route {
 /* epf_route_layout_compute — resolve `cfg` against `plan` and place every array of one route
  *   buffer at a multiple of EPF_ALIGN. The only function that computes route offsets.
  *   Statuses, in this order: EPF_ERR_INVALID_ARGUMENT (NULL), EPF_ERR_STRUCT_VERSION (plan or cfg
- *   prefix), plan fields out of range (EPF_ERR_RANKS / _EXPERTS / _EXPERTS_NOT_DIVISIBLE / _TOPK /
- *   _TOKENS / _ALIGNMENT / _LAYOUT / _MODE), EPF_ERR_INVALID_ARGUMENT (index type), EPF_ERR_TOPK
- *   (top_k < 0 or > plan.top_k), EPF_ERR_TOKENS (max_tokens < 0 or > plan.max_tokens_per_rank),
- *   EPF_ERR_INVALID_ARGUMENT (max_blocks < 0 or > EPF_ROUTE_MAX_BLOCKS), EPF_ERR_FLAGS,
- *   EPF_ERR_SIZE_OVERFLOW (receive rows could pass INT32_MAX: nranks * max_tokens_per_rank *
- *   top_k + experts_per_rank * (expert_alignment - 1), or the buffer passes 2^62 bytes).
+ *   prefix), plan fields out of range (EPF_ERR_RANKS / _EXPERTS / _EXPERTS_NOT_DIVISIBLE (also
+ *   experts_per_rank != num_experts / nranks) / _TOPK / _TOKENS / _ALIGNMENT / _LAYOUT / _MODE),
+ *   EPF_ERR_INVALID_ARGUMENT (index type), EPF_ERR_TOPK (top_k < 0 or > plan.top_k),
+ *   EPF_ERR_TOKENS (max_tokens < 0 or > plan.max_tokens_per_rank), EPF_ERR_INVALID_ARGUMENT
+ *   (max_blocks < 0 or > EPF_ROUTE_MAX_BLOCKS), EPF_ERR_FLAGS, EPF_ERR_SIZE_OVERFLOW (with the
+ *   count exchange, receive rows could pass INT32_MAX: nranks * max_tokens_per_rank * top_k +
+ *   experts_per_rank * (expert_alignment - 1) of the plan; or the buffer passes 2^62 bytes).
  *   On error *out_layout is zeroed (size/magic/version set).
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_route_layout_compute(const epf_plan_t* plan, const epf_route_config_t* cfg,
@@ -961,8 +970,9 @@ EPF_HD void epf_route_header_init(const epf_route_layout_t* layout, uint32_t epo
  *   (T_max, K, index type, max blocks, flags). buffer_bytes: bytes available at that buffer.
  *   Statuses, in this order: EPF_ERR_INVALID_ARGUMENT (NULL), EPF_ERR_STRUCT_VERSION (size, magic,
  *   version of the header or plan), EPF_ERR_CONFIG_MISMATCH (laid out for another plan: hash,
- *   ranks or experts differ), the statuses of epf_route_layout_compute for the recorded state,
- *   EPF_ERR_CONFIG_MISMATCH (recorded total_bytes differs from the rebuilt layout),
+ *   ranks or experts differ), the statuses of epf_route_layout_compute for the recorded state (a
+ *   recorded 0 is a bad value there, not a default), EPF_ERR_CONFIG_MISMATCH (recorded total_bytes
+ *   or flags differ from the rebuilt layout's),
  *   EPF_ERR_INVALID_ARGUMENT (buffer_bytes < total_bytes), EPF_ERR_TOKENS (num_tokens outside
  *   [0, max_tokens]), EPF_ERR_RANK (rank outside [-1, nranks)). Pure. */
 EPF_HD epf_status_t epf_route_header_check(const epf_route_header_t* hdr, const epf_plan_t* plan,
@@ -996,7 +1006,7 @@ EPF_HD epf_status_t epf_route_header_check(const epf_route_header_t* hdr, const 
 
 /* epf_route_ptr — device address of array `id` of buffer `index` (0 for a real rank; the virtual
  *   rank for virtual ranks), or NULL when the array has no bytes in this layout. Pure pointer
- *   arithmetic: host or device. */
+ *   arithmetic: host or device. index in [0, route->count), id below EPF_ROUTE_ARRAY_COUNT. */
 EPF_HD void* epf_route_ptr(const epf_route_t* route, int index, epf_route_array_id_t id) {
   if (route->layout.array[id].bytes == 0) return NULL;
   return (char*)route->base + (uint64_t)index * route->layout.total_bytes + route->layout.array[id].offset;
