@@ -3,7 +3,12 @@
 # network (the lent H200). Everything it needs travels with the tree:
 #   .deps/cmocka   Debian's libcmocka0 + libcmocka-dev unpacked (scripts/fetch_deps.sh makes it)
 #   NCCL           from the machine's Python environment (site-packages/nvidia/nccl), or NCCL_ROOT
-# Usage: scripts/gpu_suite.sh [build] [test] [bench] [torch] [sanitize]   (default: all but sanitize)
+# Usage: scripts/gpu_suite.sh [build] [test] [bench] [torch] [sanitize] [repro] [shapes] [shapes_sanitize]
+#        (default: build test bench torch)
+#   repro            the issue reproducers in REPRO_CMDS (one command per line, run with a timeout)
+#   shapes           test_shapes, SHAPES_RUNS runs (default 1) of SHAPES_SECONDS each (default 60),
+#                    a fresh seed per run ($OUT/shapes.log)
+#   shapes_sanitize  compute-sanitizer memcheck of test_shapes --sanitize ($OUT/shapes-sanitize.log)
 # Logs go to $OUT (or ./gpu-out): configure.log build.log ctest-gpu.log bench.log torch.log.
 # BENCHES="bench_ht bench_ll" / TORCH_SCRIPTS="check_quant_torch.py" / TESTS=regex select a subset;
 # TARGETS="test_route bench_route" builds only those targets.
@@ -50,6 +55,32 @@ if has sanitize; then
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitize-$t-$tool.log" | tee -a "$OUT/sanitize.log"
     done
   done
+fi
+if has repro; then
+  : >"$OUT/repro.log"
+  while IFS= read -r cmd; do
+    [ -n "$cmd" ] || continue
+    echo "== $cmd" | tee -a "$OUT/repro.log"
+    # shellcheck disable=SC2086
+    timeout "${REPRO_TIMEOUT:-120}" $B/$cmd >>"$OUT/repro.log" 2>&1
+    echo "exit $?" | tee -a "$OUT/repro.log"
+    grep -E "verify|bit-exact|FAILED|Error|error" "$OUT/repro.log" | tail -2
+  done <<<"${REPRO_CMDS:-}"
+fi
+if has shapes; then
+  : >"$OUT/shapes.log"
+  for i in $(seq 1 "${SHAPES_RUNS:-1}"); do
+    echo "== test_shapes run $i (${SHAPES_SECONDS:-60} s)" | tee -a "$OUT/shapes.log"
+    timeout $(( ${SHAPES_SECONDS:-60} + 120 )) "$B/tests/gpu/test_shapes" --seconds "${SHAPES_SECONDS:-60}" >>"$OUT/shapes.log" 2>&1
+    echo "exit $?" | tee -a "$OUT/shapes.log"
+  done
+  grep -E "^seed|seed:|configurations|FAIL|repro|exit" "$OUT/shapes.log" | tail -40
+fi
+if has shapes_sanitize; then
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$B/tests/gpu/test_shapes" --sanitize \
+    --seconds "${SHAPES_SANITIZE_SECONDS:-90}" >"$OUT/shapes-sanitize.log" 2>&1
+  echo "shapes sanitize: exit $?" | tee -a "$OUT/shapes-sanitize.log"
+  grep -E "ERROR SUMMARY|configurations|FAIL|Invalid|exit" "$OUT/shapes-sanitize.log" | tail -20
 fi
 if has bench; then
   : >"$OUT/bench.log"
