@@ -10,6 +10,10 @@
  * What it does NOT do: pick devices, create unique ids, or keep global state. Every call returns
  * an epf_status_t; on EPF_ERR_NCCL, epf_nccl_last_message() says what NCCL said.
  *
+ * Timeouts: every timeout_s is in seconds, finite and >= 0 (0: poll once); a NaN, infinite or
+ * negative one is refused with EPF_ERR_INVALID_ARGUMENT before any NCCL call. Deadlines are kept
+ * on the monotonic clock (CLOCK_MONOTONIC), so a wall-clock step cannot shorten or stretch them.
+ *
  * Usage:
  *   ncclComm_t comm; epf_nccl_window_t win; epf_plan_t plan;
  *   epf_plan_compute(&cfg, &plan);
@@ -29,12 +33,14 @@
  *   epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, double timeout_s, epf_nccl_window_t* out_win)
  *   epf_status_t epf_nccl_window_destroy(ncclComm_t comm, epf_nccl_window_t* win, double timeout_s)
  *
- * Requirements: NCCL 2.28 – 2.30 headers (<nccl.h>), the CUDA runtime API, C11 (timespec_get).
+ * Requirements: NCCL 2.28 – 2.30 headers (<nccl.h>), the CUDA runtime API, C11 on Linux
+ * (clock_gettime(CLOCK_MONOTONIC), also under -std=c11 where <time.h> hides it) or C++17.
  * Collective calls (init, window create/destroy, comm destroy) must be made by every rank.
  */
 #ifndef EPF_HOST_NCCL_H
 #define EPF_HOST_NCCL_H
 
+#include <float.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -43,6 +49,17 @@
 
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < 22800
 #error "epfuse needs NCCL >= 2.28 (symmetric windows and the device API)"
+#endif
+
+/* The monotonic clock. <time.h> declares clock_gettime and CLOCK_MONOTONIC when POSIX is visible
+ * (C++, gnu11, _POSIX_C_SOURCE). Strict ISO C (-std=c11) on glibc or musl hides both, although
+ * the C library has the function: declare it as the C library does (clockid_t is int there, and
+ * CLOCK_MONOTONIC is 1 in the Linux ABI). Elsewhere: the wall clock (timespec_get). */
+#if defined(CLOCK_MONOTONIC)
+#define EPF__MONOTONIC_CLOCK CLOCK_MONOTONIC
+#elif !defined(__cplusplus) && defined(__linux__) && defined(__LP64__)
+extern int clock_gettime(int, struct timespec*);
+#define EPF__MONOTONIC_CLOCK 1
 #endif
 
 EPF_BEGIN_DECLS
@@ -61,22 +78,34 @@ EPF_INLINE const char* epf_nccl_last_message(ncclComm_t comm, ncclResult_t r) {
   return s != NULL ? s : "unknown NCCL error";
 }
 
+/* seconds on the monotonic clock (an arbitrary origin): only differences mean something */
 EPF_INLINE double epf__now_s(void) {
   struct timespec ts;
-  timespec_get(&ts, TIME_UTC);
+#if defined(EPF__MONOTONIC_CLOCK)
+  if (clock_gettime(EPF__MONOTONIC_CLOCK, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+  if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0.0;
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* a usable timeout: finite and >= 0 (false for NaN, +-inf and negatives) */
+EPF_INLINE bool epf__timeout_ok(double timeout_s) { return timeout_s >= 0.0 && timeout_s <= DBL_MAX; }
+
 /* epf_nccl_wait — finish a call on a non-blocking communicator: unless the call already failed,
  *   poll ncclCommGetAsyncError(comm) until the communicator leaves ncclInProgress or timeout_s
- *   passes. (A non-blocking call may return ncclSuccess while its work is still in progress; the
- *   next call on the communicator would then fail, so the state is always polled.)
- *   Returns EPF_OK, EPF_ERR_NCCL (the call failed), or EPF_ERR_TIMEOUT (still in progress; the
- *   caller decides whether to ncclCommAbort). Scope: host thread owning comm. */
+ *   passes on the monotonic clock (it is polled at least once). (A non-blocking call may return
+ *   ncclSuccess while its work is still in progress; the next call on the communicator would then
+ *   fail, so the state is always polled.)
+ *   Returns EPF_ERR_INVALID_ARGUMENT first for a NaN, infinite or negative timeout_s (nothing
+ *   polled), EPF_ERR_NCCL when r is a failure; then, for comm NULL, the status of r; else EPF_OK,
+ *   EPF_ERR_NCCL (the call failed) or EPF_ERR_TIMEOUT (still in progress; the caller decides
+ *   whether to ncclCommAbort). Scope: host thread owning comm. */
 EPF_INLINE epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double timeout_s) {
-  const double deadline = epf__now_s() + timeout_s;
+  double deadline;
+  if (!epf__timeout_ok(timeout_s)) return EPF_ERR_INVALID_ARGUMENT;
   if (r != ncclSuccess && r != ncclInProgress) return EPF_ERR_NCCL;
   if (comm == NULL) return epf_nccl_status(r);
+  deadline = epf__now_s() + timeout_s;
   for (;;) {
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) return EPF_ERR_NCCL;
     if (r != ncclInProgress) return epf_nccl_status(r);
@@ -87,6 +116,9 @@ EPF_INLINE epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double ti
 /* epf_nccl_comm_init_rank — ncclCommInitRankConfig in non-blocking mode, finished against a
  *   deadline. On expiry the communicator is aborted, *out_comm = NULL and EPF_ERR_TIMEOUT is
  *   returned (a peer that never arrives is diagnosed, not waited on forever).
+ *   Argument statuses, before any NCCL call, in this order: EPF_ERR_INVALID_ARGUMENT (out_comm
+ *   NULL), EPF_ERR_RANKS (nranks < 1), EPF_ERR_RANK, EPF_ERR_INVALID_ARGUMENT (timeout_s NaN,
+ *   infinite or negative); *out_comm = NULL on every error.
  *   Scope: host; collective over the nranks ranks of `id`. The calling thread's current CUDA
  *   device is the rank's device. */
 EPF_INLINE epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks, ncclUniqueId id,
@@ -99,6 +131,7 @@ EPF_INLINE epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks
   *out_comm = NULL;
   if (nranks < 1) return EPF_ERR_RANKS;
   if (rank < 0 || rank >= nranks) return EPF_ERR_RANK;
+  if (!epf__timeout_ok(timeout_s)) return EPF_ERR_INVALID_ARGUMENT;
   config.blocking = 0;
   r = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -115,9 +148,12 @@ EPF_INLINE epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks
 }
 
 /* epf_nccl_comm_destroy — ncclCommFinalize (waited on against the deadline), then
- *   ncclCommDestroy; ncclCommAbort if finalize fails or expires. Scope: host; collective. */
+ *   ncclCommDestroy; ncclCommAbort if finalize fails or expires. EPF_ERR_INVALID_ARGUMENT for a
+ *   NaN, infinite or negative timeout_s (nothing destroyed), then EPF_OK for comm NULL.
+ *   Scope: host; collective. */
 EPF_INLINE epf_status_t epf_nccl_comm_destroy(ncclComm_t comm, double timeout_s) {
   epf_status_t st;
+  if (!epf__timeout_ok(timeout_s)) return EPF_ERR_INVALID_ARGUMENT;
   if (comm == NULL) return EPF_OK;
   st = epf_nccl_wait(comm, ncclCommFinalize(comm), timeout_s);
   if (st != EPF_OK) {
@@ -136,11 +172,14 @@ typedef struct epf_nccl_window {
 
 /* epf_nccl_window_create — ncclMemAlloc(bytes), zero it (cudaMemset, synchronous: epochs start at
  *   0), then ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), finished against the deadline.
- *   On failure nothing stays allocated. Scope: host; collective (same bytes on every rank). */
+ *   On failure nothing stays allocated. EPF_ERR_INVALID_ARGUMENT, before any call, for comm or
+ *   out_win NULL, bytes 0, or a NaN, infinite or negative timeout_s.
+ *   Scope: host; collective (same bytes on every rank). */
 EPF_INLINE epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, double timeout_s,
                                                epf_nccl_window_t* out_win) {
   epf_status_t st;
-  if (comm == NULL || out_win == NULL || bytes == 0) return EPF_ERR_INVALID_ARGUMENT;
+  if (comm == NULL || out_win == NULL || bytes == 0 || !epf__timeout_ok(timeout_s))
+    return EPF_ERR_INVALID_ARGUMENT;
   out_win->ptr = NULL;
   out_win->bytes = 0;
   out_win->window = NULL;
@@ -165,11 +204,12 @@ EPF_INLINE epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, do
 }
 
 /* epf_nccl_window_destroy — deregister (finished against the deadline), then ncclMemFree.
- *   Scope: host; collective. Safe on a zeroed struct. */
+ *   EPF_ERR_INVALID_ARGUMENT, with *win untouched, for win NULL or a NaN, infinite or negative
+ *   timeout_s. Scope: host; collective. Safe on a zeroed struct. */
 EPF_INLINE epf_status_t epf_nccl_window_destroy(ncclComm_t comm, epf_nccl_window_t* win,
                                                 double timeout_s) {
   epf_status_t st = EPF_OK;
-  if (win == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (win == NULL || !epf__timeout_ok(timeout_s)) return EPF_ERR_INVALID_ARGUMENT;
   if (win->window != NULL) st = epf_nccl_wait(comm, ncclCommWindowDeregister(comm, win->window), timeout_s);
   if (win->ptr != NULL && ncclMemFree(win->ptr) != ncclSuccess && st == EPF_OK) st = EPF_ERR_NCCL;
   win->ptr = NULL;
