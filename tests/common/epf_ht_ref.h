@@ -12,6 +12,13 @@
  *                                 against the model: 0, or 1 and the first difference in msg
  *   ref_combine_token(...)        the bit-exact BF16 combine output of one token
  *   experts_kernel                the tests' experts on the GPU: y = bf16(dequant(row) * f(le, rank))
+ *                                 (also used by tests/gpu/test_shapes.cu)
+ *
+ * Duplicate expert ids within a token (docs/route.md): the first occurrence carries the token to
+ * the expert (one EXPERT_MAJOR row per (token, distinct expert)); in the combine every k
+ * contributes in k order, a repeat with the output of its first occurrence's row (nothing if that
+ * row was dropped at the capacity); RANK_MAJOR metadata lists every k whose expert lives on the
+ * rank, repeats included.
  *
  * No cmocka here (the multi-GPU test calls these from its rank threads): failures are returned. */
 #ifndef EPF_HT_REF_H
@@ -124,23 +131,36 @@ static inline void make_routing(const ht_case_t* c, int32_t* topk, uint64_t* see
     }
 }
 
-/* row placement, exactly as documented in route.cuh / docs/route.md */
+/* ht_ref_first_k — the k of the first entry of token row r[0..K) with the same id as r[k]: k itself
+ * unless (t, k) is a REPEAT (an earlier k' has the same valid id; docs/route.md), then that k'. */
+static inline int ht_ref_first_k(const int32_t* r, int k) {
+  for (int q = 0; q < k; ++q)
+    if (r[q] == r[k]) return q;
+  return k;
+}
+
+/* row placement, exactly as documented in route.cuh / docs/route.md: one copy per (token, distinct
+ * expert) in EXPERT_MAJOR (a repeated expert id of a token is carried by its first occurrence: its
+ * own row is -1, its em_row is the first occurrence's), one per (token, destination rank) in
+ * RANK_MAJOR */
 static inline void model_rows(const ht_case_t* c, model_t* m) {
   const int R = c->R, T = c->T, K = c->K, E = c->E, EL = E / R;
-  int64_t* cnt = (int64_t*)calloc((size_t)R * E, sizeof(int64_t));   /* [s][e] */
+  int64_t* cnt = (int64_t*)calloc((size_t)R * E, sizeof(int64_t));   /* [s][e] distinct (token, expert) pairs */
   int64_t* rcnt = (int64_t*)calloc((size_t)R * R, sizeof(int64_t));  /* [s][d] tokens */
   int64_t* slot = (int64_t*)malloc((size_t)R * T * K * sizeof(int64_t));
   int64_t* rslot = (int64_t*)malloc((size_t)R * T * R * sizeof(int64_t));
   for (int s = 0; s < R; ++s)
     for (int t = 0; t < T; ++t) {
+      const int32_t* r = m->topk + ((int64_t)s * T + t) * K;
       for (int k = 0; k < K; ++k) {
-        const int e = m->topk[((int64_t)s * T + t) * K + k];
-        slot[((int64_t)s * T + t) * K + k] = e >= 0 ? cnt[(int64_t)s * E + e]++ : -1;
+        const int e = r[k];
+        const int64_t i = ((int64_t)s * T + t) * K + k;
+        slot[i] = e >= 0 && ht_ref_first_k(r, k) == k ? cnt[(int64_t)s * E + e]++ : -1;
       }
       for (int d = 0; d < R; ++d) {
         int in = 0;
         for (int k = 0; k < K; ++k) {
-          const int e = m->topk[((int64_t)s * T + t) * K + k];
+          const int e = r[k];
           in |= e >= 0 && e / EL == d;
         }
         rslot[((int64_t)s * T + t) * R + d] = in ? rcnt[(int64_t)s * R + d]++ : -1;
@@ -157,7 +177,8 @@ static inline void model_rows(const ht_case_t* c, model_t* m) {
         for (int t = 0; t < T; ++t)
           for (int k = 0; k < K; ++k) {
             const int64_t i = ((int64_t)s * T + t) * K + k;
-            if (m->topk[i] == e) m->em_row[i] = begin + tot + slot[i];
+            if (m->topk[i] == e)
+              m->em_row[i] = begin + tot + slot[((int64_t)s * T + t) * K + ht_ref_first_k(m->topk + ((int64_t)s * T + t) * K, k)];
           }
         tot += cnt[(int64_t)s * E + e];
       }
@@ -176,7 +197,7 @@ static inline void model_rows(const ht_case_t* c, model_t* m) {
     m->rows_total[d] = c->layout == EPF_LAYOUT_RANK_MAJOR ? rm : m->em_total[d];
   }
   if (c->layout == EPF_LAYOUT_EXPERT_MAJOR)
-    for (int64_t i = 0; i < (int64_t)R * T * K; ++i) m->row[i] = m->topk[i] >= 0 ? m->em_row[i] : -1;
+    for (int64_t i = 0; i < (int64_t)R * T * K; ++i) m->row[i] = m->topk[i] >= 0 && slot[i] >= 0 ? m->em_row[i] : -1;
   free(cnt);
   free(rcnt);
   free(slot);
@@ -239,7 +260,9 @@ static __global__ void experts_kernel(epf_route_t route, epf_plan_t plan, char* 
           }
           vals[i] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, f)));
         }
-        __syncwarp();
+        /* no __syncwarp() here: the lanes' trip counts differ when hidden / 8 is not a multiple of
+         * 32 (a warp collective there is undefined behaviour), and none is needed: in place, each
+         * lane rewrites only the 8 elements it has just read */
         for (int i = 0; i < 8; ++i) y[h0 + i] = vals[i];
       }
     }
@@ -428,7 +451,9 @@ static inline void ref_combine_token(const ht_case_t* c, const model_t* m, const
   if (c->layout == EPF_LAYOUT_EXPERT_MAJOR) {
     for (int k = 0; k < K; ++k) {
       const int e = m->topk[st * K + k];
-      if (e < 0 || m->row[st * K + k] >= cap) continue;
+      /* a repeated expert id contributes the output of its first occurrence's row (nothing if that
+       * row was dropped at the capacity) with its own weight */
+      if (e < 0 || m->row[st * K + ht_ref_first_k(m->topk + st * K, k)] >= cap) continue;
       const float f = expert_factor(e % EL, e / EL);
       for (int h = 0; h < H; ++h)
         y[h] = bf16_rne(deq(c, m->x + st * H, m->xq + st * H, m->xs + st * sbr, h) * f);
