@@ -21,16 +21,23 @@
  * are dropped and counted; rows past a capacity are dropped, counted and contribute nothing.
  *
  * Usage:
- *   test_shapes [--seconds N] [--seed S] [--kinds route,ht,ll] [--sanitize] [--verbose]
+ *   test_shapes [--seconds N] [--seed S] [--kinds route,ht,ll] [--exclude 'k=v ...'] [--sanitize]
  *   test_shapes --case '<parameters>' --seed <data seed>        exactly one configuration
- * Every configuration prints one line; a failing one also prints the one-line command that
- * reproduces it (the same configuration and data), and the run exits 1 at the end. The time
- * budget (default 60 s; --seconds or EPF_SHAPES_SECONDS) is wall time: no new configuration is
- * drawn once it is spent. A watchdog bounds every wait on the GPU (30 s per sync point); on expiry
- * the repro line and the error record are printed and the program exits 1 at once. Refusals with
- * EPF_ERR_CO_RESIDENCY are skips (printed); any other refusal of a configuration the plan accepted
- * is a failure. --sanitize keeps shapes small (R <= 6, T <= 64, H <= 2048; default budget 120 s)
- * for compute-sanitizer --tool memcheck. Exits 77 when there is no GPU. */
+ *   test_shapes --list N [--seed S]                             what a seed draws (no GPU needed)
+ * Every configuration prints one line (its parameters, its data seed, what it exercised: tokens,
+ * copies, repeated ids, dropped ids, rows dropped at a capacity); a failing one also prints the
+ * one-line command that reproduces it (the same configuration and data), and the run exits 1 at
+ * the end. The time budget (default 60 s; --seconds or EPF_SHAPES_SECONDS) is wall time: no new
+ * configuration is drawn once it is spent. A watchdog bounds every wait on the GPU (30 s per sync
+ * point); on expiry the repro line and the error record are printed and the program exits 1 at
+ * once; plan timeouts are 4 s, so a protocol hang shows as EPF_ERR_TIMEOUT in the error record (a
+ * failure). EPF_ERR_CO_RESIDENCY is a skip (printed) when the grid asked for really cannot be
+ * resident, and a failure when the kernel cannot hold one block per SM at all, when the launcher's
+ * own block count was refused, or when the grid would fit; any other refusal of a configuration
+ * the plan accepted is a failure. --exclude leaves out drawn configurations that match every
+ * key=value given (a known failure, while another is looked at). --sanitize keeps shapes small
+ * (R <= 6, T <= 64, H <= 2048; default budget 120 s; 60 s timeouts) for
+ * compute-sanitizer --tool memcheck. Exits 77 when there is no GPU. */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -190,11 +197,40 @@ static void d2h(void* dst, const void* src, size_t n) { /* waits */
   sync_or_die("a device-to-host copy");
 }
 
-/* A launcher's status: EPF_ERR_CO_RESIDENCY skips the configuration, anything else but OK fails. */
-static void launched(epf_status_t st, const char* what) {
+/* What a launch needs resident, for judging an EPF_ERR_CO_RESIDENCY refusal. */
+struct Grid {
+  int64_t ranks = 1;        /* virtual ranks in the launch */
+  int64_t bpr = 0;          /* blocks per rank asked for (0: the launcher's choice) */
+  const void* kernel = NULL; /* the launched kernel, when known */
+  int threads = 0;
+  size_t smem = 0;
+};
+
+/* A launcher's status. EPF_OK: fine. EPF_ERR_CO_RESIDENCY: a skip when the grid asked for really
+ * cannot be resident; a failure when the kernel cannot hold even one block per SM (no grid can
+ * run: registers or shared memory), when the launcher's own block count was refused (it picks
+ * one that fits; with R <= SMs one block per rank always does), or when the grid would fit. Any
+ * other refusal of a configuration the plan accepted: a failure. */
+static int g_sms = 0;
+static void launched(epf_status_t st, const char* what, const Grid& gr = Grid()) {
   if (st == EPF_OK) return;
-  if (st == EPF_ERR_CO_RESIDENCY) throw Skip{strf("%s: EPF_ERR_CO_RESIDENCY", what)};
-  FAIL("%s refused a valid configuration: %s (%s)", what, epf_status_name(st), epf_status_message(st));
+  if (st != EPF_ERR_CO_RESIDENCY)
+    FAIL("%s refused a valid configuration: %s (%s)", what, epf_status_name(st), epf_status_message(st));
+  if (gr.kernel != NULL) {
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gr.kernel, gr.threads, gr.smem));
+    if (per_sm == 0)
+      FAIL("%s: EPF_ERR_CO_RESIDENCY: not even one %d-thread block of the kernel (%zu B dynamic shared memory) fits "
+           "on an SM (registers or shared memory), so no grid of it can ever run",
+           what, gr.threads, gr.smem);
+    if (gr.bpr > 0 && (int64_t)per_sm * g_sms >= gr.ranks * gr.bpr)
+      FAIL("%s refused with EPF_ERR_CO_RESIDENCY a grid of %lld blocks that fits (%d per SM x %d SMs)", what,
+           (long long)(gr.ranks * gr.bpr), per_sm, g_sms);
+  }
+  if (gr.bpr == 0 && gr.ranks <= g_sms)
+    FAIL("%s refused with EPF_ERR_CO_RESIDENCY at its own blocks per rank (%lld ranks, %d SMs)", what,
+         (long long)gr.ranks, g_sms);
+  throw Skip{strf("%s: EPF_ERR_CO_RESIDENCY (%lld ranks x %lld blocks)", what, (long long)gr.ranks, (long long)gr.bpr)};
 }
 
 /* the error record after a round: no error, and the counters the reference predicts; then cleared */
@@ -364,8 +400,9 @@ static std::string case_str(const Case& c) {
   return s;
 }
 
-/* "key=value key=value ..." -> c; false (and a message on stderr) on an unknown key or value */
-static bool case_parse(const char* text, Case* c) {
+/* "key=value key=value ..." -> c (other fields: defaults); set: the fields named, if not NULL.
+ * false (and a message on stderr) on an unknown key or value */
+static bool case_parse(const char* text, Case* c, std::vector<const Field*>* set = NULL) {
   std::string s(text);
   size_t i = 0;
   *c = Case();
@@ -389,6 +426,7 @@ static bool case_parse(const char* text, Case* c) {
       fprintf(stderr, "--case: unknown key '%s'\n", key.c_str());
       return false;
     }
+    if (set != NULL) set->push_back(f);
     bool named = false;
     if (f->names != NULL)
       for (int n = 0; f->names[n] != NULL; ++n)
@@ -408,6 +446,27 @@ static bool case_parse(const char* text, Case* c) {
   }
   return true;
 }
+
+/* --exclude 'key=value ...': configurations that match every pair are not drawn */
+struct Exclude {
+  Case c;
+  std::vector<const Field*> set;
+};
+static std::vector<Exclude> g_excludes;
+static bool excluded(const Case& c) {
+  for (const Exclude& x : g_excludes) {
+    bool all = true;
+    for (const Field* f : x.set) all = all && field(c, *f) == field(x.c, *f);
+    if (all && !x.set.empty()) return true;
+  }
+  return false;
+}
+
+/* what one configuration exercised (printed on its line) */
+struct Stats {
+  int64_t tokens = 0, copies = 0, repeats = 0, dropped = 0, overflow = 0;
+};
+static Stats g_st;
 
 static int vec_width(int64_t payload) { return epf_payload_vector_width((int)payload); }
 
@@ -869,6 +928,20 @@ static void route_check_all(const epf_route_t& route, const route_ref_t& rr, uin
   }
 }
 
+/* what the round's routing holds */
+static void count_route(const route_ref_t& rr) {
+  for (int r = 0; r < rr.R; ++r) {
+    g_st.tokens += rr.Tr[r];
+    g_st.dropped += rr.dropped[r];
+    for (int t = 0; t < rr.Tr[r]; ++t)
+      for (int k = 0; k < rr.K; ++k) {
+        const int32_t f = rr.first_k[((size_t)r * rr.T + t) * rr.K + k];
+        g_st.repeats += f >= 0 && f != k;
+        g_st.copies += f == k;
+      }
+  }
+}
+
 /* EXPERT_MAJOR pad rows of rank d (alignment > 1, marks on): their metadata in an image */
 static void put_pad_marks(const route_ref_t& rr, int d, int64_t cap, uint8_t* meta_img, uint32_t meta_bytes) {
   const int EL = rr.E / rr.R;
@@ -919,7 +992,11 @@ static void run_route(const Case& c, uint64_t seed) {
   rbuf.alloc((size_t)rbytes * R);
   epf_route_t route;
   st = epf_route_init(&plan, &rc, rbuf.p, rbytes * R, R, (uint32_t)c.ep0, g_stream, &route);
-  launched(st, "epf_route_init");
+  {
+    Grid gr;
+    gr.ranks = R;
+    launched(st, "epf_route_init", gr);
+  }
   const int K = route.layout.top_k, Tm = route.layout.max_tokens;
   ids.alloc((size_t)R * Tm * K * (c.idx64 ? 8 : 4));
   dT.alloc((size_t)R * 4);
@@ -942,7 +1019,12 @@ static void run_route(const Case& c, uint64_t seed) {
     step.blocks_per_rank = (int32_t)c.rbpr;
     step.num_tokens_dev = c.devT ? dT.as<int32_t>() : NULL;
     step.recv_total_mapped = g_total_d;
-    launched(epf_route_update(&route, team, &plan, &step, g_stream), "epf_route_update");
+    {
+      Grid gr;
+      gr.ranks = R;
+      gr.bpr = c.rbpr;
+      launched(epf_route_update(&route, team, &plan, &step, g_stream), "epf_route_update", gr);
+    }
     sync_or_die("the route update");
     ++epoch;
     route_ref_t rr;
@@ -951,6 +1033,7 @@ static void run_route(const Case& c, uint64_t seed) {
       FAIL("out of host memory (route reference)");
     uint32_t dropped = 0;
     for (int r = 0; r < R; ++r) dropped += rr.dropped[r];
+    count_route(rr);
     try {
       route_check_all(route, rr, epoch, true);
       /* the window's RECV_META: the pad rows' marks (EM, alignment > 1, marks on), nothing else */
@@ -1262,7 +1345,17 @@ static void run_ht(const Case& c, uint64_t seed) {
   init_signals(win.c(), plan, R, (uint32_t)c.ep0);
   rbuf.alloc((size_t)rbytes * R);
   epf_route_t route;
-  launched(epf_route_init(&plan, &rc, rbuf.p, rbytes * R, R, (uint32_t)c.ep0, g_stream, &route), "epf_route_init");
+  Grid rgrid, hgrid;
+  rgrid.ranks = R;
+  launched(epf_route_init(&plan, &rc, rbuf.p, rbytes * R, R, (uint32_t)c.ep0, g_stream, &route), "epf_route_init", rgrid);
+  rgrid.bpr = c.rbpr;
+  hgrid.ranks = R;
+  hgrid.bpr = c.bpr;
+  hgrid.threads = EPF_HT_THREADS;
+  Grid hg_dispatch = hgrid, hg_expand = hgrid, hg_combine = hgrid;
+  hg_dispatch.kernel = (const void*)epf__ht_dispatch_kernel;
+  hg_expand.kernel = (const void*)epf__ht_expand_kernel;
+  hg_combine.kernel = (const void*)epf__ht_combine_kernel;
   ids.alloc((size_t)R * Tm * K * (c.idx64 ? 8 : 4));
   dT.alloc((size_t)R * 4);
   x.alloc((size_t)R * Tm * (c.xq ? plan.row_bytes : (uint64_t)H * 2));
@@ -1355,14 +1448,16 @@ static void run_ht(const Case& c, uint64_t seed) {
     rs.blocks_per_rank = (int32_t)c.rbpr;
     rs.num_tokens_dev = c.devT ? dT.as<int32_t>() : NULL;
     rs.recv_total_mapped = g_total_d;
-    launched(epf_route_update(&route, team, &plan, &rs, g_stream), "epf_route_update");
+    launched(epf_route_update(&route, team, &plan, &rs, g_stream), "epf_route_update", rgrid);
     if (c.split) {
-      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_SEND, g_stream), "epf_ht_dispatch (send)");
-      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_RECV, g_stream), "epf_ht_dispatch (receive)");
+      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_SEND, g_stream), "epf_ht_dispatch (send)", hg_dispatch);
+      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_RECV, g_stream), "epf_ht_dispatch (receive)",
+               hg_dispatch);
     } else {
-      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_SEND | EPF_HT_RECV, g_stream), "epf_ht_dispatch");
+      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_SEND | EPF_HT_RECV, g_stream), "epf_ht_dispatch",
+               hg_dispatch);
     }
-    if (!em) launched(epf_ht_expand(&route, team, &plan, &hs, g_stream), "epf_ht_expand");
+    if (!em) launched(epf_ht_expand(&route, team, &plan, &hs, g_stream), "epf_ht_expand", hg_expand);
     sync_or_die("route update + dispatch + expand");
     ++epoch;
 
@@ -1373,6 +1468,7 @@ static void run_ht(const Case& c, uint64_t seed) {
       uint32_t dropped = 0;
       uint64_t over = 0;
       for (int r = 0; r < R; ++r) dropped += rr.dropped[r];
+      count_route(rr);
       route_check_all(route, rr, epoch, true);
       for (int d = 0; d < R; ++d) {
         const char* b = win.c() + (uint64_t)d * plan.total_bytes;
@@ -1392,10 +1488,11 @@ static void run_ht(const Case& c, uint64_t seed) {
                                                                    vsc.as<uint8_t>(), xr, eout.as<uint16_t>(),
                                                                    c.inplace ? 1 : 0);
       CK(cudaGetLastError());
-      launched(epf_ht_combine(&route, team, &plan, &hs, ids.p, g_stream), "epf_ht_combine");
+      launched(epf_ht_combine(&route, team, &plan, &hs, ids.p, g_stream), "epf_ht_combine", hg_combine);
       sync_or_die("experts + combine");
       d2h(hout.data(), out.p, hout.size() * 2);
       par_for(R, [&](int s) { ht_check_out(c, plan, in, rr, xr, s, hout.data() + (size_t)s * Tm * H); });
+      g_st.overflow += (int64_t)over;
       check_record(dropped, (uint32_t)over, strf("round %d", round).c_str());
     } catch (...) {
       route_ref_free(&rr);
@@ -1470,6 +1567,13 @@ static void run_ll(const Case& c, uint64_t seed) {
   L.threads = (int32_t)c.threads;
   L.blocks_per_rank = (int32_t)c.bpr;
   launched(epf_ll_state_reset(&L, g_stream), "epf_ll_state_reset");
+  Grid lg_dispatch, lg_combine;
+  lg_dispatch.ranks = lg_combine.ranks = R;
+  lg_dispatch.bpr = lg_combine.bpr = c.bpr;
+  lg_dispatch.threads = lg_combine.threads = c.threads ? (int)c.threads : EPF_LL_DEFAULT_THREADS;
+  lg_dispatch.smem = lg_combine.smem = epf_ll_smem_bytes(&plan, lg_dispatch.threads);
+  lg_dispatch.kernel = (const void*)epf_ll_dispatch_kernel;
+  lg_combine.kernel = (const void*)epf_ll_combine_kernel;
 
   epf_ll_dispatch_args_t da;
   memset(&da, 0, sizeof(da));
@@ -1518,14 +1622,25 @@ static void run_ll(const Case& c, uint64_t seed) {
     sync_or_die("uploads and poisoning");
 
     if (c.split) {
-      launched(epf_ll_dispatch(&L, &da, EPF_LL_SEND, g_stream), "epf_ll_dispatch (send)");
-      launched(epf_ll_dispatch(&L, &da, EPF_LL_RECV, g_stream), "epf_ll_dispatch (receive)");
+      launched(epf_ll_dispatch(&L, &da, EPF_LL_SEND, g_stream), "epf_ll_dispatch (send)", lg_dispatch);
+      launched(epf_ll_dispatch(&L, &da, EPF_LL_RECV, g_stream), "epf_ll_dispatch (receive)", lg_dispatch);
     } else {
-      launched(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, g_stream), "epf_ll_dispatch");
+      launched(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, g_stream), "epf_ll_dispatch", lg_dispatch);
     }
     sync_or_die("the LL dispatch");
     LlRef ref;
     llref_dispatch(&in, 0u, &ref.r);
+    g_st.tokens += (int64_t)R * T;
+    g_st.dropped += ref.r.dropped;
+    for (size_t i = 0; i < (size_t)R * (E / R) * R; ++i) g_st.copies += ref.r.counts[i];
+    for (int s = 0; s < R; ++s)
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          const int64_t* row = in.htopk + ((size_t)s * Tm + t) * K;
+          bool rep = false;
+          for (int q = 0; q < k && row[k] >= 0 && row[k] < E; ++q) rep = rep || row[q] == row[k];
+          g_st.repeats += rep;
+        }
     for (int d = 0; d < R; ++d) {
       llref_rank_bufs_t b;
       b.win = win.c() + (uint64_t)d * plan.total_bytes;
@@ -1544,10 +1659,10 @@ static void run_ll(const Case& c, uint64_t seed) {
         c.packed && c.y == EPF_LL_Y_PACKED ? 1 : 0, (int)c.y, (int)c.ident, -1);
     CK(cudaGetLastError());
     if (c.split) {
-      launched(epf_ll_combine(&L, &ca, EPF_LL_SEND, g_stream), "epf_ll_combine (send)");
-      launched(epf_ll_combine(&L, &ca, EPF_LL_RECV, g_stream), "epf_ll_combine (receive)");
+      launched(epf_ll_combine(&L, &ca, EPF_LL_SEND, g_stream), "epf_ll_combine (send)", lg_combine);
+      launched(epf_ll_combine(&L, &ca, EPF_LL_RECV, g_stream), "epf_ll_combine (receive)", lg_combine);
     } else {
-      launched(epf_ll_combine(&L, &ca, EPF_LL_BOTH, g_stream), "epf_ll_combine");
+      launched(epf_ll_combine(&L, &ca, EPF_LL_BOTH, g_stream), "epf_ll_combine", lg_combine);
     }
     sync_or_die("experts + the LL combine");
     d2h(hout.data(), out.p, hout.size() * 2);
@@ -1578,6 +1693,7 @@ static void run_ll(const Case& c, uint64_t seed) {
 enum { RES_PASS = 0, RES_FAIL = 1, RES_SKIP = 2 };
 
 static int run_one(const Case& c, uint64_t seed, std::string* why) {
+  g_st = Stats();
   try {
     epf_error_clear(g_rec_h);
     switch ((int)c.kind) {
@@ -1609,7 +1725,10 @@ static void usage(const char* argv0) {
          "  --seed S      the run's seed (default: EPF_TEST_SEED, else fresh); with --case the data seed\n"
          "  --case STR    run exactly one configuration (as printed in a REPRO line)\n"
          "  --kinds LIST  draw only these kinds\n"
-         "  --sanitize    small shapes only (R <= 6, T <= 64, H <= 2048), for compute-sanitizer\n",
+         "  --sanitize    small shapes only (R <= 6, T <= 64, H <= 2048), for compute-sanitizer\n"
+         "  --list N      print the first N configurations the seed draws (no GPU needed)\n"
+         "  --exclude STR do not run drawn configurations that match every key=value of STR (repeatable),\n"
+         "                e.g. --exclude 'kind=ht lay=rm swz=1'\n",
          argv0, argv0);
 }
 
@@ -1617,7 +1736,7 @@ int main(int argc, char** argv) {
   double budget = -1.0;
   const char* case_text = NULL;
   const char* seed_text = NULL;
-  int sanitize = 0;
+  int sanitize = 0, list = 0;
   bool kinds[KIND_COUNT] = {true, true, true};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -1626,6 +1745,12 @@ int main(int argc, char** argv) {
     else if (a == "--case" && i + 1 < argc) case_text = argv[++i];
     else if (a == "--sanitize") sanitize = 1;
     else if (a == "--verbose") g_verbose = 1;
+    else if (a == "--list" && i + 1 < argc) list = atoi(argv[++i]);
+    else if (a == "--exclude" && i + 1 < argc) {
+      Exclude x;
+      if (!case_parse(argv[++i], &x.c, &x.set)) return 2;
+      g_excludes.push_back(x);
+    }
     else if (a == "--kinds" && i + 1 < argc) {
       const std::string l = argv[++i];
       for (int k = 0; k < KIND_COUNT; ++k) kinds[k] = l.find(k_kind_names[k]) != std::string::npos;
@@ -1636,6 +1761,10 @@ int main(int argc, char** argv) {
       usage(argv[0]);
       return 2;
     }
+  }
+  if (!kinds[KIND_ROUTE] && !kinds[KIND_HT] && !kinds[KIND_LL]) {
+    usage(argv[0]);
+    return 2;
   }
   if (budget < 0) {
     const char* env = getenv("EPF_SHAPES_SECONDS");
@@ -1653,16 +1782,42 @@ int main(int argc, char** argv) {
   } else {
     seed = epf_test_seed(); /* prints it */
   }
-  {
-    const int rc = epf_test_gpus_or_skip(1);
-    if (rc) return rc;
-  }
   if (sanitize) {
     g_watchdog_s = 300.0;
     g_timeout_ns = 60000000000ull;
   }
+  const Limits lim = sanitize ? Limits{6, 64, 2048, (uint64_t)1 << 30, 2e6} : Limits{16, 4099, 16512, (uint64_t)4 << 30, 4e7};
+  if (list > 0) { /* no GPU needed: the configurations this seed draws (and a parse round trip) */
+    Rng master(seed);
+    g_optin_smem = 227 * 1024;
+    for (int i = 0; i < list; ++i) {
+      const int64_t u = master.in(0, 99);
+      const int kind = u < 25 ? KIND_ROUTE : u < 70 ? KIND_HT : KIND_LL;
+      const uint64_t dseed = master.next();
+      Rng dg(master.next());
+      try {
+        const Case c = kind == KIND_ROUTE ? draw_route(dg, lim) : kind == KIND_HT ? draw_ht(dg, lim) : draw_ll(dg, lim);
+        if (excluded(c)) continue;
+        Case back;
+        const bool ok = case_parse(case_str(c).c_str(), &back) && case_str(back) == case_str(c);
+        const epf_plan_t p = plan_of(c);
+        printf("%s --case '%s' --seed %llu   # %.1f MiB%s\n", argv[0], case_str(c).c_str(), (unsigned long long)dseed,
+               (double)(kind == KIND_HT ? ht_bytes(c, p) : kind == KIND_LL ? ll_bytes(c, p) : (uint64_t)c.R * p.total_bytes) /
+                   1048576.0,
+               ok ? "" : "  PARSE ROUND TRIP FAILED");
+      } catch (Fail& f) {
+        printf("drawing failed: %s\n", f.msg.c_str());
+      }
+    }
+    return 0;
+  }
+  {
+    const int rc = epf_test_gpus_or_skip(1);
+    if (rc) return rc;
+  }
   CK(cudaGetDevice(&g_device));
   CK(cudaDeviceGetAttribute(&g_optin_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, g_device));
+  CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, g_device));
   CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   CK(cudaHostAlloc((void**)&g_rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped));
   CK(cudaHostGetDevicePointer((void**)&g_rec_d, g_rec_h, 0));
@@ -1672,17 +1827,19 @@ int main(int argc, char** argv) {
 
   if (case_text != NULL) {
     std::string why;
-    g_repro = strf("%s --case '%s' --seed %llu", argv[0], case_str(one).c_str(), (unsigned long long)seed);
+    g_repro = strf("%s --case '%s' --seed %llu%s", argv[0], case_str(one).c_str(), (unsigned long long)seed,
+                   sanitize ? " --sanitize" : "");
     printf("case: %s\n", case_str(one).c_str());
     const double t0 = now_s();
     const int res = run_one(one, seed, &why);
-    printf("%s %.2fs%s%s\n", res == RES_PASS ? "PASS" : res == RES_SKIP ? "SKIP" : "FAIL", now_s() - t0,
-           why.empty() ? "" : ": ", why.c_str());
+    printf("%s %.2fs%s%s  [tokens %lld copies %lld repeats %lld dropped %lld overflow %lld]\n",
+           res == RES_PASS ? "PASS" : res == RES_SKIP ? "SKIP" : "FAIL", now_s() - t0, why.empty() ? "" : ": ", why.c_str(),
+           (long long)g_st.tokens, (long long)g_st.copies, (long long)g_st.repeats, (long long)g_st.dropped,
+           (long long)g_st.overflow);
     if (res == RES_FAIL) printf("  REPRO: %s\n", g_repro.c_str());
     return res == RES_FAIL ? 1 : 0;
   }
 
-  const Limits lim = sanitize ? Limits{6, 64, 2048, (uint64_t)1 << 30, 2e6} : Limits{16, 4099, 16512, (uint64_t)4 << 30, 4e7};
   Rng master(seed);
   const double start = now_s();
   int ran[KIND_COUNT] = {0, 0, 0}, passed[KIND_COUNT] = {0, 0, 0}, failed[KIND_COUNT] = {0, 0, 0},
@@ -1702,6 +1859,7 @@ int main(int argc, char** argv) {
     try {
       Rng dg(master.next());
       c = kind == KIND_ROUTE ? draw_route(dg, lim) : kind == KIND_HT ? draw_ht(dg, lim) : draw_ll(dg, lim);
+      if (excluded(c)) continue;
     } catch (Fail& f) {
       printf("[%4d] %-5s FAIL   drawing a configuration: %s\n", n, k_kind_names[kind], f.msg.c_str());
       ++ran[kind];
@@ -1710,7 +1868,8 @@ int main(int argc, char** argv) {
       ++n;
       continue;
     }
-    g_repro = strf("%s --case '%s' --seed %llu", argv[0], case_str(c).c_str(), (unsigned long long)dseed);
+    g_repro = strf("%s --case '%s' --seed %llu%s", argv[0], case_str(c).c_str(), (unsigned long long)dseed,
+                   sanitize ? " --sanitize" : "");
     if (g_verbose) printf("[%4d] %-5s ...    %s\n", n, k_kind_names[kind], case_str(c).c_str());
     const double t0 = now_s();
     res = run_one(c, dseed, &why);
@@ -1718,8 +1877,10 @@ int main(int argc, char** argv) {
     if (res == RES_PASS) ++passed[kind];
     if (res == RES_FAIL) ++failed[kind];
     if (res == RES_SKIP) ++skipped[kind];
-    printf("[%4d] %-5s %s %6.2fs  %s\n", n, k_kind_names[kind], res == RES_PASS ? "PASS" : res == RES_SKIP ? "SKIP" : "FAIL",
-           now_s() - t0, case_str(c).c_str());
+    printf("[%4d] %-5s %s %6.2fs  %s  seed=%llu  [tokens %lld copies %lld repeats %lld dropped %lld overflow %lld]\n", n,
+           k_kind_names[kind], res == RES_PASS ? "PASS" : res == RES_SKIP ? "SKIP" : "FAIL", now_s() - t0, case_str(c).c_str(),
+           (unsigned long long)dseed, (long long)g_st.tokens, (long long)g_st.copies, (long long)g_st.repeats, (long long)g_st.dropped,
+           (long long)g_st.overflow);
     if (res == RES_SKIP) printf("         skipped: %s\n", why.c_str());
     if (res == RES_FAIL) {
       printf("         reason: %s\n         REPRO: %s\n", why.c_str(), g_repro.c_str());
@@ -1731,8 +1892,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < KIND_COUNT; ++k)
     printf("  %-5s ran %d, passed %d, failed %d, skipped %d\n", k_kind_names[k], ran[k], passed[k], failed[k], skipped[k]);
   if (!failures.empty()) {
-    printf("FAILED (%zu):\n", failures.size());
-    for (const std::string& f : failures) printf("  %s\n", f.c_str());
+    const size_t show = std::min<size_t>(failures.size(), 25);
+    printf("FAILED (%zu configurations; the first %zu again):\n", failures.size(), show);
+    for (size_t i = 0; i < show; ++i) printf("  %s\n", failures[i].c_str());
     return 1;
   }
   printf("all passed\n");
