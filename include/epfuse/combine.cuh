@@ -120,12 +120,11 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
   const int lane = epf_lane_id();
   const int nvec = hidden >> 3;
   const int n = __popc(present);
-  const int n8 = n < 8 ? n : 8;
   /* compact: lane j gets the j-th present row (order kept) */
   const int src = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
   const unsigned long long row_j = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, src);
   const float w_j = __shfl_sync(0xffffffffu, my_w, src);
-  const char* p[8]; /* the first 8 rows (all of them for top-k <= 8): addresses in registers */
+  const char* p[8]; /* top-k <= 8: every row's address in registers, loaded once */
   float wv[8];
   int base, u;
 #pragma unroll
@@ -138,16 +137,15 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
     const bool on = i < nvec;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     int j0;
-    epf__combine_acc8(p, wv, n8, i, on, in_mxfp8, hidden, acc);
-    for (j0 = 8; j0 < n; j0 += 8) { /* warp-uniform: rows 8.. (top-k > 8), 8 at a time */
-      const char* q[8];
-      float wq[8];
+    for (j0 = 0; j0 < n || j0 == 0; j0 += 8) { /* warp-uniform: 8 rows at a time, in order */
+      if (n > 8) { /* top-k > 8: this group's addresses (one set of registers for all groups) */
 #pragma unroll
-      for (u = 0; u < 8; ++u) {
-        q[u] = (const char*)__shfl_sync(0xffffffffu, row_j, (j0 + u) & 31);
-        wq[u] = __shfl_sync(0xffffffffu, w_j, (j0 + u) & 31);
+        for (u = 0; u < 8; ++u) {
+          p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, (j0 + u) & 31);
+          wv[u] = __shfl_sync(0xffffffffu, w_j, (j0 + u) & 31);
+        }
       }
-      epf__combine_acc8(q, wq, n - j0 < 8 ? n - j0 : 8, i, on, in_mxfp8, hidden, acc);
+      epf__combine_acc8(p, wv, n - j0 < 8 ? n - j0 : 8, i, on, in_mxfp8, hidden, acc);
     }
     if (!out_mxfp8) {
       if (on) epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));

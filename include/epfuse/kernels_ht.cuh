@@ -79,7 +79,8 @@ typedef struct epf_ht_step {
                                  EXPERT_MAJOR BF16/BF16 pull only, outputs written in place over the
                                  received rows (RECV_TOKENS) */
   void* em_view;              /* RANK_MAJOR expand output: [count][expert_rows] payload rows */
-  void* em_view_scales;       /* its compact scales (quantized payloads), [count][expert_rows][...] */
+  void* em_view_scales;       /* its compact scales (quantized payloads), [count][expert_rows][...],
+                                 also when the window's scales are swizzled */
   epf_ht_state_t* state;      /* [count] */
   int64_t expert_rows;        /* rows per rank of expert_out / em_view. EXPERT_MAJOR with expert_out:
                                  one row per receive row, so at least plan.recv_capacity (the
@@ -452,11 +453,17 @@ static __global__ void epf__ht_expand_kernel(epf_route_t route, epf_team_t team,
       const int j = __ffs((int)m) - 1;
       const int64_t er = __shfl_sync(0xffffffffu, (long long)em_row, j);
       epf_copy_row_warp(view + (uint64_t)er * plan.row_bytes, src, plan.row_bytes);
-      if (view_scales != NULL && plan.scale_layout == EPF_SCALE_LAYOUT_COMPACT) {
-        const uint8_t* ss = (const uint8_t*)epf_local_ptr(c.team, epf_plan_recv_scale_offset(&plan, r));
+      if (view_scales != NULL) { /* the view's scales are compact, whatever the window's layout */
         uint32_t b;
-        for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
-          view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] = ss[b];
+        if (plan.scale_layout == EPF_SCALE_LAYOUT_COMPACT) {
+          const uint8_t* ss = (const uint8_t*)epf_local_ptr(c.team, epf_plan_recv_scale_offset(&plan, r));
+          for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
+            view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] = ss[b];
+        } else { /* swizzled 128x4 (MXFP8: one byte per column) */
+          for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
+            view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] =
+                *(const uint8_t*)epf_local_ptr(c.team, epf__ht_scale_off(&plan, r, (int)b));
+        }
       }
     }
   }
@@ -474,7 +481,7 @@ EPF_DEVICE_INLINE const void* epf__ht_expert_row(const epf__ht_ctx_t* c, const e
                                              (uint64_t)plan->hidden * 2u;
 }
 
-static __global__ void epf__ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
+static __global__ void __launch_bounds__(EPF_HT_THREADS, 1) epf__ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
                                               const void* topk_idx, int virtual_ranks, int bpr) {
   const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
   const int lane = epf_lane_id();
@@ -674,7 +681,12 @@ EPF_INLINE epf_status_t epf__ht_grid(const epf_route_t* route, const epf_plan_t*
   const int virtual_ranks = route->count == plan->nranks;
   const int count = route->count;
   const int bpr = epf__ht_blocks_per_rank(step, count, kernel);
+  int per_sm = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return EPF_ERR_CUDA;
+  /* a kernel that cannot hold one block on an SM (registers, shared memory) is not a co-residency
+   * question: this build of it does not run here */
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, 0) != cudaSuccess) return EPF_ERR_CUDA;
+  if (per_sm < 1) return EPF_ERR_NOT_SUPPORTED;
   if (epf_virtual_grid_check(kernel, EPF_HT_THREADS, 0, bpr * count, dev) != EPF_OK) return EPF_ERR_CO_RESIDENCY;
   *out_bpr = bpr;
   *out_virtual = virtual_ranks;

@@ -82,7 +82,8 @@ EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier
   ncclDevCommRequirements_t reqs;
   memset(&reqs, 0, sizeof(reqs));
 #endif
-  if (comm == NULL || out_dev == NULL || lsa_barrier_count < 0) return EPF_ERR_INVALID_ARGUMENT;
+  if (comm == NULL || out_dev == NULL || lsa_barrier_count < 0 || !epf__timeout_ok(timeout_s))
+    return EPF_ERR_INVALID_ARGUMENT; /* a NaN, infinite or negative timeout: before any NCCL call */
   reqs.lsaBarrierCount = lsa_barrier_count;
   return epf_nccl_wait(comm, ncclDevCommCreate(comm, &reqs, out_dev), timeout_s);
 }

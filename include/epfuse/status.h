@@ -37,7 +37,8 @@
     "128 for per-128 FP8)")                                                                     \
   X(EPF_ERR_TOKENS, 10, "max_tokens_per_rank must be in [1, EPF_MAX_TOKENS_PER_RANK]")         \
   X(EPF_ERR_RECV_CAPACITY, 11,                                                                  \
-    "recv_capacity is too small for one aligned row per local expert, or too large")            \
+    "recv_capacity is too small (below expert_alignment for EXPERT_MAJOR, below 1 for "         \
+    "RANK_MAJOR) or too large (above INT32_MAX, or nonzero in LL mode)")                        \
   X(EPF_ERR_ALIGNMENT, 12,                                                                      \
     "expert_alignment must be a power of two in [1, 1024], or a pointer is misaligned")         \
   X(EPF_ERR_PAYLOAD, 13, "unknown payload or combine payload")                                  \
