@@ -7,8 +7,9 @@
  *   - combine output: per-expert transform y = bf16(dequant(x) * f(expert)), weighted FP32 fma
  *     reduction in k order (rank-major: per-rank partials in k order, then ranks in order), BF16
  *     or MXFP8 travel, pull and push;
- *   - virtual ranks R in {1, 2, 4, 8} and a real 1-rank NCCL window; H in {2880, 4096, 7168};
- *     K in {1, 2, 8}; E in {8, 64, 256}; T in {1, 37, 4096}; random, skewed and partly -1 routing;
+ *   - virtual ranks R in {1, 2, 3, 4, 5, 6, 8} and a real 1-rank NCCL window; H in {2880, 4096, 7168};
+ *     K in {1, 2, 6, 8, 22}; E in {8, 64, 160, 256, 384}; T in {1, 37, 777, 1000, 4096} (issue #14 §1's
+ *     two shapes among them); random, skewed and partly -1 routing;
  *     per-128 FP8 with H = 2880 refused with EPF_ERR_HIDDEN_ALIGNMENT; an overflow case (rows past
  *     recv_capacity dropped, counted, never written);
  *   - 100 back-to-back rounds with new routing; a CUDA graph of route + dispatch + experts +
@@ -302,6 +303,12 @@ static const ht_case_t k_cases[] = {
     {8, 37, 4096, 8, 64, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 200, 0, 0}, /* overflow: rows dropped */
     {8, 37, 4096, 8, 64, RM, BF, BF, ROUTE_SKEWED, 1, 1, 0, 60, 0, 0},  /* overflow, rank-major */
     {8, 4096, 7168, 8, 256, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0}, /* the standard shape */
+    /* issue #14 §1: hidden / 8 not a multiple of 32 with top-k > 8 (wild reads in the combine) and
+     * rank-major BF16 (a hang in the pre-reduce) */
+    {6, 777, 2880, 22, 384, EM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0},
+    {5, 777, 2880, 22, 160, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0},
+    {3, 1000, 2880, 6, 384, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
+    {4, 1000, 2880, 8, 384, RM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
 };
 
 static void test_cases(void** state) {
