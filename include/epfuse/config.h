@@ -61,7 +61,7 @@
 #endif
 
 /* Public functions are non-static inline in C++/CUDA (so C linkage rejects an accidental
- * overload, see STYLE.md §8) and static inline in C (C99 bare inline needs an external
+ * overload: tests/compile/fail_overload.cu) and static inline in C (C99 bare inline needs an external
  * definition). */
 #if EPF_IS_CUDA
 #define EPF_INLINE inline
