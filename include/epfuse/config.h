@@ -35,9 +35,39 @@
 #ifndef EPF_CONFIG_H
 #define EPF_CONFIG_H
 
+#if defined(__CUDACC_RTC__)
+/* NVRTC (run-time compilation; no C library headers). size_t, ptrdiff_t and bool are built in.
+ * With the toolkit's CCCL directory on the include path (needed anyway for cub in route.cuh and
+ * ll.cuh) the fixed-width types come from libcu++; with only epfuse's include directory, from the
+ * same typedefs here (identical types, so the two can meet in one program). Host-only code in the
+ * headers is guarded by #if !defined(__CUDACC_RTC__); EPF_ASSERT (a host hook) is a no-op. */
+#if defined(__has_include) && __has_include(<cuda/std/cstdint>)
+#include <cuda/std/cstdint>
+#else
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef long long intptr_t;
+typedef unsigned long long uintptr_t;
+#define INT32_MAX 2147483647
+#define UINT64_MAX 18446744073709551615ull
+#endif
+#ifndef NULL
+#define NULL 0
+#endif
+#ifndef EPF_ASSERT
+#define EPF_ASSERT(c) ((void)0)
+#endif
+#else
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#endif
 
 /* ---- language / compiler detection (NCCL_CHECK_CUDACC style) -------------------------------- */
 #if defined(__CUDACC__) || defined(__CUDA__)
@@ -62,17 +92,31 @@
 
 /* Public functions are non-static inline in C++/CUDA (so C linkage rejects an accidental
  * overload: tests/compile/fail_overload.cu) and static inline in C (C99 bare inline needs an external
- * definition). */
+ * definition).
+ *
+ * Visibility: in C++/CUDA an inline function is a weak symbol, and on ELF a weak symbol of default
+ * visibility is interposable: two shared libraries (two Python extensions, say) built with
+ * different EPF_MAX_RANKS would resolve to ONE definition at load time. So every host-side epfuse
+ * function is hidden (EPF__VISIBILITY): each library or executable keeps its own copy. The C ABI
+ * library (libepfuse.so, src/capi.cu) defines EPF_BUILD_CAPI to make them default, and its linker
+ * version script then exports exactly the API (src/capi_api.def). */
+#if defined(EPF_BUILD_CAPI) && (defined(__GNUC__) || defined(__clang__))
+#define EPF__VISIBILITY __attribute__((visibility("default")))
+#elif defined(__GNUC__) || defined(__clang__)
+#define EPF__VISIBILITY __attribute__((visibility("hidden")))
+#else
+#define EPF__VISIBILITY
+#endif
 #if EPF_IS_CUDA
-#define EPF_INLINE inline
-#define EPF_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
+#define EPF_INLINE inline EPF__VISIBILITY
+#define EPF_HOST_DEVICE_INLINE __host__ __device__ __forceinline__ EPF__VISIBILITY
 #define EPF_DEVICE_INLINE __device__ __forceinline__
 /* private: a device function kept out of line (slow paths such as a wait that has to spin: one
  * copy of the code instead of one per call site; the fast path around it stays inlined) */
 #define EPF__DEVICE_NOINLINE __device__ __noinline__ inline
 #elif defined(__cplusplus)
-#define EPF_INLINE inline
-#define EPF_HOST_DEVICE_INLINE inline
+#define EPF_INLINE inline EPF__VISIBILITY
+#define EPF_HOST_DEVICE_INLINE inline EPF__VISIBILITY
 #else
 #define EPF_INLINE static inline
 #define EPF_HOST_DEVICE_INLINE static inline

@@ -32,7 +32,8 @@
  *   int          epf_payload_vector_width(int payload)     hidden must be a multiple of this
  *   epf_region_id_t, epf_region_t, epf_plan_t, epf_window_header_t, EPF_HEADER_BYTES
  *   epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan)
- *   epf_status_t epf_plan_check(const epf_plan_t* plan)    struct prefix check (host or FFI)
+ *   epf_status_t epf_plan_check(const epf_plan_t* plan)    prefix + build check (host or FFI)
+ *   uint64_t     epf_build_signature(void)                 this build's compile-time configuration
  *   uint64_t     epf_plan_signal_offset(const epf_plan_t*, epf_region_id_t, int64_t index)
  *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int index)
  *   uint64_t     epf_plan_recv_token_offset / _scale_offset / _meta_offset(const epf_plan_t*, int64_t row)
@@ -59,7 +60,7 @@ EPF_BEGIN_DECLS
 #define EPF_CONFIG_MAGIC 0x43465045u /* "EPFC" little-endian */
 #define EPF_CONFIG_VERSION 1u
 #define EPF_PLAN_MAGIC 0x4c504645u /* "EFPL" */
-#define EPF_PLAN_VERSION 1u
+#define EPF_PLAN_VERSION 2u /* 2: build_signature */
 
 typedef enum epf_mode {
   EPF_MODE_DEFAULT = 0, /* -> EPF_MODE_HT */
@@ -385,6 +386,9 @@ typedef struct epf_plan {
   uint64_t timeout_ns;        /* resolved timeout */
   uint64_t total_bytes;       /* bytes of one rank's slice; multiple of EPF_ALIGN */
   epf_region_t region[EPF_REGION_COUNT];
+  uint64_t build_signature;   /* epf_build_signature() of the build that computed the plan:
+                                 epf_plan_check (and so every launcher) refuses a plan from a
+                                 build with other compile-time limits (EPF_ERR_BUILD_MISMATCH) */
 } epf_plan_t;
 
 /* Receive metadata rows. EXPERT_MAJOR: epf_recv_meta_em_t. RANK_MAJOR: epf_recv_meta_rm_t
@@ -422,6 +426,23 @@ EPF_HD bool epf__mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
   return true;
 }
 
+/* epf_build_signature — FNV-1a 64 of this build's compile-time configuration: the version, every
+ *   "agree" option of config.h (EPF_CONFIG_SIGNATURE, EPF_MAX_TOKENS_PER_RANK), the struct
+ *   versions and the sizes of the structs a plan's window depends on. Two builds with the same
+ *   signature lay out the same window and read the same plan. Never 0. Scope: any thread. */
+EPF_HD uint64_t epf_build_signature(void) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_VERSION);
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_CONFIG_SIGNATURE);
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_MAX_TOKENS_PER_RANK);
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_CONFIG_VERSION);
+  h = epf__fnv1a_u64(h, (uint64_t)EPF_PLAN_VERSION);
+  h = epf__fnv1a_u64(h, (uint64_t)sizeof(epf_config_t));
+  h = epf__fnv1a_u64(h, (uint64_t)sizeof(epf_plan_t));
+  h = epf__fnv1a_u64(h, (uint64_t)sizeof(epf_window_header_t));
+  return h == 0 ? 1 : h;
+}
+
 /* epf_plan_compute — resolve + validate `cfg`, then lay out every region of one rank's window
  *   slice, each at a multiple of EPF_ALIGN, in epf_region_id_t order. This is the only function in
  *   epfuse that computes region offsets. Statuses: EPF_ERR_INVALID_ARGUMENT (NULL), those of
@@ -440,6 +461,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   p.size = (uint32_t)sizeof(epf_plan_t);
   p.magic = EPF_PLAN_MAGIC;
   p.version = EPF_PLAN_VERSION;
+  p.build_signature = epf_build_signature();
   *out_plan = p;
   st = epf_config_resolve(cfg, &c);
   if (st != EPF_OK) return st;
@@ -539,11 +561,16 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   return EPF_OK;
 }
 
-/* epf_plan_check — the plan's prefix is this library's (e.g. a plan that crossed an FFI). */
+/* epf_plan_check — the plan was computed by this build (e.g. a plan that crossed an FFI, or one
+ *   from another library in the same process): its prefix (EPF_ERR_STRUCT_VERSION) and its
+ *   build_signature (EPF_ERR_BUILD_MISMATCH: other EPF_MAX_* / EPF_ALIGN / versions) match. */
 EPF_HD epf_status_t epf_plan_check(const epf_plan_t* plan) {
+  epf_status_t st;
   if (plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  return epf__check_prefix(plan->size, plan->magic, plan->version, EPF_PLAN_MAGIC,
-                           (uint32_t)sizeof(epf_plan_t));
+  st = epf__check_prefix(plan->size, plan->magic, plan->version, EPF_PLAN_MAGIC,
+                         (uint32_t)sizeof(epf_plan_t));
+  if (st != EPF_OK) return st;
+  return plan->build_signature == epf_build_signature() ? EPF_OK : EPF_ERR_BUILD_MISMATCH;
 }
 
 /* ---- accessors: index inside one region (the region's base comes from the plan) ------------- */

@@ -682,10 +682,10 @@ EPF_INLINE epf_status_t epf__ht_grid(const epf_route_t* route, const epf_plan_t*
   const int count = route->count;
   const int bpr = epf__ht_blocks_per_rank(step, count, kernel);
   int per_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return EPF_ERR_CUDA;
+  if (!epf__cuda_ok(cudaGetDevice(&dev))) return EPF_ERR_CUDA;
   /* a kernel that cannot hold one block on an SM (registers, shared memory) is not a co-residency
    * question: this build of it does not run here */
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, 0) != cudaSuccess) return EPF_ERR_CUDA;
+  if (!epf__cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, 0))) return EPF_ERR_CUDA;
   if (per_sm < 1) return EPF_ERR_NOT_SUPPORTED;
   if (epf_virtual_grid_check(kernel, EPF_HT_THREADS, 0, bpr * count, dev) != EPF_OK) return EPF_ERR_CO_RESIDENCY;
   *out_bpr = bpr;
@@ -713,7 +713,7 @@ EPF_INLINE epf_status_t epf_ht_dispatch(const epf_route_t* route, epf_team_t tea
   s = epf__ht_step_for_launch(step, plan);
   epf__ht_dispatch_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
                                                                                          topk_idx, virt, bpr, phases);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 /* epf_ht_expand — RANK_MAJOR: copy every received row into its expert-major view rows
@@ -732,7 +732,7 @@ EPF_INLINE epf_status_t epf_ht_expand(const epf_route_t* route, epf_team_t team,
   s = epf__ht_step_for_launch(step, plan);
   epf__ht_expand_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
                                                                                        virt, bpr);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 /* epf_ht_combine — launch the combine of this step (pull, or push with EPF_FLAG_COMBINE_PUSH):
@@ -757,7 +757,7 @@ EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team
   s = epf__ht_step_for_launch(step, plan);
   epf__ht_combine_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
                                                                                         topk_idx, virt, bpr);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 EPF_END_DECLS

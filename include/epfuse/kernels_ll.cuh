@@ -204,14 +204,14 @@ EPF_INLINE epf_status_t epf__ll_launch_check(const epf_ll_launch_t* L) {
  *   plan. */
 EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t smem, int device, int* out) {
   int per_sm = 0, sms = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+  if (!epf__cuda_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
     return EPF_ERR_CUDA;
   if (smem > (size_t)optin) return EPF_ERR_TOKENS;
   if (smem > 48u * 1024u &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+      !epf__cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
     return EPF_ERR_CUDA;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+  if (!epf__cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem)) ||
+      !epf__cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)))
     return EPF_ERR_CUDA;
   *out = per_sm * sms;
   return *out > 0 ? EPF_OK : EPF_ERR_CO_RESIDENCY;
@@ -305,7 +305,7 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
   epf_ll_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                       L->abort_word, L->virtual_ranks, bpr, halves,
                                                                       *args);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 /* epf_ll_combine — launch the LL combine: push half, reduce half, or both fused.
@@ -344,7 +344,7 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
   epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                      L->abort_word, L->virtual_ranks, bpr, halves,
                                                                      *args);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const uint32_t* host_mask,
@@ -355,7 +355,7 @@ EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const
   count = epf__ll_ranks_in_launch(L);
   for (i = 0; i < EPF_MASK_WORDS; ++i) m.w[i] = host_mask != NULL ? host_mask[i] : 0u;
   epf_ll_state_kernel<<<(count + 127) / 128, 128, 0, stream>>>(L->state, count, L->plan.nranks, op, m, out_masks);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 /* epf_ll_state_reset — stream-ordered epf_ll_state_init of every state of the launch (epochs 0,
@@ -395,7 +395,7 @@ EPF_INLINE epf_status_t epf_ll_mask_clean(const epf_ll_launch_t* L, cudaStream_t
   if (epf__ll_ranks_in_launch(L) > cap) return EPF_ERR_CO_RESIDENCY;
   epf_ll_clean_kernel<<<epf__ll_ranks_in_launch(L), EPF_LL_CLEAN_THREADS, smem, stream>>>(
       L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 /* epf_ll_error_clear_async — zero the error record (device pointer of the host-mapped record),
@@ -403,7 +403,7 @@ EPF_INLINE epf_status_t epf_ll_mask_clean(const epf_ll_launch_t* L, cudaStream_t
 EPF_INLINE epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cudaStream_t stream) {
   if (record == NULL) return EPF_ERR_INVALID_ARGUMENT;
   epf_ll_error_clear_kernel<<<1, 32, 0, stream>>>(record);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 EPF_END_DECLS

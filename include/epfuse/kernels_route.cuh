@@ -201,9 +201,9 @@ EPF_INLINE epf_status_t epf__route_bind(const epf_route_layout_t* layout, void* 
   const size_t smem = epf_route_smem_bytes(layout, threads);
   int dev = 0, per_sm = 0, sms = 0;
   epf_status_t st;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, epf__route_update_kernel, threads, smem) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+  if (!epf__cuda_ok(cudaGetDevice(&dev)) ||
+      !epf__cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, epf__route_update_kernel, threads, smem)) ||
+      !epf__cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)))
     return EPF_ERR_CUDA;
   /* one block per rank at least must fit (the virtual ranks spin on each other) */
   st = epf_virtual_grid_check((const void*)epf__route_update_kernel, threads, smem, count, dev);
@@ -252,10 +252,10 @@ EPF_INLINE epf_status_t epf_route_init(const epf_plan_t* plan, const epf_route_c
   st = epf__route_bind(&L, d_buffer, count, &r);
   if (st != EPF_OK) return st;
   epf_route_header_init(&L, first_epoch, &hdr);
-  if (cudaMemsetAsync(d_buffer, 0, (size_t)(L.total_bytes * (uint64_t)count), stream) != cudaSuccess)
+  if (!epf__cuda_ok(cudaMemsetAsync(d_buffer, 0, (size_t)(L.total_bytes * (uint64_t)count), stream)))
     return EPF_ERR_CUDA;
   epf__route_init_kernel<<<(unsigned)((count + 127) / 128), 128, 0, stream>>>(r, hdr);
-  if (cudaGetLastError() != cudaSuccess) return EPF_ERR_CUDA;
+  if (!epf__cuda_ok(cudaGetLastError())) return EPF_ERR_CUDA;
   *out_route = r;
   return EPF_OK;
 }
@@ -305,7 +305,7 @@ EPF_INLINE epf_status_t epf_route_update(const epf_route_t* route, epf_team_t te
   if (s.wait.timeout_ns == 0u) s.wait.timeout_ns = plan->timeout_ns; /* zero: the plan's timeout */
   epf__route_update_kernel<<<dim3((unsigned)B, (unsigned)route->count), (unsigned)threads, smem, stream>>>(
       *route, team, *plan, s, virtual_ranks);
-  return cudaGetLastError() == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(cudaGetLastError());
 }
 
 /* epf_route_create — epf_route_init, then epf_route_update (NCCL EP's fused create). Outside graph
@@ -324,9 +324,9 @@ EPF_INLINE epf_status_t epf_route_read_header(const epf_route_t* route, int inde
                                               epf_route_header_t* out_header) {
   if (route == NULL || out_header == NULL || route->base == NULL || index < 0 || index >= route->count)
     return EPF_ERR_INVALID_ARGUMENT;
-  if (cudaMemcpyAsync(out_header, epf_route_ptr(route, index, EPF_ROUTE_HEADER), sizeof(*out_header),
-                      cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
-      cudaStreamSynchronize(stream) != cudaSuccess)
+  if (!epf__cuda_ok(cudaMemcpyAsync(out_header, epf_route_ptr(route, index, EPF_ROUTE_HEADER), sizeof(*out_header),
+                      cudaMemcpyDeviceToHost, stream)) ||
+      !epf__cuda_ok(cudaStreamSynchronize(stream)))
     return EPF_ERR_CUDA;
   return EPF_OK;
 }
@@ -348,15 +348,15 @@ EPF_INLINE epf_status_t epf_route_import(const epf_plan_t* plan, void* d_buffer,
   int i;
   epf_status_t st = epf__route_check_buffer(plan, d_buffer, buffer_bytes, count, out_route);
   if (st != EPF_OK) return st;
-  if (cudaMemcpyAsync(&h0, d_buffer, sizeof(h0), cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
-      cudaStreamSynchronize(stream) != cudaSuccess)
+  if (!epf__cuda_ok(cudaMemcpyAsync(&h0, d_buffer, sizeof(h0), cudaMemcpyDeviceToHost, stream)) ||
+      !epf__cuda_ok(cudaStreamSynchronize(stream)))
     return EPF_ERR_CUDA;
   st = epf_route_header_check(&h0, plan, buffer_bytes / (uint64_t)count, &L);
   if (st != EPF_OK) return st;
   for (i = 1; i < count; ++i) {
-    if (cudaMemcpyAsync(&hi, (char*)d_buffer + (uint64_t)i * L.total_bytes, sizeof(hi), cudaMemcpyDeviceToHost,
-                        stream) != cudaSuccess ||
-        cudaStreamSynchronize(stream) != cudaSuccess)
+    if (!epf__cuda_ok(cudaMemcpyAsync(&hi, (char*)d_buffer + (uint64_t)i * L.total_bytes, sizeof(hi), cudaMemcpyDeviceToHost,
+                        stream)) ||
+        !epf__cuda_ok(cudaStreamSynchronize(stream)))
       return EPF_ERR_CUDA;
     st = epf_route_header_check(&hi, plan, L.total_bytes, &Li);
     if (st != EPF_OK) return st;

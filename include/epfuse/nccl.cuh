@@ -108,13 +108,13 @@ EPF_INLINE epf_status_t epf_nccl_team_query(const ncclDevComm_t* dev, ncclWindow
   epf_team_t* d_team = NULL;
   cudaError_t e;
   if (dev == NULL || out_team == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  if (cudaMalloc((void**)&d_team, sizeof(epf_team_t)) != cudaSuccess) return EPF_ERR_CUDA;
+  if (!epf__cuda_ok(cudaMalloc((void**)&d_team, sizeof(epf_team_t)))) return EPF_ERR_CUDA;
   epf__nccl_team_query_kernel<<<1, 1, 0, stream>>>(*dev, win, d_team);
   e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaMemcpyAsync(out_team, d_team, sizeof(epf_team_t), cudaMemcpyDeviceToHost, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   cudaFree(d_team);
-  return e == cudaSuccess ? EPF_OK : EPF_ERR_CUDA;
+  return epf__cuda_status(e);
 }
 
 EPF_END_DECLS

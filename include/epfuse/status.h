@@ -65,7 +65,11 @@
     "match the route were skipped")                                                             \
   X(EPF_ERR_BAD_METADATA, 31,                                                                   \
     "a received metadata row is out of range (token, source rank, expert or slot): the row "    \
-    "was skipped")
+    "was skipped")                                                                             \
+  X(EPF_ERR_BUILD_MISMATCH, 32,                                                                 \
+    "the plan was computed by a build of epfuse with other compile-time limits or struct "      \
+    "versions (EPF_MAX_*, EPF_ALIGN, EPF_ENABLE_TIMEOUT, the version): compute it with this "   \
+    "build, or build both with the same options")
 
 #define EPF__STATUS_ENUM_ITEM(name, value, message) name = value,
 

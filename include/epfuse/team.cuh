@@ -40,7 +40,7 @@
 
 #include "config.h"
 #include "status.h"
-#if EPF_IS_CUDA
+#if EPF_IS_CUDA && !defined(__CUDACC_RTC__) /* NVRTC: device code only, no CUDA runtime */
 #include <cuda_runtime_api.h>
 #endif
 
@@ -110,6 +110,36 @@ EPF_DEVICE_INLINE epf_team_t epf_team_for_block(epf_team_t team, int virtual_ran
   return team;
 }
 
+#if !defined(__CUDACC_RTC__) /* host code below; NVRTC compiles device code only */
+
+/* ---- the CUDA error behind EPF_ERR_CUDA ----------------------------------------------------------
+ * Every epfuse host function that returns EPF_ERR_CUDA first stores the cudaError_t it got in a
+ * per-thread slot (like cudaGetLastError, but it is not reset by reading), so "no kernel image is
+ * available for execution on the device" (a build without this GPU's architecture) says so. With
+ * hidden visibility (config.h) each shared library keeps its own slot: read it through the same
+ * library that returned the status (libepfuse.so: epf_cuda_last_error). */
+EPF_INLINE cudaError_t* epf__cuda_error_slot(void) {
+  static thread_local cudaError_t e = cudaSuccess;
+  return &e;
+}
+
+/* epf__cuda_status — EPF_OK for cudaSuccess; otherwise remember `e` and return EPF_ERR_CUDA. */
+EPF_INLINE epf_status_t epf__cuda_status(cudaError_t e) {
+  if (e == cudaSuccess) return EPF_OK;
+  *epf__cuda_error_slot() = e;
+  return EPF_ERR_CUDA;
+}
+
+/* epf__cuda_ok — true for cudaSuccess; otherwise remember `e` (for `if (!ok(a) || !ok(b)) return
+ *   EPF_ERR_CUDA;` chains). */
+EPF_INLINE bool epf__cuda_ok(cudaError_t e) { return epf__cuda_status(e) == EPF_OK; }
+
+/* epf_cuda_last_error — the cudaError_t of the last EPF_ERR_CUDA an epfuse host function returned
+ *   on this thread (cudaSuccess if none yet); cudaGetErrorString turns it into text.
+ *   epf_cuda_last_error_clear resets it. Scope: host. */
+EPF_INLINE cudaError_t epf_cuda_last_error(void) { return *epf__cuda_error_slot(); }
+EPF_INLINE void epf_cuda_last_error_clear(void) { *epf__cuda_error_slot() = cudaSuccess; }
+
 /* epf_virtual_grid_check — can a grid of `grid_blocks` blocks of `kernel` be co-resident on
  *   `device`? Virtual ranks spin on each other inside one launch, so a block that is not resident
  *   would never run and its peers would time out. Returns EPF_OK, EPF_ERR_CO_RESIDENCY, or
@@ -117,13 +147,14 @@ EPF_DEVICE_INLINE epf_team_t epf_team_for_block(epf_team_t team, int virtual_ran
 EPF_INLINE epf_status_t epf_virtual_grid_check(const void* kernel, int block_threads,
                                                size_t dynamic_smem, int grid_blocks, int device) {
   int per_sm = 0, sms = 0;
+  cudaError_t e;
   if (kernel == NULL || block_threads <= 0 || grid_blocks <= 0) return EPF_ERR_INVALID_ARGUMENT;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, dynamic_smem) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return EPF_ERR_CUDA;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, dynamic_smem);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return epf__cuda_status(e);
   return (int64_t)per_sm * sms >= grid_blocks ? EPF_OK : EPF_ERR_CO_RESIDENCY;
 }
+#endif /* !__CUDACC_RTC__ */
 #endif
 
 EPF_END_DECLS

@@ -28,7 +28,7 @@ EPF_ABI(offsetof(epf_config_t, recv_capacity) == 64);
 EPF_ABI(offsetof(epf_config_t, timeout_ns) == 72);
 EPF_ABI(sizeof(epf_config_t) == 80);
 
-/* epf_plan_t v1 */
+/* epf_plan_t v2 */
 EPF_ABI(offsetof(epf_plan_t, size) == 0);
 EPF_ABI(offsetof(epf_plan_t, magic) == 4);
 EPF_ABI(offsetof(epf_plan_t, version) == 8);
@@ -44,7 +44,8 @@ EPF_ABI(offsetof(epf_plan_t, total_bytes) == 104);
 EPF_ABI(offsetof(epf_plan_t, region) == 112);
 EPF_ABI(EPF_REGION_COUNT == 13);
 EPF_ABI(sizeof(epf_region_t) == 16);
-EPF_ABI(sizeof(epf_plan_t) == 112 + 16 * 13);
+EPF_ABI(offsetof(epf_plan_t, build_signature) == 112 + 16 * 13); /* v2 */
+EPF_ABI(sizeof(epf_plan_t) == 120 + 16 * 13);
 
 /* window header: fixed for a given EPF_MAX_RANKS, independent of the config */
 EPF_ABI(offsetof(epf_window_header_t, peer_hash) == 0);

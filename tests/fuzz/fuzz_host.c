@@ -539,8 +539,11 @@ static void check_plan_prefix(rd_t* r) {
   g_what = "plan_check";
   memset(&p, 0, sizeof(p));
   prefix(r, &p.size, &p.magic, &p.version, (uint32_t)sizeof(epf_plan_t), EPF_PLAN_MAGIC, EPF_PLAN_VERSION);
-  want = p.magic == EPF_PLAN_MAGIC && p.version >= 1u && p.size >= (uint32_t)sizeof(epf_plan_t) ? EPF_OK
-                                                                                                : EPF_ERR_STRUCT_VERSION;
+  /* a plan from this build, or from one with other compile-time limits */
+  p.build_signature = (u8(r) & 3) == 0 ? u64(r) : epf_build_signature();
+  want = p.magic == EPF_PLAN_MAGIC && p.version >= 1u && p.size >= (uint32_t)sizeof(epf_plan_t)
+             ? (p.build_signature == epf_build_signature() ? EPF_OK : EPF_ERR_BUILD_MISMATCH)
+             : EPF_ERR_STRUCT_VERSION;
   CHECK_STATUS(epf_plan_check(&p), want);
   CHECK_STATUS(epf_plan_check(NULL), EPF_ERR_INVALID_ARGUMENT);
 }

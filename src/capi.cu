@@ -1,0 +1,239 @@
+/* src/capi.cu — libepfuse.so: the header library's host API with C linkage, plus capi.h.
+ *
+ * The headers define every host function inline; with EPF_BUILD_CAPI their visibility is default
+ * (config.h) and taking each one's address below emits it here. The linker version script made
+ * from capi_api.def exports exactly that list; everything else (private epf__ helpers, the static
+ * CUDA runtime) stays local. Kernels are static in their headers, so the ones the launchers use
+ * are compiled into this library. */
+#define EPF_BUILD_CAPI 1
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "epfuse/epfuse.cuh"
+#include "epfuse/kernels_route.cuh"
+#include "epfuse/kernels_ht.cuh"
+#include "epfuse/kernels_ll.cuh"
+#if EPF_CAPI_WITH_NCCL
+#include "epfuse/nccl.cuh"
+#endif
+#include "epfuse/capi.h"
+
+/* ---- emit every exported header function (its address forces a definition) ------------------- */
+#define EPF_CAPI(name) (const void*)&name,
+#if EPF_CAPI_WITH_NCCL
+#define EPF_CAPI_NCCL(name) (const void*)&name,
+#else
+#define EPF_CAPI_NCCL(name)
+#endif
+__attribute__((used)) static const void* const epf__capi_functions[] = {
+#include "capi_api.def"
+};
+#undef EPF_CAPI
+#undef EPF_CAPI_NCCL
+
+EPF_BEGIN_DECLS
+
+/* ---- ABI queries ------------------------------------------------------------------------------ */
+
+int epf_abi_version(void) { return EPF_VERSION; }
+
+int epf_abi_has_nccl(void) { return EPF_CAPI_WITH_NCCL ? 1 : 0; }
+
+typedef struct {
+  const char* name;
+  size_t size;
+} epf__abi_type_t;
+
+#define EPF__ABI_TYPE(t) {#t, sizeof(t)}
+static const epf__abi_type_t epf__abi_types[] = {
+    EPF__ABI_TYPE(epf_config_t),        EPF__ABI_TYPE(epf_plan_t),
+    EPF__ABI_TYPE(epf_region_t),        EPF__ABI_TYPE(epf_window_header_t),
+    EPF__ABI_TYPE(epf_recv_meta_em_t),  EPF__ABI_TYPE(epf_recv_meta_rm_t),
+    EPF__ABI_TYPE(epf_error_record_t),  EPF__ABI_TYPE(epf_route_config_t),
+    EPF__ABI_TYPE(epf_route_header_t),  EPF__ABI_TYPE(epf_route_segment_t),
+    EPF__ABI_TYPE(epf_route_layout_t),  EPF__ABI_TYPE(epf_route_t),
+    EPF__ABI_TYPE(epf_team_t),          EPF__ABI_TYPE(epf_wait_t),
+    EPF__ABI_TYPE(epf_route_step_t),    EPF__ABI_TYPE(epf_ht_state_t),
+    EPF__ABI_TYPE(epf_ht_step_t),       EPF__ABI_TYPE(epf_ll_state_t),
+    EPF__ABI_TYPE(epf_ll_launch_t),     EPF__ABI_TYPE(epf_ll_dispatch_args_t),
+    EPF__ABI_TYPE(epf_ll_combine_args_t),
+#if EPF_CAPI_WITH_NCCL
+    EPF__ABI_TYPE(epf_nccl_window_t),   EPF__ABI_TYPE(ncclDevComm_t),
+    EPF__ABI_TYPE(ncclUniqueId),        EPF__ABI_TYPE(ncclComm_t),
+    EPF__ABI_TYPE(ncclWindow_t),
+#endif
+};
+#undef EPF__ABI_TYPE
+#define EPF__ABI_TYPE_COUNT ((int)(sizeof(epf__abi_types) / sizeof(epf__abi_types[0])))
+
+size_t epf_abi_sizeof(const char* type_name) {
+  int i;
+  if (type_name == NULL) return 0;
+  for (i = 0; i < EPF__ABI_TYPE_COUNT; ++i)
+    if (strcmp(epf__abi_types[i].name, type_name) == 0) return epf__abi_types[i].size;
+  return 0;
+}
+
+int epf_abi_type_count(void) { return EPF__ABI_TYPE_COUNT; }
+
+const char* epf_abi_type_name(int i) { return i >= 0 && i < EPF__ABI_TYPE_COUNT ? epf__abi_types[i].name : NULL; }
+
+/* ---- INIT functions ----------------------------------------------------------------------------- */
+
+void epf_config_init(epf_config_t* c) {
+  const epf_config_t init = EPF_CONFIG_INIT;
+  if (c != NULL) *c = init;
+}
+
+void epf_route_config_init(epf_route_config_t* c) {
+  const epf_route_config_t init = EPF_ROUTE_CONFIG_INIT;
+  if (c != NULL) *c = init;
+}
+
+void epf_wait_init(struct epf_wait* w) {
+  if (w != NULL) *w = epf_wait_make(0, NULL, NULL, 0);
+}
+
+void epf_route_step_init(struct epf_route_step* s) {
+  if (s != NULL) *s = epf_route_step_make(NULL, 0, epf_wait_make(0, NULL, NULL, 0));
+}
+
+void epf_ht_step_init(struct epf_ht_step* s) {
+  if (s != NULL) memset(s, 0, sizeof(*s));
+}
+
+void epf_ll_dispatch_args_init(struct epf_ll_dispatch_args* a) {
+  if (a != NULL) memset(a, 0, sizeof(*a));
+}
+
+void epf_ll_combine_args_init(struct epf_ll_combine_args* a) {
+  if (a != NULL) memset(a, 0, sizeof(*a));
+}
+
+/* ---- diagnostics -------------------------------------------------------------------------------- */
+
+/* append to buf like snprintf, keeping the total length the whole text needs in *len */
+static void epf__cat(char* buf, size_t n, size_t* len, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
+static void epf__cat(char* buf, size_t n, size_t* len, const char* fmt, ...) {
+  va_list ap;
+  int w;
+  va_start(ap, fmt);
+  w = vsnprintf(*len < n ? buf + *len : NULL, *len < n ? n - *len : 0, fmt, ap);
+  va_end(ap);
+  if (w > 0) *len += (size_t)w;
+}
+
+size_t epf_error_describe(const epf_error_record_t* rec, char* buf, size_t buf_bytes) {
+  size_t len = 0;
+  if (buf != NULL && buf_bytes > 0) buf[0] = '\0';
+  else buf_bytes = 0;
+  if (rec == NULL) {
+    epf__cat(buf, buf_bytes, &len, "no error record");
+    return len;
+  }
+  if (rec->status == 0) {
+    epf__cat(buf, buf_bytes, &len, "no error");
+  } else {
+    const epf_status_t st = (epf_status_t)rec->status;
+    epf__cat(buf, buf_bytes, &len, "%s (%s)", epf_status_name(st), epf_status_message(st));
+    if (rec->valid == 1) {
+      epf__cat(buf, buf_bytes, &len, ": reported by rank %d (block %d, thread %d)", rec->waiter_rank,
+               rec->waiter_block, rec->waiter_thread);
+      if (rec->peer >= 0)
+        epf__cat(buf, buf_bytes, &len, " waiting for rank %d at address 0x%llx (wanted epoch %llu, saw %llu, after %.3f ms)",
+                 rec->peer, (unsigned long long)rec->address, (unsigned long long)rec->wanted,
+                 (unsigned long long)rec->seen, (double)rec->elapsed_ns / 1e6);
+    }
+    if (rec->count > 1) epf__cat(buf, buf_bytes, &len, "; %u errors in all", rec->count);
+  }
+  if (rec->dropped_routes) epf__cat(buf, buf_bytes, &len, "; %u expert ids outside [-1, E) dropped", rec->dropped_routes);
+  if (rec->recv_overflow) epf__cat(buf, buf_bytes, &len, "; %u received rows past the capacity dropped", rec->recv_overflow);
+  if (rec->masked_ranks) epf__cat(buf, buf_bytes, &len, "; %u times a peer was masked after a timeout", rec->masked_ranks);
+  return len;
+}
+
+const char* epf_cuda_error_string(int cuda_error) { return cudaGetErrorString((cudaError_t)cuda_error); }
+
+/* ---- CUDA runtime calls ------------------------------------------------------------------------- */
+
+epf_status_t epf_cuda_set_device(int device) { return epf__cuda_status(cudaSetDevice(device)); }
+
+epf_status_t epf_cuda_get_device(int* device) {
+  if (device == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  return epf__cuda_status(cudaGetDevice(device));
+}
+
+epf_status_t epf_cuda_device_count(int* count) {
+  cudaError_t e;
+  if (count == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  *count = 0;
+  e = cudaGetDeviceCount(count);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) { /* no GPU: zero devices */
+    (void)cudaGetLastError();
+    *count = 0;
+    return EPF_OK;
+  }
+  return epf__cuda_status(e);
+}
+
+epf_status_t epf_cuda_malloc(void** out, size_t bytes) {
+  if (out == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  return epf__cuda_status(cudaMalloc(out, bytes));
+}
+
+epf_status_t epf_cuda_free(void* p) { return epf__cuda_status(cudaFree(p)); }
+
+epf_status_t epf_cuda_host_alloc_mapped(void** host, void** device, size_t bytes) {
+  cudaError_t e;
+  if (host == NULL || device == NULL || bytes == 0) return EPF_ERR_INVALID_ARGUMENT;
+  *host = NULL;
+  *device = NULL;
+  e = cudaHostAlloc(host, bytes, cudaHostAllocMapped);
+  if (e == cudaSuccess) {
+    memset(*host, 0, bytes);
+    e = cudaHostGetDevicePointer(device, *host, 0);
+    if (e != cudaSuccess) {
+      cudaFreeHost(*host);
+      *host = NULL;
+    }
+  }
+  return epf__cuda_status(e);
+}
+
+epf_status_t epf_cuda_free_host(void* host) { return epf__cuda_status(cudaFreeHost(host)); }
+
+epf_status_t epf_cuda_memset_async(void* p, int value, size_t bytes, void* stream) {
+  return epf__cuda_status(cudaMemsetAsync(p, value, bytes, (cudaStream_t)stream));
+}
+
+epf_status_t epf_cuda_memcpy(void* dst, const void* src, size_t bytes) {
+  return epf__cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+epf_status_t epf_cuda_stream_synchronize(void* stream) {
+  return epf__cuda_status(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+/* ---- NCCL ------------------------------------------------------------------------------------------ */
+#if EPF_CAPI_WITH_NCCL
+epf_status_t epf_nccl_get_unique_id(void* out, size_t bytes) {
+  ncclUniqueId id;
+  epf_status_t st;
+  if (out == NULL || bytes < sizeof(id)) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf_nccl_status(ncclGetUniqueId(&id));
+  if (st == EPF_OK) memcpy(out, &id, sizeof(id));
+  return st;
+}
+
+int epf_nccl_version(void) {
+  int v = -1;
+  return ncclGetVersion(&v) == ncclSuccess ? v : -1;
+}
+#endif
+
+EPF_END_DECLS
