@@ -25,7 +25,9 @@
 #ifndef EPF_DETAIL_QUANT_SCALAR_CUH
 #define EPF_DETAIL_QUANT_SCALAR_CUH
 
+#if !defined(__CUDACC_RTC__) /* NVRTC declares the math functions itself */
 #include <math.h>
+#endif
 
 #include "../config.h"
 #include "../host.h"
