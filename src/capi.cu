@@ -82,6 +82,42 @@ int epf_abi_type_count(void) { return EPF__ABI_TYPE_COUNT; }
 
 const char* epf_abi_type_name(int i) { return i >= 0 && i < EPF__ABI_TYPE_COUNT ? epf__abi_types[i].name : NULL; }
 
+int64_t epf_abi_constant(const char* name) {
+  static const struct {
+    const char* name;
+    int64_t value;
+  } limits[] = {
+      {"EPF_MAX_RANKS", EPF_MAX_RANKS},
+      {"EPF_MAX_EXPERTS", EPF_MAX_EXPERTS},
+      {"EPF_MAX_TOPK", EPF_MAX_TOPK},
+      {"EPF_MAX_TOKENS_PER_RANK", EPF_MAX_TOKENS_PER_RANK},
+      {"EPF_ALIGN", EPF_ALIGN},
+      {"EPF_MASK_WORDS", EPF_MASK_WORDS},
+      {"EPF_HT_MAX_BLOCKS_PER_RANK", EPF_HT_MAX_BLOCKS_PER_RANK},
+      {"EPF_HT_SEND", EPF_HT_SEND},
+      {"EPF_HT_RECV", EPF_HT_RECV},
+      {"EPF_LL_SEND", EPF_LL_SEND},
+      {"EPF_LL_RECV", EPF_LL_RECV},
+      {"EPF_LL_BOTH", EPF_LL_BOTH},
+#define EPF__K(x) {#x, (int64_t)(x)}
+      EPF__K(EPF_MODE_HT), EPF__K(EPF_MODE_LL),
+      EPF__K(EPF_LAYOUT_EXPERT_MAJOR), EPF__K(EPF_LAYOUT_RANK_MAJOR),
+      EPF__K(EPF_PAYLOAD_BF16), EPF__K(EPF_PAYLOAD_MXFP8), EPF__K(EPF_PAYLOAD_FP8_128),
+      EPF__K(EPF_SCALE_LAYOUT_COMPACT), EPF__K(EPF_SCALE_LAYOUT_SWIZZLED_128X4),
+      EPF__K(EPF_INDEX_DEFAULT), EPF__K(EPF_INDEX_INT32), EPF__K(EPF_INDEX_INT64),
+      EPF__K(EPF_LL_Y_FIXED), EPF__K(EPF_LL_Y_PACKED), EPF__K(EPF_LL_Y_IN_PLACE), EPF__K(EPF_LL_Y_IN_PLACE_PULL),
+      EPF__K(EPF_LL_BUF_X), EPF__K(EPF_LL_BUF_TOPK_IDX), EPF__K(EPF_LL_BUF_TOPK_WEIGHTS),
+      EPF__K(EPF_LL_BUF_RECV_COUNTS), EPF__K(EPF_LL_BUF_EXPERT_COUNTS), EPF__K(EPF_LL_BUF_PACKED_X),
+      EPF__K(EPF_LL_BUF_PACKED_SCALES), EPF__K(EPF_LL_BUF_PACKED_META), EPF__K(EPF_LL_BUF_ROUND),
+#undef EPF__K
+  };
+  size_t i;
+  if (name == NULL) return -1;
+  for (i = 0; i < sizeof(limits) / sizeof(limits[0]); ++i)
+    if (strcmp(limits[i].name, name) == 0) return limits[i].value;
+  return -1;
+}
+
 /* ---- INIT functions ----------------------------------------------------------------------------- */
 
 void epf_config_init(epf_config_t* c) {
@@ -213,6 +249,10 @@ epf_status_t epf_cuda_memset_async(void* p, int value, size_t bytes, void* strea
 
 epf_status_t epf_cuda_memcpy(void* dst, const void* src, size_t bytes) {
   return epf__cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+epf_status_t epf_cuda_memcpy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  return epf__cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
 }
 
 epf_status_t epf_cuda_stream_synchronize(void* stream) {

@@ -29,12 +29,14 @@
  *   int          epf_abi_has_nccl(void)                       1 if the NCCL functions are exported
  *   size_t       epf_abi_sizeof(const char* type_name)        sizeof a public struct, 0 if unknown
  *   int          epf_abi_type_count(void); const char* epf_abi_type_name(int i)
+ *   int64_t      epf_abi_constant(const char* name)             limits, phase bits, enumerators
  *   void         epf_config_init, epf_route_config_init, epf_wait_init, epf_route_step_init,
  *                epf_ht_step_init, epf_ll_dispatch_args_init, epf_ll_combine_args_init (struct*)
  *   size_t       epf_error_describe(const epf_error_record_t*, char* buf, size_t buf_bytes)
  *   const char*  epf_cuda_error_string(int cuda_error)
  *   epf_status_t epf_cuda_set_device / _get_device / _device_count / _malloc / _free /
- *                _host_alloc_mapped / _free_host / _memset_async / _memcpy / _stream_synchronize
+ *                _host_alloc_mapped / _free_host / _memset_async / _memcpy / _memcpy_async /
+ *                _stream_synchronize
  *   epf_status_t epf_nccl_get_unique_id(void* out, size_t bytes); int epf_nccl_version(void)  [NCCL]
  *
  * Requirements: C11 or C++17; link libepfuse.so (CMake: epfuse::capi).
@@ -76,6 +78,14 @@ EPF_CAPI_FN size_t epf_abi_sizeof(const char* type_name);
  *   NULL outside). */
 EPF_CAPI_FN int epf_abi_type_count(void);
 EPF_CAPI_FN const char* epf_abi_type_name(int i);
+
+/* epf_abi_constant — a compile-time constant of the library's build, by its C name, so a binding
+ *   checks its copies: the limits ("EPF_MAX_RANKS", "EPF_MAX_EXPERTS", "EPF_MAX_TOPK",
+ *   "EPF_MAX_TOKENS_PER_RANK", "EPF_ALIGN", "EPF_MASK_WORDS", "EPF_HT_MAX_BLOCKS_PER_RANK"), the
+ *   phase bits ("EPF_HT_SEND", "EPF_HT_RECV", "EPF_LL_SEND", "EPF_LL_RECV", "EPF_LL_BOTH") and
+ *   every enumerator of epf_mode_t, epf_layout_t, epf_payload_t, epf_scale_layout_t,
+ *   epf_index_type_t, epf_ll_y_layout_t and epf_ll_buffer_t. -1 if unknown. */
+EPF_CAPI_FN int64_t epf_abi_constant(const char* name);
 
 /* ---- INIT functions: the *_INIT macros and zero-means-default structs, as calls ------------- */
 
@@ -120,6 +130,8 @@ EPF_CAPI_FN epf_status_t epf_cuda_free_host(void* host);
 EPF_CAPI_FN epf_status_t epf_cuda_memset_async(void* p, int value, size_t bytes, void* stream);
 /* cudaMemcpy with cudaMemcpyDefault (unified addressing: any direction), synchronous */
 EPF_CAPI_FN epf_status_t epf_cuda_memcpy(void* dst, const void* src, size_t bytes);
+/* cudaMemcpyAsync with cudaMemcpyDefault on `stream` (capturable for device-to-device copies) */
+EPF_CAPI_FN epf_status_t epf_cuda_memcpy_async(void* dst, const void* src, size_t bytes, void* stream);
 EPF_CAPI_FN epf_status_t epf_cuda_stream_synchronize(void* stream);
 
 /* ---- NCCL (only in a library built with NCCL: epf_abi_has_nccl() == 1) ----------------------- */

@@ -1,0 +1,108 @@
+"""Host parts of the Python package: no GPU needed (CI runs these)."""
+import ctypes
+import os
+
+import pytest
+
+import epfuse
+from epfuse import _abi
+
+
+def test_library_and_version():
+    assert os.path.exists(epfuse.get_library())
+    assert epfuse.version() == _abi.epf_version()
+    assert epfuse.version() // 100000 == 0 and epfuse.version() % 100000 // 100 == 1
+
+
+def test_struct_mirrors_match_the_library():
+    # every struct the package passes to the library has the library's size
+    for name, (got, want) in _abi.MIRROR_SIZES.items():
+        assert got == want, name
+    names = {_abi.epf_abi_type_name(i).decode() for i in range(_abi.epf_abi_type_count())}
+    assert set(_abi.MIRRORS) <= names
+    assert _abi.epf_abi_sizeof(b"epf_nothing_t") == 0
+
+
+def test_limits():
+    assert epfuse.LIMITS["EPF_MAX_RANKS"] == 72
+    assert epfuse.LIMITS["EPF_MASK_WORDS"] == (72 + 31) // 32
+    assert epfuse.LIMITS["EPF_ALIGN"] == 256
+
+
+def test_include_and_cmake_dirs():
+    assert os.path.exists(os.path.join(epfuse.get_include(), "epfuse", "host.h"))
+    assert os.path.exists(os.path.join(epfuse.get_include(), "epfuse", "capi.h"))
+    assert os.path.exists(os.path.join(epfuse.get_cmake_dir(), "epfuseConfig.cmake"))
+
+
+def test_plan_real_shapes():
+    # gpt-oss-120b-like HT plan, and an LL plan
+    p = epfuse.compute_plan(nranks=8, num_experts=128, top_k=4, hidden=2880, max_tokens_per_rank=4096,
+                            payload="mxfp8")
+    assert p.nranks == 8 and p.experts_per_rank == 16 and p.hidden == 2880
+    assert p.row_bytes == 2880 and p.scale_bytes_per_row == 2880 // 32
+    assert p.total_bytes % 256 == 0
+    regions = p.regions
+    assert regions["HEADER"][0] == 0 and regions["RECV_TOKENS"][1] >= p.recv_capacity * p.row_bytes
+    assert p.build_signature == _abi.epf_build_signature()
+    q = epfuse.compute_plan(nranks=5, num_experts=160, top_k=22, hidden=5120, max_tokens_per_rank=128, mode="ll")
+    assert q.mode == 2 and q.top_k == 22
+    assert _abi.epf_ll_plan_check(ctypes.byref(q.c)) == 0
+
+
+@pytest.mark.parametrize("kw,name", [
+    (dict(nranks=3, num_experts=128), "EPF_ERR_EXPERTS_NOT_DIVISIBLE"),
+    (dict(top_k=33), "EPF_ERR_TOPK"),
+    (dict(hidden=2880, payload="fp8_128"), "EPF_ERR_HIDDEN_ALIGNMENT"),
+    (dict(nranks=73, num_experts=73 * 2), "EPF_ERR_RANKS"),
+    (dict(mode="ll", recv_capacity=10), "EPF_ERR_RECV_CAPACITY"),
+])
+def test_bad_configs_raise_with_status(kw, name):
+    with pytest.raises(epfuse.EpfError) as e:
+        epfuse.compute_plan(**kw)
+    assert e.value.name == name
+    assert e.value.message == epfuse.status_message(e.value.status)
+    assert name in str(e.value)
+
+
+def test_unknown_names_are_python_errors():
+    with pytest.raises(ValueError):
+        epfuse.compute_plan(payload="int4")
+    with pytest.raises(TypeError):
+        epfuse.compute_plan(hiddn=7168)
+
+
+def test_plan_from_another_build_is_refused():
+    p = epfuse.compute_plan(nranks=2, num_experts=16, top_k=2, hidden=256, max_tokens_per_rank=8)
+    assert _abi.epf_plan_check(ctypes.byref(p.c)) == 0
+    p.c.build_signature ^= 1
+    assert epfuse.status_name(_abi.epf_plan_check(ctypes.byref(p.c))) == "EPF_ERR_BUILD_MISMATCH"
+
+
+def test_buffers_and_streams_without_a_gpu_package():
+    from epfuse._buffers import ptr, stream_handle
+    a = epfuse.DeviceArray(0x1000, (4, 8), "<i4", owner=None)
+    assert a.__cuda_array_interface__["data"] == (0x1000, False)
+    assert a.nbytes == 128
+    assert ptr(a) == 0x1000 and ptr(None) == 0 and ptr(77) == 77
+    assert stream_handle(None) == 0 and stream_handle(5) == 5
+    with pytest.raises(TypeError):
+        ptr("not a buffer")
+
+
+def test_error_sentence():
+    rec = _abi.ErrorRecord()
+    rec.status, rec.count, rec.valid, rec.peer, rec.waiter_rank = 21, 1, 1, 2, 0
+    rec.wanted, rec.seen, rec.elapsed_ns = 5, 4, 10_000_000_000
+    n = _abi.epf_error_describe(ctypes.byref(rec), None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    _abi.epf_error_describe(ctypes.byref(rec), buf, n + 1)
+    assert "EPF_ERR_TIMEOUT" in buf.value.decode() and "waiting for rank 2" in buf.value.decode()
+
+
+@pytest.mark.skipif(epfuse.device_count() > 0, reason="checks the no-GPU failure path")
+def test_without_a_gpu_cuda_errors_say_why():
+    with pytest.raises(epfuse.EpfError) as e:
+        epfuse.Group.virtual(2, num_experts=16, top_k=2, hidden=256, max_tokens_per_rank=8)
+    assert e.value.name == "EPF_ERR_CUDA"
+    assert e.value.cuda_error not in (None, 0) and e.value.cuda_message
