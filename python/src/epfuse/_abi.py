@@ -39,7 +39,7 @@ SCALE_LAYOUT = {"compact": 1, "swizzled": 2, "swizzled_128x4": 2}
 INDEX_TYPE = {"default": 0, "int32": 1, "int64": 2}
 Y_LAYOUT = {"fixed": 0, "packed": 1, "in_place": 2, "in_place_pull": 3}
 LL_BUFFER = {"x": 0, "topk_idx": 1, "topk_weights": 2, "recv_counts": 3, "expert_counts": 4, "packed_x": 5,
-             "packed_scales": 6, "packed_meta": 7, "round": 8}
+             "packed_scales": 6, "packed_meta": 7, "round": 8, "y": 9}
 _C_NAMES = [(MODE, "EPF_MODE_"), (LAYOUT, "EPF_LAYOUT_"), (PAYLOAD, "EPF_PAYLOAD_"),
             (SCALE_LAYOUT, "EPF_SCALE_LAYOUT_"), (INDEX_TYPE, "EPF_INDEX_"), (Y_LAYOUT, "EPF_LL_Y_"),
             (LL_BUFFER, "EPF_LL_BUF_")]
