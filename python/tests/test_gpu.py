@@ -34,10 +34,22 @@ def expert_scale(E, EL):
     return torch.tensor([2.0 ** ((e % EL) % 3) for e in range(E)], device="cuda")
 
 
-def reference(x, idx, w, scale):
+def reference(x, idx, w, scale, rank_major_experts_per_rank=None):
+    """EXPERT_MAJOR: sum_k w_k * y_k in FP32, rounded once to BF16. RANK_MAJOR (pass the experts
+    per rank): the expert side pre-reduces each token's copies on one rank into a partial that
+    travels in the combine payload (BF16), and the source sums the partials — so each partial is
+    rounded to BF16 first (the documented rank-major combine)."""
     valid = idx >= 0
     s = torch.where(valid, scale[idx.clamp(min=0).long()], torch.zeros((), device="cuda"))
-    return (x.float().unsqueeze(2) * (w * s).unsqueeze(-1)).sum(2).to(torch.bfloat16)
+    terms = x.float().unsqueeze(2) * (w * s).unsqueeze(-1)  # [R][T][K][H], exact
+    if rank_major_experts_per_rank is None:
+        return terms.sum(2).to(torch.bfloat16)
+    dest = torch.where(valid, idx.long() // rank_major_experts_per_rank, torch.full_like(idx.long(), -1))
+    acc = torch.zeros_like(terms[:, :, 0])
+    for d in range(int(dest.max().item()) + 1):
+        part = (terms * (dest == d).unsqueeze(-1)).sum(2)  # exact
+        acc += part.to(torch.bfloat16).float()  # partials are BF16; their sum is exact again
+    return acc.to(torch.bfloat16)
 
 
 def bf16_rows(view):
@@ -94,7 +106,7 @@ def test_ht_round_bit_exact(R, E, K, H, T, layout, dtype, seed):
         g.combine(h, out, idx, w, expert_out=eo, expert_rows=rows, stream=s)
     s.synchronize()
     assert g.get_async_error() is None
-    assert_same(out, reference(x, idx, w, scale))
+    assert_same(out, reference(x, idx, w, scale, EL if layout == "rank_major" else None))
 
 
 def test_ht_in_place_pull_and_tokens_per_rank(seed):

@@ -189,6 +189,16 @@ static void check_round(const ht_case_t* c, ht_dev_t* d, model_t* m, int check_r
   model_place(c, m);
   /* dropped copies: rows at or past the capacity */
   for (int64_t i = 0; i < (int64_t)R * T * (c->layout == EPF_LAYOUT_RANK_MAJOR ? R : K); ++i) expected_dropped += m->row[i] >= cap;
+  /* RANK_MAJOR: a received copy whose expert-major view row is at or past expert_rows is dropped by
+   * the expand and counted too (the view's offsets count every copy, received or not, so skewed
+   * routing over a small capacity can place a received copy past the view) */
+  if (c->layout == EPF_LAYOUT_RANK_MAJOR)
+    for (int64_t st = 0; st < (int64_t)R * T; ++st)
+      for (int k = 0; k < K; ++k) {
+        const int e = m->topk[st * K + k];
+        if (e < 0 || ht_ref_first_k(m->topk + st * K, k) != k) continue;
+        if (m->row[st * R + e / (c->E / R)] < cap && m->em_row[st * K + k] >= d->expert_rows) ++expected_dropped;
+      }
 
   if (check_recv) {
     const size_t tok_bytes = d->plan.region[EPF_REGION_RECV_TOKENS].bytes, meta_bytes = d->plan.region[EPF_REGION_RECV_META].bytes,
