@@ -292,3 +292,32 @@ def test_cupy_buffers_without_torch_tensors(seed):
     bits = ref.view(np.uint32).astype(np.uint64)
     ref16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
     assert np.array_equal(cp.asnumpy(out), ref16)
+
+
+def test_readme_quickstart(seed):
+    """The README's "Use from Python" code, verbatim (test_doc_snippets), on a small shape."""
+    R, E, K, H, T = 4, 32, 4, 1032, 64
+    def make_batch():
+        return inputs(R, T, H, K, E, seed)
+
+    # example-begin py_quickstart
+    import torch
+    import epfuse
+
+    g = epfuse.Group.virtual(R, num_experts=E, top_k=K, hidden=H, max_tokens_per_rank=T)
+    mem = torch.empty(g.handle_mem_size("expert_major", K), dtype=torch.uint8, device="cuda")
+    h = g.init_handle("expert_major", K, mem)  # the handle (route memory): once
+    x, topk_idx, topk_weights = make_batch()  # [rank][token][hidden] bf16; [rank][token][k] int64, float32
+    out = torch.empty_like(x)
+
+    h.update(topk_idx)  # every step: counts, slots, offsets (no host sync)
+    g.dispatch(h, x, topk_idx, topk_weights)  # rows into the expert-major receive rows
+    recv = torch.as_tensor(g.recv_tokens(), device="cuda").view(torch.bfloat16)  # [rank][row][hidden]
+    for r, experts in enumerate(h.segments_host()):  # (begin, count, padded) per local expert
+        for j, (begin, count, _) in enumerate(experts):
+            recv[r, begin:begin + count] *= 2.0  # expert j of rank r, in place over its rows
+    g.combine(h, out, topk_idx, topk_weights)  # out[t] = sum_k w_k * y_k (FP32, k order)
+    torch.cuda.synchronize()
+    assert g.get_async_error() is None
+    # example-end py_quickstart
+    assert_same(out, reference(x, topk_idx, topk_weights, torch.full((E,), 2.0, device="cuda")))
