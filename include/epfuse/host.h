@@ -163,8 +163,11 @@ EPF_HD const char* epf_status_message(epf_status_t status) {
   }
 }
 
-/* epf_version — EPF_VERSION of the headers this translation unit was compiled with. */
+/* epf_version — EPF_VERSION of the headers this translation unit was compiled with. Host only
+ *   (like every EPF_INLINE function: left out under NVRTC). */
+#if !defined(__CUDACC_RTC__)
 EPF_INLINE int epf_version(void) { return EPF_VERSION; }
+#endif
 
 /* ============================================================================================ */
 /* Resolve and validate                                                                          */
@@ -461,7 +464,6 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   p.size = (uint32_t)sizeof(epf_plan_t);
   p.magic = EPF_PLAN_MAGIC;
   p.version = EPF_PLAN_VERSION;
-  p.build_signature = epf_build_signature();
   *out_plan = p;
   st = epf_config_resolve(cfg, &c);
   if (st != EPF_OK) return st;
@@ -557,6 +559,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
     off += sz;
   }
   p.total_bytes = off;
+  p.build_signature = epf_build_signature(); /* only a computed plan carries it */
   *out_plan = p;
   return EPF_OK;
 }
@@ -665,6 +668,7 @@ typedef struct epf_error_record {
   uint32_t reserved2;
 } epf_error_record_t;
 
+#if !defined(__CUDACC_RTC__) /* host functions (NVRTC compiles device code only) */
 /* epf_error_read — copy the record the device writes, from the host, without a device sync.
  *   rec: the host pointer of host-mapped memory. Word-by-word volatile reads; `valid` is read
  *   first, so when out->valid == 1 the diagnostic fields belong to out->status. */
@@ -695,6 +699,7 @@ EPF_INLINE void epf_error_clear(epf_error_record_t* rec) {
   size_t n;
   for (n = 0; n < sizeof(*rec); ++n) b[n] = 0;
 }
+#endif
 
 /* ============================================================================================ */
 /* Route memory                                                                                  */

@@ -33,7 +33,7 @@
  *   epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, double timeout_s, epf_nccl_window_t* out_win)
  *   epf_status_t epf_nccl_window_destroy(ncclComm_t comm, epf_nccl_window_t* win, double timeout_s)
  *
- * Requirements: NCCL 2.28 – 2.30 headers (<nccl.h>), the CUDA runtime API, C11 on Linux
+ * Requirements: NCCL 2.28 – 2.32 (compiled against each; run with 2.28.9: README, "NCCL versions") headers (<nccl.h>), the CUDA runtime API, C11 on Linux
  * (clock_gettime(CLOCK_MONOTONIC), also under -std=c11 where <time.h> hides it) or C++17.
  * Collective calls (init, window create/destroy, comm destroy) must be made by every rank.
  */

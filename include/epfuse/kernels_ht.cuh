@@ -40,7 +40,9 @@
 #error "epfuse/kernels_ht.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
+#if !defined(__CUDACC_RTC__)
 #include <cuda_runtime_api.h>
+#endif
 
 #include "combine.cuh"
 #include "dispatch.cuh"
@@ -608,6 +610,7 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, 1) epf__ht_combine_kern
   }
 }
 
+#if !defined(__CUDACC_RTC__) /* host launchers: nvcc only (NVRTC compiles the kernels above) */
 /* ---- host launchers ---------------------------------------------------------------------------- */
 
 /* epf_ht_check — validate a step against the plan and route before a launch (host; no CUDA calls).
@@ -760,6 +763,7 @@ EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team
   return epf__cuda_status(cudaGetLastError());
 }
 
+#endif /* !__CUDACC_RTC__ */
 EPF_END_DECLS
 
 #endif /* EPF_KERNELS_HT_CUH */

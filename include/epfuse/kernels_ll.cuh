@@ -50,7 +50,9 @@
 #ifndef EPF_KERNELS_LL_CUH
 #define EPF_KERNELS_LL_CUH
 
+#if !defined(__CUDACC_RTC__)
 #include <cuda_runtime_api.h>
+#endif
 
 #include "combine_ll.cuh"
 #include "config.h"
@@ -156,6 +158,7 @@ static __global__ void epf_ll_error_clear_kernel(epf_error_record_t* record) {
   for (i = (int)threadIdx.x; i < n; i += (int)blockDim.x) epf_st_relaxed_sys_u32(w + i, 0u);
 }
 
+#if !defined(__CUDACC_RTC__) /* host launchers: nvcc only (NVRTC compiles the kernels above) */
 /* ---- host launchers ------------------------------------------------------------------------- */
 
 /* epf_ll_launch_make — a launch description with defaults (blocks chosen per call, 512 threads,
@@ -406,6 +409,7 @@ EPF_INLINE epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cud
   return epf__cuda_status(cudaGetLastError());
 }
 
+#endif /* !__CUDACC_RTC__ */
 EPF_END_DECLS
 
 #endif /* EPF_KERNELS_LL_CUH */

@@ -67,7 +67,9 @@
 #error "epfuse/kernels_route.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
+#if !defined(__CUDACC_RTC__)
 #include <cuda_runtime_api.h>
+#endif
 
 #include "host.h"
 #include "route.cuh"
@@ -194,6 +196,7 @@ static __global__ void epf__route_init_kernel(epf_route_t route, epf_route_heade
   if (i < route.count) *(epf_route_header_t*)epf_route_ptr(&route, i, EPF_ROUTE_HEADER) = hdr;
 }
 
+#if !defined(__CUDACC_RTC__) /* host launchers: nvcc only (NVRTC compiles the kernels above) */
 /* epf__route_bind — fill a handle and measure co-residency on the current device. */
 EPF_INLINE epf_status_t epf__route_bind(const epf_route_layout_t* layout, void* d_buffer, int count,
                                         epf_route_t* out) {
@@ -370,6 +373,7 @@ EPF_INLINE epf_status_t epf_route_import(const epf_plan_t* plan, void* d_buffer,
   return EPF_OK;
 }
 
+#endif /* !__CUDACC_RTC__ */
 EPF_END_DECLS
 
 #endif /* EPF_KERNELS_ROUTE_CUH */

@@ -26,7 +26,7 @@
  *   epf_status_t epf_nccl_devcomm_destroy(ncclComm_t, const ncclDevComm_t* dev)
  *   epf_status_t epf_nccl_team_query(const ncclDevComm_t* dev, ncclWindow_t win, cudaStream_t, epf_team_t* out)
  *
- * Requirements: CUDA (C++), NCCL 2.28 – 2.30 with the device API (nccl_device.h), sm_70+.
+ * Requirements: CUDA (C++), NCCL 2.28 – 2.32 (compiled against each; run with 2.28.9: README, "NCCL versions") with the device API (nccl_device.h), sm_70+.
  */
 #ifndef EPF_NCCL_CUH
 #define EPF_NCCL_CUH

@@ -41,13 +41,15 @@ static int g_ninc = 0;
 static int g_strict = 0;
 static int g_fail = 0;
 
-/* The device headers (epfuse.cuh's blocks and the LL blocks). nccl.cuh is left out: NCCL's own
- * device headers include <stdint.h> and the CUDA runtime and do not compile under NVRTC. The
- * ready-made launchers (kernels_*.cuh) are host code that calls the CUDA runtime. */
+/* The device headers (epfuse.cuh's blocks and the LL blocks), and the ready-made kernels
+ * (kernels_*.cuh: their host launchers are left out under NVRTC, the kernels compile). nccl.cuh is
+ * left out: NCCL's own device headers include <stdint.h> and the CUDA runtime and do not compile
+ * under NVRTC. */
 static const char* const k_headers[] = {
     "config.h",   "status.h",    "version.h",     "host.h",         "ptx.cuh",
     "team.cuh",   "signal.cuh",  "quant.cuh",     "route.cuh",      "dispatch.cuh",
-    "combine.cuh", "ll.cuh",     "dispatch_ll.cuh", "combine_ll.cuh", "epfuse.cuh"};
+    "combine.cuh", "ll.cuh",     "dispatch_ll.cuh", "combine_ll.cuh", "epfuse.cuh",
+    "kernels_route.cuh", "kernels_ht.cuh", "kernels_ll.cuh"};
 /* ... and those that compile with only epfuse's include directory */
 static const char* const k_headers_standalone[] = {"config.h",  "status.h",   "version.h",
                                                     "host.h",    "ptx.cuh",    "team.cuh",
