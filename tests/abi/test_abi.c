@@ -102,7 +102,8 @@ EPF_ABI(offsetof(epf_route_t, version) == 8);
 EPF_ABI(EPF_OK == 0);
 EPF_ABI(EPF_ERR_CONFIG_MISMATCH == 20);
 EPF_ABI(EPF_ERR_TIMEOUT == 21);
-EPF_ABI(EPF_STATUS_COUNT == 32);
+EPF_ABI(EPF_ERR_BUILD_MISMATCH == 32);
+EPF_ABI(EPF_STATUS_COUNT == 33);
 
 int epf_abi_test_anchor(void);
 int epf_abi_test_anchor(void) { return 0; }
