@@ -450,7 +450,7 @@ EPF_HD uint64_t epf_build_signature(void) {
  *   slice, each at a multiple of EPF_ALIGN, in epf_region_id_t order. This is the only function in
  *   epfuse that computes region offsets. Statuses: EPF_ERR_INVALID_ARGUMENT (NULL), those of
  *   epf_config_resolve, EPF_ERR_SIZE_OVERFLOW (the slice would reach 2^63 bytes). On error
- *   *out_plan is zeroed (size/magic/version still set).
+ *   *out_plan is zeroed (size/magic/version and build_signature still set).
  *   Scope: any thread, host or device. Pure: no allocation, no I/O. */
 EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan) {
   epf_config_t c;
@@ -464,6 +464,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
   p.size = (uint32_t)sizeof(epf_plan_t);
   p.magic = EPF_PLAN_MAGIC;
   p.version = EPF_PLAN_VERSION;
+  p.build_signature = epf_build_signature(); /* the prefix and the build, also on failure */
   *out_plan = p;
   st = epf_config_resolve(cfg, &c);
   if (st != EPF_OK) return st;
@@ -559,7 +560,6 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
     off += sz;
   }
   p.total_bytes = off;
-  p.build_signature = epf_build_signature(); /* only a computed plan carries it */
   *out_plan = p;
   return EPF_OK;
 }

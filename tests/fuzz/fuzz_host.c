@@ -574,8 +574,9 @@ static epf_status_t check_plan(const epf_config_t* in, epf_status_t resolve_st, 
   CHECK_EQ(p->version, EPF_PLAN_VERSION);
   CHECK_STATUS(epf_plan_check(p), EPF_OK);
   if (st != EPF_OK) {
-    /* zeroed body */
-    CHECK(bytes_zero(p, offsetof(epf_plan_t, flags), sizeof(*p)));
+    /* zeroed body (the prefix and the build signature stay) */
+    CHECK(bytes_zero(p, offsetof(epf_plan_t, flags), offsetof(epf_plan_t, build_signature)));
+    CHECK_EQ(p->build_signature, epf_build_signature());
     return st;
   }
   /* the resolved fields */
