@@ -100,13 +100,11 @@ __global__ void router_kernel(const uint16_t* x, const uint16_t* wr, int H, int 
  *      same block; no other block ever reads them in this kernel).
  *   2. epf_route_update_block (count, merge, publish, slots, wait counts, offsets, finish).
  *   3. a rank rendezvous: epf_route_offsets_block writes send_offset[E] in block 0 only, so
- *      before any block may read it every block of the rank must be past its update. Same barrier as the route's merge: thread 0 acq_rel atomic add on a
- *      per-rank word (epoch << 32 | arrivals; cumulative over the block's stores through
- *      __syncthreads), the last block release-stores epoch << 32, the others wait for it with the
- *      bounded epf_signal_wait_sys, fence.acq_rel.gpu, __syncthreads; then ld.relaxed.gpu.
+ *      before any block may read it every block of the rank must be past its update:
+ *      epf_rank_barrier_block (signal.cuh) on a per-rank word; then ld.relaxed.gpu.
  *   4. the HT send for its own tokens: warp per token, lanes < K hold the K copies (EXPERT_MAJOR:
  *      row = send_offset[e] + slot), metadata, the row quantized to MXFP8 on the way
- *      (epf__ht_send_quant_warp, what epf_ht_dispatch runs); then epf_arrive_last_block, and the
+ *      (epf_dispatch_send_row_quant_warp, what epf_ht_dispatch runs); then epf_arrive_last_block, and the
  *      last block of the rank release-signals SIG_DISPATCH in every peer (epf_dispatch_signal_block).
  *   5. the receive half: block 0 of each rank waits for every peer (epf_dispatch_wait_block).
  * The epoch of this step is the route's epoch word + 1, read before the route's merge barrier
@@ -158,17 +156,7 @@ __global__ void __launch_bounds__(512, 1)
   const epf_status_t st = epf_route_update_block(&route, rank, me, &plan, idx, T, block, bpr, w, NULL, fused_smem);
 
   /* 3. rank rendezvous: every block's send_offset / slot stores before any block's sends */
-  epf_status_t bst = EPF_OK;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint64_t* word = rank_barrier + rank;
-    const uint64_t old = epf_atom_add_acq_rel_gpu_u64(word, 1ull);
-    if ((uint32_t)old == (uint32_t)(bpr - 1))
-      epf_st_release_gpu_u64(word, (uint64_t)epoch << 32);
-    else
-      bst = epf_signal_wait_sys(word, epoch, w, -1, NULL); /* bounded; a timeout lands in w.record */
-    epf_fence_acq_rel_gpu();
-  }
+  const epf_status_t bst = epf_rank_barrier_block(rank_barrier + rank, (uint32_t)bpr, epoch, w); /* bounded */
   const bool send = !__syncthreads_or(st != EPF_OK || bst != EPF_OK);
 
   /* 4. send this block's tokens, MXFP8 on the way, into their final rows */
@@ -182,7 +170,7 @@ __global__ void __launch_bounds__(512, 1)
     const int64_t row =
         d >= 0 ? (int64_t)(int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)send_off + e) + slot[t * K + lane] : -1;
     if (lane < K && d >= 0) epf_dispatch_meta_em(me, &plan, d, row, (int)t, lane, e - d * EL, wts[t * K + lane]);
-    dropped += epf__ht_send_quant_warp(me, &plan, x + (rank_tok + (uint64_t)t) * H, d, row, K);
+    dropped += epf_dispatch_send_row_quant_warp(me, &plan, x + (rank_tok + (uint64_t)t) * H, d, row, K);
   }
   if (lane == 0 && dropped != 0u && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
   if (epf_arrive_last_block(&state[rank].arrive[0], (uint32_t)bpr, 1u)) {

@@ -15,8 +15,7 @@
  *   Where the slots come from is the route's business (route.cuh); these blocks take them as input.
  *
  * What it does NOT do: compute routes or offsets, allocate, launch, or order anything beyond what
- * each contract says. Quantizing sends (MXFP8 / per-128 FP8 on the way) are in dispatch_quant
- * functions built on quant.cuh.
+ * each contract says.
  *
  * Usage (a fused router kernel; kernels_ht.cuh has the ready-made version):
  *   // lane j < K: copy j of token t
@@ -32,6 +31,11 @@
  * Contents:
  *   int      epf_topk_first_lane_warp(int e)     the first lane holding this lane's expert (repeats)
  *   uint32_t epf_dispatch_send_row_warp(team, plan, const void* src_row, int dst_rank, int64_t dst_row, int ncopies)
+ *   uint32_t epf_dispatch_send_row_quant_warp(team, plan, const void* src_bf16_row, int dst_rank, int64_t dst_row,
+ *                                             int ncopies)                       quantized on the way
+ *   void     epf_dispatch_send_scales_warp(team, plan, const uint8_t* src_scales, int dst_rank, int64_t dst_row,
+ *                                          int ncopies)                          caller-quantized rows
+ *   uint64_t epf_recv_scale_col_offset(plan, int64_t row, int col)     [EPF_HD] a receive scale's position
  *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
  *   bool     epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round)     [collective:block]
  *   bool     epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch)  [collective:block]
@@ -48,6 +52,7 @@
 #include "config.h"
 #include "host.h"
 #include "ptx.cuh"
+#include "quant.cuh"
 #include "signal.cuh"
 #include "team.cuh"
 
@@ -133,6 +138,150 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
     }
   }
   return dropped;
+}
+
+/* epf_recv_scale_col_offset — where the scale of receive row `row`, scale column `col` lives, as a
+ *   byte offset in the rank's window slice: the ONE owner of the receive-scale position (compact:
+ *   row-major [rows][cols]; swizzled 128x4: epf_scale_swizzle_offset from the region's start).
+ *   MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
+ *   (cols = hidden / 128). Scope: any thread. Pure. */
+EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, int col) {
+  const int ncols = plan->payload == EPF_PAYLOAD_MXFP8 ? plan->hidden / 32 : plan->hidden / 128;
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4)
+    return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)epf_scale_swizzle_offset(row, col, ncols);
+  return epf_plan_recv_scale_offset(plan, row) +
+         (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
+}
+
+/* epf_dispatch_send_row_quant_warp — the quantizing send: one BF16 row, quantized on the way to
+ *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
+ *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
+ *   scale layout (epf_recv_scale_col_offset). Copies are lane-held exactly as for
+ *   epf_dispatch_send_row_warp (lane j < ncopies: copy j, dst_rank < 0 = none, dst_row at or past
+ *   recv_capacity = dropped). Returns the dropped copies (the same value in every lane): the caller
+ *   counts them (epf_error_count_add(&rec->recv_overflow, n) from lane 0). Each element is
+ *   quantized once, whatever the number of copies. Memory: plain 8-byte stores of the payload and
+ *   1-byte / 4-byte scale stores to the peers; the caller publishes them (epf_dispatch_signal_block).
+ *   [collective:warp] Requirements: src_row 16-byte aligned, hidden % (32 | 128) == 0. */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                   int dst_rank, int64_t dst_row, int ncopies) {
+  const int lane = epf_lane_id();
+  const int nvec = plan->hidden >> 3;
+  const uint4* src = (const uint4*)src_row;
+  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
+  const uint32_t dropped =
+      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
+  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int rule = epf_mx_rule_from_flags(plan->flags);
+  const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
+  int base;
+  if (present == 0u) return dropped;
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT && __popc(present) <= 8) {
+    /* The common case: every copy's row and scale-row addresses in registers, computed once per
+     * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
+     * the quantizing dispatch at 57 % of the copy ceiling). */
+    const int n = __popc(present);
+    const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
+    char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
+    const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
+    const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
+    char* dp[8];
+    char* sp[8];
+    int c;
+#pragma unroll
+    for (c = 0; c < 8; ++c) {
+      dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
+      sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
+    }
+    for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
+      uint4 v[EPF_COPY_UNROLL];
+      int u;
+#pragma unroll
+      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+        const int i = base + u * 32 + lane;
+        v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+        const int i = base + u * 32 + lane;
+        uint8_t sb = 0;
+        float sf = 0.f;
+        uint2 q;
+        if (base + u * 32 >= nvec) break; /* warp-uniform */
+        q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
+        if (i < nvec) {
+#pragma unroll
+          for (c = 0; c < 8; ++c) {
+            if (c < n) {
+              *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
+              if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sb;
+              if (!mx && (lane & 15) == 0) ((float*)sp[c])[i >> 4] = sf;
+            }
+          }
+        }
+      }
+    }
+    return dropped;
+  }
+  /* EPF_COPY_UNROLL 256-element chunks per step: their loads are all in flight before the first
+   * quantization (one load at a time left the warp latency-bound) */
+  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
+    uint4 v[EPF_COPY_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      uint8_t sb = 0;
+      float sf = 0.f;
+      uint2 q;
+      uint32_t m;
+      if (base + u * 32 >= nvec) break; /* warp-uniform */
+      q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
+      for (m = present; m != 0u; m &= m - 1u) {
+        const int j = __ffs((int)m) - 1;
+        const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+        const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+        char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
+        if (i < nvec) {
+          *(uint2*)(d + (uint64_t)i * 8u) = q;
+          if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, i >> 2), r) = sb;
+          if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, i >> 4), r) = sf;
+        }
+      }
+    }
+  }
+  return dropped;
+}
+
+/* epf_dispatch_send_scales_warp — forward a caller-quantized row's compact scales (MXFP8: hidden
+ *   / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy's scale position in the
+ *   plan's scale layout; copies as for epf_dispatch_send_row_warp (send the row itself with that).
+ *   [collective:warp] */
+EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
+                                                int dst_rank, int64_t dst_row, int ncopies) {
+  const int lane = epf_lane_id();
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
+  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL;
+  uint32_t m;
+  for (m = __ballot_sync(0xffffffffu, ok); m != 0u; m &= m - 1u) {
+    const int j = __ffs((int)m) - 1;
+    const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+    const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+    int c;
+    for (c = lane; c < ncols; c += 32) {
+      if (mx)
+        *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, c), r) = src_scales[c];
+      else
+        *(float*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, c), r) = ((const float*)src_scales)[c];
+    }
+  }
 }
 
 /* epf_dispatch_meta_em — write one EXPERT_MAJOR metadata row (epf_recv_meta_em_t) beside a copy.

@@ -115,134 +115,6 @@ EPF_DEVICE_INLINE void epf__ht_report_warp(const epf_wait_t* w, bool bad, epf_st
   if (m != 0u && epf_lane_id() == __ffs((int)m) - 1) epf_error_report(w->record, status, w->rank, -1, addr, wanted, seen, 0);
 }
 
-/* The scale bytes of receive row `row`, column `col` (compact or swizzled), as an offset in the window. */
-EPF_DEVICE_INLINE uint64_t epf__ht_scale_off(const epf_plan_t* plan, int64_t row, int col) {
-  const int ncols = plan->payload == EPF_PAYLOAD_MXFP8 ? plan->hidden / 32 : plan->hidden / 128;
-  if (plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4)
-    return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)epf_scale_swizzle_offset(row, col, ncols);
-  return epf_plan_recv_scale_offset(plan, row) +
-         (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
-}
-
-/* epf__ht_send_quant_warp — quantize one BF16 row on the way (plan.payload MXFP8 or FP8_128) into
- * every present copy (lane-held copy list, as epf_dispatch_send_row_warp). Returns dropped copies. */
-EPF_DEVICE_INLINE uint32_t epf__ht_send_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
-                                                   int dst_rank, int64_t dst_row, int ncopies) {
-  const int lane = epf_lane_id();
-  const int nvec = plan->hidden >> 3;
-  const uint4* src = (const uint4*)src_row;
-  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
-  const uint32_t dropped =
-      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
-  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
-  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
-  const int rule = epf_mx_rule_from_flags(plan->flags);
-  const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
-  int base;
-  if (present == 0u) return dropped;
-  if (plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT && __popc(present) <= 8) {
-    /* The common case: every copy's row and scale-row addresses in registers, computed once per
-     * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
-     * the quantizing dispatch at 57 % of the copy ceiling). */
-    const int n = __popc(present);
-    const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
-    char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
-    const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
-    const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
-    char* dp[8];
-    char* sp[8];
-    int c;
-#pragma unroll
-    for (c = 0; c < 8; ++c) {
-      dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
-      sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
-    }
-    for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
-      uint4 v[EPF_COPY_UNROLL];
-      int u;
-#pragma unroll
-      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
-        const int i = base + u * 32 + lane;
-        v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
-        const int i = base + u * 32 + lane;
-        uint8_t sb = 0;
-        float sf = 0.f;
-        uint2 q;
-        if (base + u * 32 >= nvec) break; /* warp-uniform */
-        q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
-        if (i < nvec) {
-#pragma unroll
-          for (c = 0; c < 8; ++c) {
-            if (c < n) {
-              *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
-              if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sb;
-              if (!mx && (lane & 15) == 0) ((float*)sp[c])[i >> 4] = sf;
-            }
-          }
-        }
-      }
-    }
-    return dropped;
-  }
-  /* EPF_COPY_UNROLL 256-element chunks per step: their loads are all in flight before the first
-   * quantization (one load at a time left the warp latency-bound) */
-  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
-    uint4 v[EPF_COPY_UNROLL];
-    int u;
-#pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
-      const int i = base + u * 32 + lane;
-      v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
-      const int i = base + u * 32 + lane;
-      uint8_t sb = 0;
-      float sf = 0.f;
-      uint2 q;
-      uint32_t m;
-      if (base + u * 32 >= nvec) break; /* warp-uniform */
-      q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
-      for (m = present; m != 0u; m &= m - 1u) {
-        const int j = __ffs((int)m) - 1;
-        const int r = __shfl_sync(0xffffffffu, dst_rank, j);
-        const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
-        char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
-        if (i < nvec) {
-          *(uint2*)(d + (uint64_t)i * 8u) = q;
-          if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 2), r) = sb;
-          if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, i >> 4), r) = sf;
-        }
-      }
-    }
-  }
-  return dropped;
-}
-
-/* epf__ht_send_scales_warp — forward a caller-quantized row's compact scales to every copy. */
-EPF_DEVICE_INLINE void epf__ht_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
-                                                int dst_rank, int64_t dst_row, int ncopies) {
-  const int lane = epf_lane_id();
-  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
-  const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
-  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL;
-  uint32_t m;
-  for (m = __ballot_sync(0xffffffffu, ok); m != 0u; m &= m - 1u) {
-    const int j = __ffs((int)m) - 1;
-    const int r = __shfl_sync(0xffffffffu, dst_rank, j);
-    const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
-    int c;
-    for (c = lane; c < ncols; c += 32) {
-      if (mx)
-        *(uint8_t*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, c), r) = src_scales[c];
-      else
-        *(float*)epf_peer_ptr(team, epf__ht_scale_off(plan, row, c), r) = ((const float*)src_scales)[c];
-    }
-  }
-}
 
 /* One HT rank-block's view: team, route arrays, shapes. */
 typedef struct epf__ht_ctx {
@@ -400,11 +272,11 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, 2) epf__ht_dispatch_ker
         }
       }
       if (quant_on_the_way)
-        dropped += epf__ht_send_quant_warp(c.team, &plan, src, dst, row, n);
+        dropped += epf_dispatch_send_row_quant_warp(c.team, &plan, src, dst, row, n);
       else {
         dropped += epf_dispatch_send_row_warp(c.team, &plan, src, dst, row, n);
         if (plan.payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
-          epf__ht_send_scales_warp(c.team, &plan, src_scales, dst, row, n);
+          epf_dispatch_send_scales_warp(c.team, &plan, src_scales, dst, row, n);
       }
     }
     if (lane == 0 && dropped != 0u && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
@@ -464,7 +336,7 @@ static __global__ void epf__ht_expand_kernel(epf_route_t route, epf_team_t team,
         } else { /* swizzled 128x4 (MXFP8: one byte per column) */
           for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
             view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] =
-                *(const uint8_t*)epf_local_ptr(c.team, epf__ht_scale_off(&plan, r, (int)b));
+                *(const uint8_t*)epf_local_ptr(c.team, epf_recv_scale_col_offset(&plan, r, (int)b));
         }
       }
     }

@@ -50,6 +50,7 @@
  *   epf_status_t epf_epoch_wait_sys_u32(const uint32_t* word, uint32_t epoch, epf_wait_t w, int peer)
  *   epf_status_t epf_handshake_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
  *   epf_status_t epf_barrier_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
+ *   epf_status_t epf_rank_barrier_block(uint64_t* word, uint32_t nblocks, uint32_t epoch, epf_wait_t)  the blocks of one rank
  *
  * Requirements: CUDA, sm_70+.
  */
@@ -342,6 +343,35 @@ EPF_DEVICE_INLINE epf_status_t epf_barrier_block(epf_team_t team, const epf_plan
     uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_BARRIER, p);
     epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
     if (s != EPF_OK && st == EPF_OK) st = s;
+  }
+  return epf__block_status(st);
+}
+
+/* epf_rank_barrier_block — the blocks that play ONE rank meet (no grid barrier, no cooperative
+ *   launch): for a fused kernel whose later phase reads what other blocks of the same rank wrote
+ *   (e.g. the route's send offsets, written by one block, before every block sends).
+ *   Scope:    [collective:block] [uniform-args] each of the rank's `nblocks` blocks calls it once
+ *             per round, every thread, converged; the blocks must be co-resident.
+ *   Args:     word: a uint64 in global memory, zero before the first round, used by this rank's
+ *             blocks only (one per rank). epoch: this round's number, increasing (e.g. the step's
+ *             epoch); rounds are separated by a kernel boundary or another barrier.
+ *   Does:     thread 0 adds one arrival with a .gpu acq_rel atomic on (epoch << 32 | arrivals);
+ *             the last block release-stores epoch << 32, the others wait for it (the bounded
+ *             epf_signal_wait_sys: a block that never arrives makes them time out, recorded in
+ *             w.record); then a .gpu acq_rel fence and __syncthreads.
+ *   Result:   [result:all] EPF_OK, or EPF_ERR_TIMEOUT / EPF_ERR_ABORTED.
+ *   Memory:   every block's writes before its call (cumulative through __syncthreads) are visible
+ *             at .gpu scope to every block of the rank after the call. */
+EPF_DEVICE_INLINE epf_status_t epf_rank_barrier_block(uint64_t* word, uint32_t nblocks, uint32_t epoch, epf_wait_t w) {
+  epf_status_t st = EPF_OK;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t old = epf_atom_add_acq_rel_gpu_u64(word, 1ull);
+    if ((uint32_t)old == nblocks - 1u)
+      epf_st_release_gpu_u64(word, (uint64_t)epoch << 32);
+    else
+      st = epf_signal_wait_sys(word, epoch, w, -1, NULL);
+    epf_fence_acq_rel_gpu();
   }
   return epf__block_status(st);
 }

@@ -7,7 +7,9 @@
  *     (no device sync), with fault tolerance the late rank is masked and later waits skip it;
  *   - the setup handshake with matching configs (OK everywhere), mismatched configs and a
  *     mismatched team size (EPF_ERR_CONFIG_MISMATCH everywhere), then recovery at the next epoch;
- *   - the team barrier: 2 x 500 rounds of write-all / barrier / check-all / barrier.
+ *   - the team barrier: 2 x 500 rounds of write-all / barrier / check-all / barrier;
+ *   - the rank barrier (epf_rank_barrier_block): 5 ranks x 7 blocks, 200 launches, each block
+ *     reading another block's words after it; a lost block makes only its rank time out.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -395,6 +397,76 @@ static void test_barrier(void** state) {
   }
 }
 
+/* epf_rank_barrier_block: R ranks x B blocks in one launch, each block writes its words, meets
+ * the rank's other blocks, and reads every word its rank's blocks wrote; 200 launches (rounds)
+ * with increasing epochs on the same barrier words. A rank with a block that never arrives: its
+ * other blocks time out (bounded), the other ranks pass. */
+__global__ void rank_barrier_kernel(uint32_t* words, uint64_t* barrier, int blocks_per_rank, uint32_t epoch,
+                                    uint32_t salt, int missing_rank, epf_error_record_t* rec, int* status,
+                                    uint32_t* errors) {
+  const int rank = (int)blockIdx.x / blocks_per_rank, b = (int)blockIdx.x % blocks_per_rank;
+  const epf_wait_t w = epf_wait_make(200000000ull, rec, NULL, rank); /* 0.2 s */
+  uint32_t* mine = words + (uint64_t)rank * blocks_per_rank * blockDim.x;
+  if (rank == missing_rank && b == blocks_per_rank - 1) return; /* never arrives */
+  mine[(uint64_t)b * blockDim.x + threadIdx.x] = mix32(epoch, (uint32_t)rank, (uint32_t)b * 1024u + threadIdx.x, salt);
+  const epf_status_t st = epf_rank_barrier_block(barrier + rank, (uint32_t)blocks_per_rank, epoch, w);
+  if (st == EPF_OK) {
+    const int other = (b + 1) % blocks_per_rank; /* another block's words, written before its call */
+    for (int i = (int)threadIdx.x; i < (int)blockDim.x; i += (int)blockDim.x)
+      if (epf_ld_relaxed_gpu_u32(mine + (uint64_t)other * blockDim.x + i) !=
+          mix32(epoch, (uint32_t)rank, (uint32_t)other * 1024u + i, salt))
+        atomicAdd(&errors[rank], 1u);
+  }
+  if (threadIdx.x == 0) status[blockIdx.x] = st;
+}
+
+static void test_rank_barrier(void** state) {
+  const int R = 5, B = 7, threads = 128;
+  uint32_t *words, *errors;
+  uint64_t* barrier;
+  int* status;
+  int h_status[R * B];
+  uint32_t h_errors[R];
+  epf_error_record_t *rec_h, *rec_d;
+  (void)state;
+  assert_int_equal(epf_virtual_grid_check((const void*)rank_barrier_kernel, threads, 0, R * B, 0), EPF_OK);
+  EPF_CHECK_CUDA(cudaMalloc(&words, (size_t)R * B * threads * 4));
+  EPF_CHECK_CUDA(cudaMalloc(&barrier, R * 8));
+  EPF_CHECK_CUDA(cudaMalloc(&status, R * B * sizeof(int)));
+  EPF_CHECK_CUDA(cudaMalloc(&errors, R * 4));
+  EPF_CHECK_CUDA(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
+  EPF_CHECK_CUDA(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
+  epf_error_clear(rec_h);
+  EPF_CHECK_CUDA(cudaMemset(barrier, 0, R * 8));
+  EPF_CHECK_CUDA(cudaMemset(errors, 0, R * 4));
+  for (uint32_t epoch = 1; epoch <= 200; ++epoch) {
+    EPF_CHECK_CUDA(cudaMemset(words, 0xEE, (size_t)R * B * threads * 4)); /* poison */
+    rank_barrier_kernel<<<R * B, threads>>>(words, barrier, B, epoch, (uint32_t)epf_test_rand(&g_seed), -1, rec_d,
+                                            status, errors);
+    EPF_CHECK_LAUNCH();
+    read_ints(status, h_status, R * B);
+    for (int i = 0; i < R * B; ++i) assert_int_equal(h_status[i], EPF_OK);
+  }
+  EPF_CHECK_CUDA(cudaMemcpy(h_errors, errors, sizeof(h_errors), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < R; ++r) assert_int_equal(h_errors[r], 0);
+  assert_int_equal(rec_h->status, 0);
+  /* rank 2 loses a block: its other blocks time out and say so; the other ranks are not held up */
+  rank_barrier_kernel<<<R * B, threads>>>(words, barrier, B, 201u, 7u, 2, rec_d, status, errors);
+  EPF_CHECK_LAUNCH();
+  read_ints(status, h_status, R * B);
+  for (int i = 0; i < R * B; ++i) {
+    const int r = i / B, b = i % B;
+    if (r == 2 && b == B - 1) continue; /* returned early, wrote nothing */
+    assert_int_equal(h_status[i], r == 2 ? EPF_ERR_TIMEOUT : EPF_OK);
+  }
+  assert_int_equal(rec_h->status, EPF_ERR_TIMEOUT);
+  EPF_CHECK_CUDA(cudaFree(words));
+  EPF_CHECK_CUDA(cudaFree(barrier));
+  EPF_CHECK_CUDA(cudaFree(status));
+  EPF_CHECK_CUDA(cudaFree(errors));
+  EPF_CHECK_CUDA(cudaFreeHost(rec_h));
+}
+
 /* The virtual grid check refuses a grid that cannot be co-resident. */
 static void test_co_residency(void** state) {
   int sms = 0;
@@ -409,7 +481,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pingpong),  cmocka_unit_test(test_timeout_and_mask),
       cmocka_unit_test(test_handshake), cmocka_unit_test(test_barrier),
-      cmocka_unit_test(test_co_residency),
+      cmocka_unit_test(test_rank_barrier), cmocka_unit_test(test_co_residency),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
