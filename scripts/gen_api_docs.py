@@ -45,7 +45,7 @@ def list_headers(root):
     return sorted(root / "include/epfuse" / n for n in out if n.endswith((".h", ".cuh")))
 
 ROOT = None
-QUALIFIERS = r"(?:EPF_DEVICE_INLINE|EPF_HOST_DEVICE_INLINE|EPF_HD|EPF_INLINE|static\s+inline|static\s+__device__|__device__)"
+QUALIFIERS = r"(?:EPF_CAPI_FN|EPF_DEVICE_INLINE|EPF_HOST_DEVICE_INLINE|EPF_HD|EPF_INLINE|static\s+inline|static\s+__device__|__device__)"
 FUNC = re.compile(r"^" + QUALIFIERS + r"\s+[^;{=]*?\b(epf_[a-z0-9_]+)\s*\(")
 
 
