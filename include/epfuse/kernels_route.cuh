@@ -124,9 +124,8 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
 /* (token, k) entries per token-walking block that epf_route_blocks_per_rank aims for: one batch
  * per warp of a 512-thread block (16 warps x 32 x EPF__ROUTE_STEPS entries = 2560; 2304 leaves
  * room for uneven shares). Every phase of a block is a few dependent round trips per batch, so
- * more blocks mean fewer batches on the critical path (measured on H200 v1: 16 blocks 18 us vs 4
- * blocks 34 us per update in a graph); past ~15 token blocks the control block's merge of their
- * rows costs more than it saves (v4, T = 4096, K = 8: 15 token blocks 9.39 us, 16 9.65 us, 19 9.78 us). */
+ * more blocks mean fewer batches on the critical path; past ~15 token blocks the control block's
+ * merge of their rows costs more than it saves (the measurements: docs/performance.md, Routing). */
 #define EPF__ROUTE_ENTRIES_PER_BLOCK 2304
 
 /* epf_route_blocks_per_rank — the default number of blocks per rank: one token-walking block

@@ -116,9 +116,9 @@ EPF_BEGIN_DECLS
 typedef struct epf_route_ctx {
   /* this rank's route buffer and its layout (route->layout: with epf_route_update's kernel, the
    * kernel's by-value parameter, so the array offsets are constant-bank operands). The arrays'
-   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx: 13
-   * pointers computed in every warp's setup and kept live through every phase were half of the
-   * setup's instructions in v4's profile (~110 of ~240 per warp; docs/performance.md, v5) */
+   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx: pointers
+   * computed in every warp's setup and kept live through every phase cost more than forming them
+   * where used (docs/performance.md, Routing v5) */
   char* buf;
   const epf_route_layout_t* layout;
   uint32_t* epoch_word;       /* the route's epoch word for this rank */
@@ -475,7 +475,7 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, cons
  * (among lanes with v[u] >= 0; meaningless for a lane with v[u] < 0): one ballot of the valid lanes,
  * then one ballot per bit of v (v < 2^nbits), ANDed as equal / complemented. Deterministic, and
  * plain votes: __match_any_sync is a MIO instruction whose queue throttled the slot pass
- * (Nsight Compute, T = 4096: a fifth of the kernel's stall samples). [collective:warp] */
+ * (docs/performance.md, Routing). [collective:warp] */
 EPF_DEVICE_INLINE void epf__route_match(const int* v, int nbits, uint32_t* m) {
   int u, bit;
 #pragma unroll
