@@ -494,6 +494,7 @@ static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
  * (its parity) is the dispatch's `round` output, read here on the device. y == NULL: y overwrites
  * the BF16 row in place (EPF_LL_Y_IN_PLACE / _PULL); else y is [R][recv_capacity][H] BF16 in the
  * fixed order (EPF_LL_Y_FIXED: row (le * R + src) * T + j). */
+// example-begin ll_experts
 __global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32_t* round, const int32_t* recv_counts,
                                      uint16_t* y) {
   const int R = plan.nranks, EL = plan.experts_per_rank, T = plan.max_tokens_per_rank;
@@ -514,6 +515,7 @@ __global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32
     ex_expert_row_warp(&plan, q, s, ex_expert_factor(le, rank), out);
   }
 }
+// example-end ll_experts
 
 /* poison every data row of the window (receive rows, scales, metadata, combine landing rows) of
  * every rank; the signal words stay zero */

@@ -179,6 +179,7 @@ static inline __device__ void ex_expert_row_warp(const epf_plan_t* plan, const u
  * ([count][expert_rows][H] BF16, in the receive row order (EXPERT_MAJOR) or the expand view order
  * (RANK_MAJOR)). Grid (any, count); blockIdx.y = route index; rank = rank_base + index.
  * EXPERT_MAJOR reads the receive region in place (window + index * total_bytes: the local slice). */
+// example-begin ht_experts
 __global__ void ex_experts_kernel(epf_route_t route, epf_plan_t plan, const char* window, int rank_base,
                                   const uint8_t* view, const uint8_t* view_scales, int64_t expert_rows,
                                   uint16_t* expert_out) {
@@ -205,6 +206,7 @@ __global__ void ex_experts_kernel(epf_route_t route, epf_plan_t plan, const char
     }
   }
 }
+// example-end ht_experts
 #endif /* __CUDACC__ */
 
 #endif /* EX_COMMON_H */
