@@ -1,0 +1,263 @@
+/* epfuse/detail/route_ctx.cuh — the route update context: shared memory, constants, epf_route_ctx_make — part of epfuse v0.1
+ *
+ * What it is: one rank-block's view of a route update (epf_route_ctx_t), the shared-memory carve-up it
+ * uses, the batch constants of the passes, and epf_route_block_tokens. Include epfuse/route.cuh, not this file (it stands alone too, for the
+ * compile tests).
+ *
+ * Contents: see route.cuh.
+ *
+ * Requirements: see route.cuh.
+ */
+#ifndef EPF_DETAIL_ROUTE_CTX_CUH
+#define EPF_DETAIL_ROUTE_CTX_CUH
+
+#include "../config.h"
+
+#if !EPF_IS_CUDA
+#error "epfuse/detail/route_ctx.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#endif
+
+#include <cub/warp/warp_reduce.cuh>
+#include <cub/warp/warp_scan.cuh>
+
+#include "../host.h"
+#include "../ptx.cuh"
+#include "../signal.cuh"
+#include "../team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* EPF__ROUTE_PROBE(i): private instrumentation hook (bench_route defines it to stamp clock64 at
+ * points inside the phases); empty by default. */
+#ifndef EPF__ROUTE_PROBE
+#define EPF__ROUTE_PROBE(i) ((void)0)
+#endif
+
+/* misc shared-memory slots (int32) */
+#define EPF__ROUTE_MISC_SINK 0 /* [32]: per-lane target of the count pass's branch-free atomics */
+#define EPF__ROUTE_MISC_DROPPED 40
+#define EPF__ROUTE_MISC_ROWS_EM 41 /* offsets: rows of this rank's expert-major segment */
+#define EPF__ROUTE_MISC_ROWS_RM 42 /* offsets: rows of this rank's rank-major region */
+#define EPF__ROUTE_MISC_INTS 64
+#define EPF__ROUTE_CUB_BYTES_PER_WARP 16
+/* A warp walks its tokens in BATCHES of whole tokens, at most EPF__ROUTE_BATCH (token, k) entries
+ * (EPF__ROUTE_STEPS 32-entry steps, loads in flight per lane); rows of counts per batch of loads
+ * (latency hiding; results do not depend on these). */
+#define EPF__ROUTE_STEPS 5
+#define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
+#define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
+#define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
+#define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
+/* SPLIT update: with 2 or 3 blocks per rank and at most this many (token, k) entries, every
+ * block walks all the tokens itself and none waits for another's counts: the control block
+ * (0) counts, writes the is_token_in_rank rows and publishes; block 1 counts per warp and writes
+ * the slots; with 3 blocks, block 2 counts the expert columns and computes the offsets (with 2,
+ * block 0 does). No scratch rows, no merge wait. */
+#define EPF_ROUTE_SPLIT_ENTRIES 2304
+
+/* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
+ * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
+ * Uniform over the block except the warp's token range and the lane's cached ids. */
+typedef struct epf_route_ctx {
+  /* this rank's route buffer and its layout (route->layout: with epf_route_update's kernel, the
+   * kernel's by-value parameter, so the array offsets are constant-bank operands). The arrays'
+   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx: pointers
+   * computed in every warp's setup and kept live through every phase cost more than forming them
+   * where used (docs/performance.md, Routing v5) */
+  char* buf;
+  const epf_route_layout_t* layout;
+  uint32_t* epoch_word;       /* the route's epoch word for this rank */
+  const void* topk_idx;       /* [num_tokens][K] */
+  int64_t* recv_total_mapped; /* host-mapped int64 or NULL */
+  int32_t num_tokens, top_k, num_experts, nranks, experts_per_rank, index64;
+  int32_t rank_major, exchange, alignment, mark_pads;
+  int32_t rank;               /* team rank this block plays */
+  int32_t block_index, num_blocks, num_warps;
+  int32_t split;              /* a SPLIT update (num_blocks 2 or 3, T K <= EPF_ROUTE_SPLIT_ENTRIES):
+                                 no scratch; block 0 counts [0, T), writes the rows and publishes,
+                                 block 1 does the slots of [0, T), block 2 (3 blocks) the offsets */
+  int32_t offsets_block;      /* the block that computes the offsets: 2 in a 3-block SPLIT, else 0 */
+  int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
+  uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
+  int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
+  int32_t shfl_first;         /* K a power of two <= 32 and R <= 32: first entries by warp ballots */
+  int32_t t0, t1;             /* this warp's tokens [t0, t1) */
+  uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
+  int32_t status;             /* set by the phases: EPF_OK or the first failure */
+  int64_t recv_capacity;
+  int32_t* hist;              /* smem [W][E + R]: per-warp counts, then running slots */
+  int32_t* tot;               /* smem [E + R + 1]: this rank's totals (+ dropped) */
+  int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
+  int32_t* stage;             /* smem [num_warps][EPF__ROUTE_BATCH]: a batch's destination ranks */
+  void* cub_temp;             /* smem [32][EPF__ROUTE_CUB_BYTES_PER_WARP] */
+  int32_t* tags;              /* smem [num_warps][E]: the slot pass's expert tags, or NULL (ballots) */
+  int32_t ids_cached;         /* 1: this warp's tokens are one batch and ids[] / first hold this
+                                 lane's entries (set by epf_route_count_block, read by _slots_block) */
+  uint32_t first;             /* bit u: the lane's entry of step u is its token's first to its rank */
+  int32_t ids[EPF__ROUTE_STEPS];
+} epf_route_ctx_t;
+
+/* EPF__ROUTE_ARR(c, id, type) — device address of array `id` of the ctx's route buffer, as a
+ * `type*` (array ids: host.h epf_route_array_id_t). Arrays a layout leaves out have 0 bytes and
+ * are only formed where their flag says they exist (RM_SLOT: tested with EPF__ROUTE_HAS). */
+#define EPF__ROUTE_ARR(c, id, type) ((type*)((c)->buf + (c)->layout->array[(id)].offset))
+#define EPF__ROUTE_HAS(c, id) ((c)->layout->array[(id)].bytes != 0u)
+
+EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
+
+/* ints of the hist region for W warps: the count and slot passes' per-warp rows [W][E + R]
+ * (the offsets reuse its first R), rounded up to 4 (16 bytes) */
+EPF_HD size_t epf__route_hist_ints(const epf_route_layout_t* layout, size_t W) {
+  return epf__route_align4(W * ((size_t)layout->num_experts + (size_t)layout->nranks));
+}
+
+/* bytes of everything but the tag rows: hist, totals, misc, stage, cub temp storage */
+EPF_HD size_t epf__route_smem_core(const epf_route_layout_t* layout, size_t W) {
+  const size_t row = (size_t)layout->num_experts + (size_t)layout->nranks;
+  return 4u * (epf__route_hist_ints(layout, W) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS +
+               W * EPF__ROUTE_BATCH) +
+         32u * EPF__ROUTE_CUB_BYTES_PER_WARP;
+}
+
+/* whether the slot pass's per-warp expert tag rows [W][E] (epf__route_match_tags) fit beside the
+ * rest within EPF__ROUTE_TAGS_SMEM_LIMIT; when they do not, the slot pass matches by ballots */
+#define EPF__ROUTE_TAGS_SMEM_LIMIT (48u * 1024u)
+EPF_HD int epf__route_tags_fit(const epf_route_layout_t* layout, size_t W) {
+  return epf__route_smem_core(layout, W) + 4u * W * (size_t)layout->num_experts <= EPF__ROUTE_TAGS_SMEM_LIMIT;
+}
+
+/* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
+ *   `block_threads` threads: 4 * (W * (E + R) + (E + R + 1) + 64 + W * 160) + 512 bytes (rounded),
+ *   W = block_threads / 32, plus 4 W E for the slot pass's tag rows when the total stays within
+ *   48 KiB (E = 256: up to 16 warps). Scope: any thread, host or device. Pure. */
+EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
+  const size_t W = (size_t)(block_threads / 32);
+  return epf__route_smem_core(layout, W) +
+         (epf__route_tags_fit(layout, W) ? 4u * W * (size_t)layout->num_experts : 0u);
+}
+
+/* epf_route_rows_em — rows of an expert-major receive layout: end of the last segment. */
+EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
+  return num_local > 0 ? seg[num_local - 1].begin + seg[num_local - 1].padded_count : 0;
+}
+
+/* x / d for x >= 0, d >= 1 on the device: a shift when d is a power of two (the common K, W and
+ * block counts), else the 32-bit division (a chain of ~15 dependent instructions, which every
+ * warp of every block would otherwise run in its setup) */
+EPF_DEVICE_INLINE int epf__route_div(int x, int d) {
+  return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d;
+}
+
+/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) block b of B owns in an update (count
+ *   and slot passes; a fused kernel that produces topk_idx per block uses the same partition,
+ *   examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's CONTROL
+ *   block and owns no tokens (it merges the counts, publishes them and computes the offsets while
+ *   the others walk the tokens); block b >= 1 owns [T (b - 1) / (B - 1), T b / (B - 1)).
+ *   On the device T * B must stay below 2^31 (what the route's limits give: T <= 2^24,
+ *   B <= EPF_ROUTE_MAX_BLOCKS), which keeps the arithmetic in 32 bits (a 64-bit division here was
+ *   if-converted into every update's path); on the host any int. Scope: any thread, host or
+ *   device. Pure. */
+EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) {
+  const int W = num_blocks > 1 ? num_blocks - 1 : 1, b = num_blocks > 1 ? block_index - 1 : block_index;
+  if (b < 0) {
+    *out_t0 = *out_t1 = 0;
+    return;
+  }
+#if defined(__CUDA_ARCH__)
+  *out_t0 = epf__route_div(num_tokens * b, W); /* the SPLIT update's 1, 16 + 1 blocks: shifts */
+  *out_t1 = epf__route_div(num_tokens * (b + 1), W);
+#else
+  *out_t0 = (int)((int64_t)num_tokens * b / W);
+  *out_t1 = (int)((int64_t)num_tokens * (b + 1) / W);
+#endif
+}
+
+/* epf_route_ctx_make — this block's view of one rank's update.
+ *   Scope: any thread (every thread of the block calls it with uniform arguments).
+ *   index: the buffer of the route group (0 for a real rank, the virtual rank otherwise); rank:
+ *   the team rank the block plays; topk_idx: this rank's [num_tokens][K] ids; block_index in
+ *   [0, num_blocks), num_blocks <= route->layout.max_blocks; smem: epf_route_smem_bytes bytes,
+ *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
+ *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
+ *   every block's scratch row, which is what makes that store safe; in a SPLIT update block 1
+ *   uses no epoch and block 2 acknowledges reading it: epf_route_epoch_ack_wait_block).
+ *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
+ *   block's warps in order; a fused kernel may rely on it (examples/03_fused_moe_layer) except
+ *   in a SPLIT update (B == 2 or 3, T K <= EPF_ROUTE_SPLIT_ENTRIES): there EVERY block walks
+ *   all of [0, T) (block 1 writes every slot), so a kernel that produces topk_idx per block
+ *   must make all of it visible to the rank's blocks first (a rank rendezvous), or use B >= 4. */
+EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
+                                                     const void* topk_idx, int num_tokens, int block_index,
+                                                     int num_blocks, int64_t* recv_total_mapped, void* smem) {
+  epf_route_ctx_t c;
+  const epf_route_layout_t* L = &route->layout;
+  const size_t row = (size_t)L->num_experts + (size_t)L->nranks;
+  /* epf_route_ptr's arithmetic with the buffer's base computed once (block-uniform) */
+  c.buf = (char*)route->base + (uint64_t)index * L->total_bytes;
+  c.layout = L;
+  c.epoch_word = epf_route_epoch_ptr(route, index);
+  c.topk_idx = topk_idx;
+  c.recv_total_mapped = recv_total_mapped;
+  c.num_tokens = num_tokens;
+  c.top_k = L->top_k;
+  c.num_experts = L->num_experts;
+  c.nranks = L->nranks;
+  c.experts_per_rank = L->experts_per_rank;
+  c.index64 = L->index_type == EPF_INDEX_INT64;
+  c.rank_major = L->plan_layout == EPF_LAYOUT_RANK_MAJOR;
+  c.exchange = L->exchange;
+  c.alignment = L->expert_alignment;
+  c.mark_pads = L->plan_layout == EPF_LAYOUT_EXPERT_MAJOR && L->expert_alignment > 1 &&
+                (L->flags & EPF_ROUTE_FLAG_NO_PAD_MARK) == 0u;
+  c.rank = rank;
+  c.block_index = block_index;
+  c.num_blocks = num_blocks;
+  c.num_warps = (int32_t)(blockDim.x >> 5);
+  {
+    const int K = L->top_k > 0 ? L->top_k : 1, EL = L->experts_per_rank;
+    c.batch_tokens = epf__route_div(EPF__ROUTE_BATCH, K);
+    c.el_inv = EL <= 1 ? 0u : (EL & (EL - 1)) == 0 ? 1u << (33 - __ffs(EL)) : 0xffffffffu / (uint32_t)EL + 1u;
+  }
+  c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
+  c.rbits = L->nranks > 1 ? 32 - __clz(L->nranks - 1) : 0;
+  c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
+  c.split = (num_blocks == 2 || num_blocks == 3) && num_tokens * L->top_k <= EPF_ROUTE_SPLIT_ENTRIES;
+  c.offsets_block = c.split && num_blocks == 3 ? 2 : 0;
+  epf_route_block_tokens(num_tokens, c.split ? 1 : block_index, c.split ? 2 : num_blocks, &c.t0, &c.t1);
+  {
+    /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens (n W < 2^31: n <= 2^24,
+     * W <= 32); W a power of two by shifts, else x / W as __umulhi(x, 2^32 / W rounded up), exact
+     * for x W < 2^32, i.e. n W^2 < 2^32 (n < 4M at W = 32), else by 32-bit divisions */
+    const int n = c.t1 - c.t0, w = epf_warp_id(), W = c.num_warps;
+    int w0, w1;
+    if ((W & (W - 1)) != 0 && (int64_t)n * W * W < (int64_t)0xffffffff) {
+      const uint32_t winv = 0xffffffffu / (uint32_t)W + 1u;
+      w0 = (int)__umulhi((uint32_t)(n * w), winv);
+      w1 = (int)__umulhi((uint32_t)(n * (w + 1)), winv);
+    } else {
+      w0 = epf__route_div(n * w, W);
+      w1 = epf__route_div(n * (w + 1), W);
+    }
+    c.t1 = c.t0 + w1;
+    c.t0 = c.t0 + w0;
+  }
+  c.epoch = *c.epoch_word + 1u;
+  c.status = EPF_OK;
+  c.recv_capacity = L->recv_capacity;
+  c.hist = (int32_t*)smem;
+  c.tot = c.hist + epf__route_hist_ints(L, (size_t)c.num_warps);
+  c.misc = c.tot + epf__route_align4(row + 1u);
+  c.stage = c.misc + EPF__ROUTE_MISC_INTS;
+  c.cub_temp = (void*)(c.stage + (size_t)c.num_warps * EPF__ROUTE_BATCH);
+  c.tags = epf__route_tags_fit(L, (size_t)c.num_warps)
+               ? (int32_t*)((char*)c.cub_temp + 32u * EPF__ROUTE_CUB_BYTES_PER_WARP)
+               : NULL;
+  c.ids_cached = 0;
+  c.first = 0u;
+  return c;
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_DETAIL_ROUTE_CTX_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */
