@@ -1,0 +1,155 @@
+/* epfuse/detail/ll_types.cuh — the LL types: halves, phases, y layouts, state, context, operands, constants — part of epfuse v0.1
+ *
+ * What it is: every type and constant of the low-latency blocks, apart from their functions.
+ * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
+ *
+ * Contents: see ll.cuh.
+ *
+ * Requirements: see ll.cuh.
+ */
+#ifndef EPF_DETAIL_LL_TYPES_CUH
+#define EPF_DETAIL_LL_TYPES_CUH
+
+#include "../config.h"
+#include "../dispatch.cuh"
+#include "../host.h"
+#include "../ptx.cuh"
+#include "../quant.cuh"
+#include "../signal.cuh"
+#include "../team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* ============================================================================================ */
+/* Types                                                                                         */
+/* ============================================================================================ */
+
+/* halves of a ready-made call (kernels_ll.cuh): send only, receive only, or both fused */
+#define EPF_LL_SEND 1
+#define EPF_LL_RECV 2
+#define EPF_LL_BOTH 3
+
+#define EPF_LL_STATE_MAGIC 0x4c4c5045u /* "EPLL" */
+
+/* The four halves of an LL layer; each keeps its own epoch and arrival counter. */
+typedef enum epf_ll_phase {
+  EPF_LL_PHASE_DISPATCH_SEND = 0,
+  EPF_LL_PHASE_DISPATCH_RECV = 1,
+  EPF_LL_PHASE_COMBINE_SEND = 2,
+  EPF_LL_PHASE_COMBINE_RECV = 3,
+  EPF_LL_PHASE_COUNT = 4
+} epf_ll_phase_t;
+
+/* Where the combine finds the expert outputs (BF16 rows of `hidden`):
+ *   FIXED    caller buffer in the fixed receive order: row (le * R + src) * T + slot
+ *   PACKED   caller buffer in the packed order of epf_ll_dispatch_args_t.packed_x:
+ *            row le * (R * T) + (rows of sources < src for le) + slot
+ *   IN_PLACE the receive rows of the window themselves (the experts overwrote their inputs);
+ *            BF16 dispatch payload only. The expert side pushes them to the sources.
+ *   IN_PLACE_PULL  as IN_PLACE, but nothing is pushed: the expert side only signals, and each
+ *            source reads its outputs straight from this rank's receive rows (PULL, like the HT
+ *            default): every output row crosses memory once instead of three times (read + push
+ *            + read back). Same results, bit for bit. BF16 combine payload only (with an MXFP8
+ *            combine payload it behaves as IN_PLACE). Extra rule: this rank must leave the
+ *            round's receive rows untouched until its next dispatch receive returns (by then
+ *            every source has finished reading them). The mode travels in the combine signal
+ *            word, so ranks may mix IN_PLACE_PULL with the other layouts in one round. */
+typedef enum epf_ll_y_layout {
+  EPF_LL_Y_FIXED = 0,
+  EPF_LL_Y_PACKED = 1,
+  EPF_LL_Y_IN_PLACE = 2,
+  EPF_LL_Y_IN_PLACE_PULL = 3
+} epf_ll_y_layout_t;
+
+/* Per-rank LL state, in device memory (one per rank; an array of R for virtual ranks). Initialise
+ * with epf_ll_state_init (host copy + cudaMemcpy) or kernels_ll.cuh's epf_ll_state_reset. The
+ * kernels advance it; the host never has to touch it again (graph replays). */
+typedef struct epf_ll_state {
+  uint32_t epoch[EPF_LL_PHASE_COUNT];  /* epoch of the last completed round of each half */
+  uint32_t arrive[EPF_LL_PHASE_COUNT]; /* blocks of the running half that finished (the last one resets it) */
+  uint32_t mask[EPF_MASK_WORDS];       /* active mask: bit r set = rank r takes part */
+  uint32_t clean_gen;                  /* number of epf_ll_mask_clean_block rounds taken part in */
+  uint32_t magic;                      /* EPF_LL_STATE_MAGIC */
+  int32_t nranks;                      /* team size it was initialised for */
+  uint32_t reserved;
+  uint32_t dispatch_fail[EPF_MAX_RANKS]; /* epoch of the last dispatch round whose receive missed
+                                            source s (timeout, mask, abort): the combine of that
+                                            round neither pushes to s nor signals it, so s never
+                                            reads landing rows this rank did not write */
+} epf_ll_state_t;
+
+/* The context of one block's LL call, passed by value: which rank it plays and how the rank's
+ * blocks share the work. block in [0, nblocks); every block of a rank that runs a half passes the
+ * same nblocks (the completion of the half is "all nblocks blocks arrived"). */
+typedef struct epf_ll_ctx {
+  epf_team_t team;               /* team.rank = the rank this block plays */
+  epf_ll_state_t* state;         /* that rank's state */
+  epf_error_record_t* record;    /* host-mapped error record (device pointer), or NULL */
+  const uint32_t* abort_word;    /* nonzero aborts every wait, or NULL */
+  int32_t block;                 /* this block's index among the rank's blocks */
+  int32_t nblocks;               /* blocks of the rank running this half */
+} epf_ll_ctx_t;
+
+/* Dispatch operands (one rank's; for virtual ranks every pointer is the base of R consecutive
+ * per-rank buffers of epf_ll_rank_bytes each, see epf_ll_dispatch_args_for_rank). T below is
+ * plan.max_tokens_per_rank, EL = plan.experts_per_rank, R = plan.nranks. */
+typedef struct epf_ll_dispatch_args {
+  const void* x;                   /* send: [T][hidden] BF16 rows, 16-byte aligned */
+  const void* topk_idx;            /* send: [T][top_k] of index_type; -1 = none */
+  const float* topk_weights;       /* send: [T][top_k] or NULL (1.0f) -> metadata weight */
+  int32_t num_tokens;              /* send: tokens of this call, 0..T (rows >= num_tokens ignored) */
+  int32_t index_type;              /* send: epf_index_type_t of topk_idx; 0 (DEFAULT) -> INT64, as
+                                      the route (epf_route_config_t.index_type) */
+  int32_t* recv_counts;            /* recv out: [EL][R] rows received per (local expert, source) */
+  int32_t* expert_counts;          /* recv out: [EL] rows per local expert (masked_m), or NULL */
+  void* packed_x;                  /* recv out: [EL][R * T] rows of plan.row_bytes, or NULL */
+  void* packed_scales;             /* recv out: scales of packed_x, plan.scale_layout, or NULL */
+  epf_recv_meta_em_t* packed_meta; /* recv out: [EL * R * T] metadata rows, or NULL */
+  uint32_t* round;                 /* recv out: epoch of the round received (its parity = & 1), or NULL */
+} epf_ll_dispatch_args_t;
+
+/* Combine operands (one rank's; virtual ranks as above). */
+typedef struct epf_ll_combine_args {
+  const void* y;               /* send: expert outputs, BF16 rows of hidden, in y_layout (unused for IN_PLACE) */
+  const int32_t* recv_counts;  /* send: [EL][R] the dispatch receive of this round wrote */
+  const void* topk_idx;        /* recv: the [T][top_k] routing this rank dispatched with */
+  const float* topk_weights;   /* recv: [T][top_k] weights, or NULL (1.0f) */
+  void* out;                   /* recv out: [T][hidden] BF16 */
+  int32_t num_tokens;          /* recv: tokens of this call (the dispatch's) */
+  int32_t index_type;          /* recv: epf_index_type_t of topk_idx; 0 (DEFAULT) -> INT64 */
+  int32_t y_layout;            /* send: epf_ll_y_layout_t; recv: only a hint (IN_PLACE_PULL: build
+                                  the slot table before waiting; what each peer did travels in
+                                  its signal word) */
+  int32_t reserved;
+} epf_ll_combine_args_t;
+
+/* Per-rank buffers, for sizing and for virtual-rank strides (epf_ll_rank_bytes). */
+typedef enum epf_ll_buffer {
+  EPF_LL_BUF_X = 0,          /* [T][hidden] BF16 (dispatch x, combine out) */
+  EPF_LL_BUF_TOPK_IDX,       /* [T][top_k] int32 / int64 */
+  EPF_LL_BUF_TOPK_WEIGHTS,   /* [T][top_k] float */
+  EPF_LL_BUF_RECV_COUNTS,    /* [EL][R] int32 */
+  EPF_LL_BUF_EXPERT_COUNTS,  /* [EL] int32 */
+  EPF_LL_BUF_PACKED_X,       /* [EL * R * T] rows of row_bytes */
+  EPF_LL_BUF_PACKED_SCALES,  /* [EL * R * T][scale_bytes_per_row] compact, or swizzled 128x4 (MXFP8) */
+  EPF_LL_BUF_PACKED_META,    /* [EL * R * T] epf_recv_meta_em_t */
+  EPF_LL_BUF_ROUND,          /* one uint32 */
+  EPF_LL_BUF_Y               /* [EL * R * T] BF16 rows of hidden (FIXED or PACKED y) */
+} epf_ll_buffer_t;
+
+/* ---- shared-memory scratch ------------------------------------------------------------------ */
+
+/* Work units: one warp moves EPF_LL_UNIT_ELEMS elements of a row (8 per lane: one 16-byte BF16
+ * vector). The slot scan of the dispatch send splits the (token, k) pairs into at most
+ * EPF_LL_SCAN_SEGMENTS segments, one per warp. */
+#define EPF_LL_UNIT_ELEMS 256
+#define EPF_LL_SCAN_SEGMENTS 8
+#define EPF__LL_CODE_NONE 0xffffffffu
+/* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */
+#define EPF__LL_MASK_BYTES (((EPF_MASK_WORDS * 4) + 15) / 16 * 16)
+#define EPF__LL_HDR_BYTES (EPF__LL_MASK_BYTES + 16)
+
+EPF_END_DECLS
+
+#endif /* EPF_DETAIL_LL_TYPES_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */
