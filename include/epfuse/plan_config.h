@@ -132,6 +132,48 @@ EPF_HD epf_status_t epf__check_prefix(uint32_t size, uint32_t magic, uint32_t ve
   return EPF_OK;
 }
 
+/* ---- the rules of the shape fields, one function each ------------------------------------------
+ * epf_config_validate checks a config with them; epf_route_layout_compute (route_layout.h)
+ * re-checks a plan's copy of the same fields with them (a plan may have crossed an FFI). Each
+ * returns EPF_OK or the status of its rule. Scope: any thread, host or device. Pure. */
+
+/* mode: HT or LL (resolved) -> EPF_ERR_MODE */
+EPF_HD epf_status_t epf__config_check_mode(int mode) {
+  return mode == EPF_MODE_HT || mode == EPF_MODE_LL ? EPF_OK : EPF_ERR_MODE;
+}
+
+/* layout: EXPERT_MAJOR or RANK_MAJOR (resolved) -> EPF_ERR_LAYOUT */
+EPF_HD epf_status_t epf__config_check_layout(int layout) {
+  return layout == EPF_LAYOUT_EXPERT_MAJOR || layout == EPF_LAYOUT_RANK_MAJOR ? EPF_OK : EPF_ERR_LAYOUT;
+}
+
+/* team, in this order: 1 <= nranks <= EPF_MAX_RANKS (EPF_ERR_RANKS), 1 <= num_experts <=
+ * EPF_MAX_EXPERTS (EPF_ERR_EXPERTS), num_experts a multiple of nranks
+ * (EPF_ERR_EXPERTS_NOT_DIVISIBLE) */
+EPF_HD epf_status_t epf__config_check_team(int nranks, int num_experts) {
+  if (nranks < 1 || nranks > EPF_MAX_RANKS) return EPF_ERR_RANKS;
+  if (num_experts < 1 || num_experts > EPF_MAX_EXPERTS) return EPF_ERR_EXPERTS;
+  if (num_experts % nranks != 0) return EPF_ERR_EXPERTS_NOT_DIVISIBLE;
+  return EPF_OK;
+}
+
+/* 1 <= top_k <= EPF_MAX_TOPK -> EPF_ERR_TOPK */
+EPF_HD epf_status_t epf__config_check_top_k(int top_k) {
+  return top_k >= 1 && top_k <= EPF_MAX_TOPK ? EPF_OK : EPF_ERR_TOPK;
+}
+
+/* 1 <= max_tokens_per_rank <= EPF_MAX_TOKENS_PER_RANK -> EPF_ERR_TOKENS */
+EPF_HD epf_status_t epf__config_check_tokens(int max_tokens_per_rank) {
+  return max_tokens_per_rank >= 1 && max_tokens_per_rank <= EPF_MAX_TOKENS_PER_RANK ? EPF_OK : EPF_ERR_TOKENS;
+}
+
+/* expert_alignment a power of two in [1, 1024] -> EPF_ERR_ALIGNMENT */
+EPF_HD epf_status_t epf__config_check_alignment(int expert_alignment) {
+  return expert_alignment >= 1 && expert_alignment <= 1024 && (expert_alignment & (expert_alignment - 1)) == 0
+             ? EPF_OK
+             : EPF_ERR_ALIGNMENT;
+}
+
 /* epf_config_validate — check every limit of an already resolved config (no zero defaults left).
  *   Returns the status of the first violated rule, in this order: prefix, reserved0 != 0
  *   (EPF_ERR_INVALID_ARGUMENT), mode, layout, payloads, scale layout, flags, ranks, experts,
@@ -149,9 +191,8 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
                          (uint32_t)sizeof(epf_config_t));
   if (st != EPF_OK) return st;
   if (c->reserved0 != 0u) return EPF_ERR_INVALID_ARGUMENT;
-  if (c->mode != EPF_MODE_HT && c->mode != EPF_MODE_LL) return EPF_ERR_MODE;
-  if (c->layout != EPF_LAYOUT_EXPERT_MAJOR && c->layout != EPF_LAYOUT_RANK_MAJOR)
-    return EPF_ERR_LAYOUT;
+  if ((st = epf__config_check_mode(c->mode)) != EPF_OK) return st;
+  if ((st = epf__config_check_layout(c->layout)) != EPF_OK) return st;
   if (epf_payload_vector_width(c->payload) == 0) return EPF_ERR_PAYLOAD;
   if (c->combine_payload != EPF_PAYLOAD_BF16 && c->combine_payload != EPF_PAYLOAD_MXFP8)
     return EPF_ERR_PAYLOAD;
@@ -161,19 +202,14 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
   if (c->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && c->payload != EPF_PAYLOAD_MXFP8)
     return EPF_ERR_SCALE_LAYOUT;
   if ((c->flags & ~EPF_FLAGS_ALL) != 0u) return EPF_ERR_FLAGS;
-  if (c->nranks < 1 || c->nranks > EPF_MAX_RANKS) return EPF_ERR_RANKS;
-  if (c->num_experts < 1 || c->num_experts > EPF_MAX_EXPERTS) return EPF_ERR_EXPERTS;
-  if (c->num_experts % c->nranks != 0) return EPF_ERR_EXPERTS_NOT_DIVISIBLE;
-  if (c->top_k < 1 || c->top_k > EPF_MAX_TOPK) return EPF_ERR_TOPK;
+  if ((st = epf__config_check_team(c->nranks, c->num_experts)) != EPF_OK) return st;
+  if ((st = epf__config_check_top_k(c->top_k)) != EPF_OK) return st;
   if (c->hidden < 1 || c->hidden > EPF_MAX_HIDDEN) return EPF_ERR_HIDDEN;
   width = epf__max_i(epf_payload_vector_width(c->payload),
                      epf_payload_vector_width(c->combine_payload));
   if (c->hidden % width != 0) return EPF_ERR_HIDDEN_ALIGNMENT;
-  if (c->max_tokens_per_rank < 1 || c->max_tokens_per_rank > EPF_MAX_TOKENS_PER_RANK)
-    return EPF_ERR_TOKENS;
-  if (c->expert_alignment < 1 || c->expert_alignment > 1024 ||
-      (c->expert_alignment & (c->expert_alignment - 1)) != 0)
-    return EPF_ERR_ALIGNMENT;
+  if ((st = epf__config_check_tokens(c->max_tokens_per_rank)) != EPF_OK) return st;
+  if ((st = epf__config_check_alignment(c->expert_alignment)) != EPF_OK) return st;
   if (c->mode == EPF_MODE_LL) {
     if (c->recv_capacity != 0) return EPF_ERR_RECV_CAPACITY;
   } else if (c->recv_capacity < (c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)c->expert_alignment) ||

@@ -212,18 +212,15 @@ EPF_HD epf_status_t epf_route_layout_compute(const epf_plan_t* plan, const epf_r
   st = epf__check_prefix(cfg->size, cfg->magic, cfg->version, EPF_ROUTE_CONFIG_MAGIC,
                          (uint32_t)sizeof(epf_route_config_t));
   if (st != EPF_OK) return st;
-  /* the plan may have crossed an FFI: re-check what the arithmetic below relies on */
-  if (plan->nranks < 1 || plan->nranks > EPF_MAX_RANKS) return EPF_ERR_RANKS;
-  if (plan->num_experts < 1 || plan->num_experts > EPF_MAX_EXPERTS) return EPF_ERR_EXPERTS;
-  if (plan->num_experts % plan->nranks != 0 || plan->experts_per_rank != plan->num_experts / plan->nranks)
-    return EPF_ERR_EXPERTS_NOT_DIVISIBLE;
-  if (plan->top_k < 1 || plan->top_k > EPF_MAX_TOPK) return EPF_ERR_TOPK;
-  if (plan->max_tokens_per_rank < 1 || plan->max_tokens_per_rank > EPF_MAX_TOKENS_PER_RANK) return EPF_ERR_TOKENS;
-  if (plan->expert_alignment < 1 || plan->expert_alignment > 1024 ||
-      (plan->expert_alignment & (plan->expert_alignment - 1)) != 0)
-    return EPF_ERR_ALIGNMENT;
-  if (plan->layout != EPF_LAYOUT_EXPERT_MAJOR && plan->layout != EPF_LAYOUT_RANK_MAJOR) return EPF_ERR_LAYOUT;
-  if (plan->mode != EPF_MODE_HT && plan->mode != EPF_MODE_LL) return EPF_ERR_MODE;
+  /* the plan may have crossed an FFI: re-check what the arithmetic below relies on, with the
+   * config's own rules (plan_config.h), plus the one field a plan derives (experts_per_rank) */
+  if ((st = epf__config_check_team(plan->nranks, plan->num_experts)) != EPF_OK) return st;
+  if (plan->experts_per_rank != plan->num_experts / plan->nranks) return EPF_ERR_EXPERTS_NOT_DIVISIBLE;
+  if ((st = epf__config_check_top_k(plan->top_k)) != EPF_OK) return st;
+  if ((st = epf__config_check_tokens(plan->max_tokens_per_rank)) != EPF_OK) return st;
+  if ((st = epf__config_check_alignment(plan->expert_alignment)) != EPF_OK) return st;
+  if ((st = epf__config_check_layout(plan->layout)) != EPF_OK) return st;
+  if ((st = epf__config_check_mode(plan->mode)) != EPF_OK) return st;
 
   L.index_type = cfg->index_type == EPF_INDEX_DEFAULT ? EPF_INDEX_INT64 : cfg->index_type;
   if (L.index_type != EPF_INDEX_INT32 && L.index_type != EPF_INDEX_INT64) return EPF_ERR_INVALID_ARGUMENT;
