@@ -14,7 +14,7 @@
  *     block publishes (epoch, EPF__LL_COMBINE_PULL) instead: "my outputs are in my receive rows".
  *   RECV (epf_ll_combine_recv_block; bounded waits): every block waits for the combine signal of
  *     every rank; for ranks that signalled PULL it rebuilds the dispatch's slot table from
- *     topk_idx (the same deterministic scan as the dispatch send), so (token, k) -> the expert
+ *     topk_idx (epf_ll_slots_block, the same pass as the dispatch send), so (token, k) -> the expert
  *     rank's receive row epf_ll_recv_row(plan, c, le, rank, slot); then one warp per (token,
  *     256-element chunk) computes
  *       out[t][h] = BF16_RNE( fma(w_{k_n}, y_{k_n}[h], ... fma(w_{k_0}, y_{k_0}[h], 0.0f)) )
@@ -62,7 +62,6 @@
 
 #include "combine.cuh"
 #include "config.h"
-#include "dispatch_ll.cuh"
 #include "host.h"
 #include "ll.cuh"
 #include "ptx.cuh"
@@ -101,7 +100,7 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
  *   Input:    a->recv_counts [EL][R] as the dispatch receive wrote them; a->y and a->y_layout
  *             (epf_ll_y_layout_t; IN_PLACE needs the BF16 dispatch payload).
  *   Does:     round c = state.epoch[COMBINE_SEND] + 1 (it must equal the dispatch round: the
- *             halves run in lockstep, one combine per dispatch; otherwise EPF_ERR_INVALID_ARGUMENT
+ *             stages run in lockstep, one combine per dispatch; otherwise EPF_ERR_INVALID_ARGUMENT
  *             is recorded, nothing is pushed and nobody is signalled: the sources time out and
  *             count this rank's experts as absent instead of reading stale rows). Sources that
  *             are masked now, or whose dispatch of this round the receive missed
@@ -125,10 +124,10 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
                         (a->y_layout == EPF_LL_Y_FIXED || a->y_layout == EPF_LL_Y_PACKED || in_place);
   /* pull: the sources read the outputs from this rank's receive rows; nothing to push */
   const bool pull = a->y_layout == EPF_LL_Y_IN_PLACE_PULL && plan->combine_payload == EPF_PAYLOAD_BF16;
-  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
-  uint32_t* mask = (uint32_t*)smem;
-  void* ws = (char*)smem + EPF__LL_MASK_BYTES;
-  uint32_t* pre = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [E + 1], group g = le * R + src */
+  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
+  uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
+  void* ws = (char*)smem + sl.scan;
+  uint32_t* pre = (uint32_t*)((char*)smem + sl.push_prefix); /* [E + 1], group g = le * R + src */
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
@@ -164,8 +163,8 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
     const int gi = epf__ll_find_group(pre, E, r);
     const int le = gi / R, s = gi - le * R;
     const int j = (int)(r - pre[gi]);
-    const int64_t fixed = ((int64_t)le * R + s) * Tmax + j;
-    const uint4 meta = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, pbase + fixed)));
+    const int64_t wrow = epf_ll_recv_row(plan, epoch, le, s, j); /* this round's receive row */
+    const uint4 meta = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)));
     const int t = (int)meta.x, src_rank = (int)(int16_t)(meta.y & 0xffffu), k = (int)(int16_t)(meta.y >> 16);
     const char* src;
     char* dst;
@@ -173,11 +172,11 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
     int ci;
     if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
     if (in_place)
-      src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, pbase + fixed));
+      src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, wrow));
     else if (a->y_layout == EPF_LL_Y_PACKED)
       src = (const char*)a->y + epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j) * (int64_t)H * 2;
     else
-      src = (const char*)a->y + fixed * (int64_t)H * 2;
+      src = (const char*)a->y + epf_ll_fixed_row(plan, le, s, j) * (int64_t)H * 2;
     dst = (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
 #pragma unroll
     for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
@@ -215,27 +214,6 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   }
 }
 
-/* epf__ll_combine_slots_block — the dispatch send's slot table of this round, rebuilt from the
- * combine operands (same topk_idx, same num_tokens; dropped ids are not counted again): where each
- * (token, k) landed in its expert rank's receive rows. [collective:block] */
-EPF_DEVICE_INLINE void epf__ll_combine_slots_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                   const epf_ll_combine_args_t* a, uint32_t* code, uint32_t* hist,
-                                                   uint32_t* cnt, int seg_len, int nseg) {
-  epf_ll_dispatch_args_t da;
-  da.x = NULL;
-  da.topk_idx = a->topk_idx;
-  da.topk_weights = NULL;
-  da.num_tokens = a->num_tokens;
-  da.index_type = a->index_type;
-  da.recv_counts = NULL;
-  da.expert_counts = NULL;
-  da.packed_x = NULL;
-  da.packed_scales = NULL;
-  da.packed_meta = NULL;
-  da.round = NULL;
-  epf__ll_slots_block(plan, ctx, &da, code, hist, cnt, seg_len, nseg, false);
-}
-
 /* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
  *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
  *             ctx.nblocks blocks of the rank, once per round.
@@ -264,18 +242,12 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
   const int T = a->num_tokens;
   const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
   const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_RECV);
-  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity; /* the dispatch round's rows */
   const epf_wait_t w = epf_ll_wait(plan, ctx);
-  uint32_t* present = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [EPF_MASK_WORDS] */
-  uint32_t* pulled = present + EPF_MASK_WORDS;                      /* [EPF_MASK_WORDS] */
-  /* the slot table (pull), laid out as epf_ll_combine_smem_bytes sized it */
-  uint32_t* code = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES + epf__ll_align16(2u * EPF_MASK_WORDS * 4u));
-  uint32_t* hist = code + epf__ll_align16((size_t)Tmax * (size_t)K * 4u) / 4u;
-  const int TK = T * K;
-  const int nseg_max = epf__ll_segments((int)blockDim.x);
-  const int nseg = TK <= 0 ? 1 : ((TK + 31) / 32 < nseg_max ? (TK + 31) / 32 : nseg_max);
-  const int seg_len = TK > 0 ? ((((TK + nseg - 1) / nseg) + 31) & ~31) : 32;
-  uint32_t* cnt = hist + epf__ll_align16((size_t)nseg * (size_t)E * 4u) / 4u;
+  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
+  uint32_t* present = (uint32_t*)((char*)smem + sl.reduce_present); /* [EPF_MASK_WORDS] */
+  uint32_t* pulled = (uint32_t*)((char*)smem + sl.reduce_pulled);   /* [EPF_MASK_WORDS] */
+  /* the dispatch's slot table of this round (pull) */
+  const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.reduce_slots, T, (int)blockDim.x);
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int64_t units = (int64_t)T * nchunks;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
@@ -290,8 +262,8 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
     present[i] = 0u;
     pulled[i] = 0u;
   }
-  if (early_slots) /* block-uniform */
-    epf__ll_combine_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg);
+  if (early_slots) /* block-uniform; dropped ids were counted by the dispatch send */
+    epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
   __syncthreads();
   for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
     const uint64_t off =
@@ -308,7 +280,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
   res = epf__block_status(mine); /* __syncthreads: present[] / pulled[] complete, rows acquired */
   for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || pulled[i] != 0u; /* block-uniform */
   if (any_pull && !early_slots && T > 0) /* a peer lets this rank pull although it did not expect it */
-    epf__ll_combine_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg);
+    epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
 
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
@@ -330,14 +302,11 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
             src = (const char*)epf_local_ptr(team,
                                              epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
           } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows */
-            const int p = t * K + first_k;
-            const uint32_t cd = code[p];
-            if (cd != EPF__LL_CODE_NONE && (int)(cd >> 16) == e) {
-              const uint32_t slot = (cd & 0xffffu) + hist[(p / seg_len) * E + e];
-              if (slot < (uint32_t)Tmax)
-                src = (const char*)epf_peer_ptr(
-                    team, epf_plan_recv_token_offset(plan, pbase + ((int64_t)(e - d * EL) * R + rank) * Tmax + slot), d);
-            }
+            int se;
+            const uint32_t slot = epf_ll_slot(plan, slots, t * K + first_k, &se);
+            if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax)
+              src = (const char*)epf_peer_ptr(
+                  team, epf_plan_recv_token_offset(plan, epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot)), d);
           }
           if (src != NULL) wk = a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
         }

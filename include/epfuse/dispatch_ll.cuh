@@ -3,10 +3,11 @@
  * What it is: decode-time dispatch into the FIXED LL layout (ll.cuh): no count exchange, no
  * second copy, deterministic order, CUDA-graph friendly.
  *   SEND (epf_ll_dispatch_send_block; never waits):
- *     1. every block of the rank computes, from topk_idx alone, the slot of every (token, k) pair:
- *        its rank among this source's pairs routed to the same expert, in (token, k) order
- *        (match_any inside warps + per-segment histograms scanned over segments) — the same on
- *        every run, so received rows [0, count) of (expert, source) are packed in token order;
+ *     1. every block of the rank computes, from topk_idx alone, the slot of every (token, k) pair
+ *        (epf_ll_slots_block, ll.cuh): its rank among this source's pairs routed to the same
+ *        expert, in (token, k) order (match_any inside warps + per-segment histograms scanned over
+ *        segments) — the same on every run, so received rows [0, count) of (expert, source) are
+ *        packed in token order;
  *     2. one warp per (token, 256-element chunk) reads the chunk once (16 bytes per lane),
  *        quantizes it once if the payload asks (MXFP8: E4M3 + one E8M0 byte per 32, rule RCEIL or
  *        FLOOR by EPF_FLAG_MX_SCALE_FLOOR; per-128 FP8: E4M3 + one FP32 scale per 128, UE8M0 by
@@ -75,79 +76,6 @@ EPF_HD bool epf_ll_payload_supported(int payload) {
   return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8 || payload == EPF_PAYLOAD_FP8_128;
 }
 
-/* epf__ll_send_layout — smem carve-up of the send half (after the common header). */
-EPF_HD uint32_t* epf__ll_send_code(void* smem) { return (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); }
-EPF_HD uint32_t* epf__ll_send_hist(void* smem, const epf_plan_t* plan) {
-  return (uint32_t*)((char*)epf__ll_send_code(smem) +
-                     epf__ll_align16((size_t)plan->max_tokens_per_rank * (size_t)plan->top_k * 4u));
-}
-
-/* epf__ll_slots_block — the send half's slot table. After it returns (all threads):
- *   code[i] for pair i = t * K + k (t < num_tokens): EPF__LL_CODE_NONE (no copy: -1, dropped id,
- *   or a repeated expert of the token) or (expert << 16) | slot-within-segment;
- *   hist[seg * E + e]: slots of expert e in segments before `seg` (exclusive prefix);
- *   cnt[e]: this rank's copies to expert e (<= num_tokens).
- * The slot of pair i is (code[i] & 0xffff) + hist[(i / seg_len) * E + (code[i] >> 16)]; it does
- * not depend on seg_len / nseg (any nseg <= the block's warps, seg_len a multiple of 32 with
- * nseg * seg_len >= T * K), so the combine can rebuild the dispatch's slots with its own split.
- * count_dropped: add ids outside [-1, E) to record->dropped_routes (block 0; the dispatch send).
- * [collective:block] */
-EPF_DEVICE_INLINE void epf__ll_slots_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
-                                           uint32_t* code, uint32_t* hist, uint32_t* cnt, int seg_len, int nseg,
-                                           bool count_dropped) {
-  const int K = plan->top_k, E = plan->num_experts;
-  const int TK = a->num_tokens * K;
-  const int lane = epf_lane_id(), warp = epf_warp_id();
-  int i;
-  for (i = (int)threadIdx.x; i < nseg * E; i += (int)blockDim.x) hist[i] = 0u;
-  __syncthreads();
-  if (warp < nseg) {
-    const int lo = warp * seg_len;
-    const int hi = lo + seg_len < TK ? lo + seg_len : TK;
-    uint32_t* h = hist + warp * E;
-    int base;
-    for (base = lo; base < hi; base += 32) { /* warp-uniform bounds */
-      const int p = base + lane;
-      int e = -1;
-      uint32_t peers, before, cur = 0u;
-      if (p < hi) {
-        const int t = p / K, k = p - t * K;
-        int first_k;
-        e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
-        if (e >= 0 && first_k != k) e = -1; /* repeated expert of the token: one copy */
-      }
-      {
-        const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
-        if (count_dropped && dropped != 0u && lane == 0 && ctx.block == 0 && ctx.record != NULL)
-          epf_error_count_add(&ctx.record->dropped_routes, (uint32_t)__popc(dropped));
-      }
-      peers = __match_any_sync(0xffffffffu, e);
-      before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
-      if (e >= 0) {
-        cur = h[e];
-        code[p] = ((uint32_t)e << 16) | (cur + before);
-      } else if (p < hi) {
-        code[p] = EPF__LL_CODE_NONE;
-      }
-      __syncwarp();
-      if (e >= 0 && before == 0u) h[e] = cur + (uint32_t)__popc(peers);
-      __syncwarp();
-    }
-  }
-  __syncthreads();
-  for (i = (int)threadIdx.x; i < E; i += (int)blockDim.x) {
-    uint32_t acc = 0u;
-    int s;
-    for (s = 0; s < nseg; ++s) {
-      const uint32_t v = hist[s * E + i];
-      hist[s * E + i] = acc;
-      acc += v;
-    }
-    cnt[i] = acc;
-  }
-  __syncthreads();
-}
-
 /* epf_ll_dispatch_send_block — the send half of LL dispatch for one rank.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
  *             the rank calls it once per round, converged, with the same plan and args.
@@ -169,19 +97,15 @@ EPF_DEVICE_INLINE void epf__ll_slots_block(const epf_plan_t* plan, epf_ll_ctx_t 
 EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                   const epf_ll_dispatch_args_t* a, void* smem) {
   const epf_team_t team = ctx.team;
-  const int R = team.nranks, rank = team.rank;
+  const int rank = team.rank;
   const int T = a->num_tokens, Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts;
   const int EL = plan->experts_per_rank, H = plan->hidden;
   const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const int nseg = epf__ll_segments((int)blockDim.x);
-  const int TK = T * K;
-  const int seg_len = TK > 0 ? ((((TK + nseg - 1) / nseg) + 31) & ~31) : 32;
   const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_SEND);
-  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
-  uint32_t* mask = (uint32_t*)smem;
-  uint32_t* code = epf__ll_send_code(smem);
-  uint32_t* hist = epf__ll_send_hist(smem, plan);
-  uint32_t* cnt = hist + epf__ll_align16((size_t)nseg * (size_t)E * 4u) / 4u;
+  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
+  uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
+  const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.send_slots, T, (int)blockDim.x);
+  const uint32_t* cnt = slots.count;
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int64_t units = (int64_t)T * nchunks;
   const int payload = plan->payload;
@@ -190,7 +114,8 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
   int64_t u;
 
   epf__ll_snapshot_mask_block(plan, ctx, mask);
-  epf__ll_slots_block(plan, ctx, a, code, hist, cnt, seg_len, nseg, true);
+  epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots,
+                     ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL);
 
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
@@ -218,15 +143,13 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
       int d = -1, le = 0;
       uint32_t present;
       if (k < K) {
-        const int p = t * K + k;
-        const uint32_t cd = code[p];
-        if (cd != EPF__LL_CODE_NONE) {
-          const int ex = (int)(cd >> 16);
-          const uint32_t slot = (cd & 0xffffu) + hist[(p / seg_len) * E + ex];
+        int ex;
+        const uint32_t slot = epf_ll_slot(plan, slots, t * K + k, &ex);
+        if (slot != EPF_LL_SLOT_NONE) {
           d = ex / EL;
           le = ex - d * EL;
           if (slot < (uint32_t)Tmax && epf__ll_active(mask, d)) {
-            row = pbase + ((int64_t)le * R + rank) * Tmax + slot;
+            row = epf_ll_recv_row(plan, epoch, le, rank, (int)slot);
             dst = (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, row), d);
             sdst = (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, row), d);
           }
@@ -303,13 +226,13 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan
   const epf_team_t team = ctx.team;
   const int R = team.nranks, Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank;
   const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_RECV);
-  const int64_t pbase = (int64_t)(epoch & 1u) * plan->recv_capacity;
   const int nmy = ctx.block < EL ? (EL - 1 - ctx.block) / ctx.nblocks + 1 : 0;
   const int G = nmy * R;
   const epf_wait_t w = epf_ll_wait(plan, ctx);
   const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  void* ws = (char*)smem + EPF__LL_MASK_BYTES;
-  uint32_t* cnt = (uint32_t*)((char*)smem + EPF__LL_HDR_BYTES); /* [G + 1] */
+  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
+  void* ws = (char*)smem + sl.scan;
+  uint32_t* cnt = (uint32_t*)((char*)smem + sl.recv_groups); /* [G + 1] */
   epf_status_t mine = EPF_OK, res;
   int i;
 
@@ -353,7 +276,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan
       const int m = gi / R, s = gi - m * R, le = ctx.block + m * ctx.nblocks;
       const int j = (int)(r - cnt[gi]);
       const int pos = (int)(cnt[gi] - cnt[m * R]) + j;
-      const int64_t src_row = pbase + ((int64_t)le * R + s) * Tmax + j;
+      const int64_t src_row = epf_ll_recv_row(plan, epoch, le, s, j);
       const int64_t dst_row = epf_ll_packed_row(plan, le, pos);
       const uint32_t off = (uint32_t)c * 512u + (uint32_t)lane * 16u;
       if (a->packed_x != NULL && off < plan->row_bytes)

@@ -105,7 +105,9 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_kernel(epf_pla
   if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
 }
 
-/* epf_ll_combine_kernel — grid = ranks_in_launch * bpr blocks; dynamic smem epf_ll_smem_bytes. */
+/* epf_ll_combine_kernel — grid = ranks_in_launch * bpr blocks; dynamic smem epf_ll_smem_bytes.
+ * Same shape as epf_ll_dispatch_kernel on purpose (one kernel per stage and operand type, no
+ * templates): context, per-rank operands, the send half, the receive half. */
 static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                              epf_error_record_t* record, const uint32_t* abort_word,
                                              int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {

@@ -7,12 +7,18 @@
  *     RECV_TOKENS[2 parity][E_local][R source][T max], so a sender knows every slot without a
  *     count exchange; one signal word per (parity, local expert, source) in SIG_LL_DISPATCH that
  *     carries (epoch << 32 | rows); combine landing rows COMBINE[2 parity][T][K] at the source and
- *     one signal word per (parity, peer) in SIG_LL_COMBINE. Accessors: epf_ll_*_row / _index.
+ *     one signal word per (parity, peer) in SIG_LL_COMBINE. Accessors: epf_ll_*_row / _index
+ *     (the one owner of each: docs/concepts.md, "Who owns each layout").
+ *   - The SLOT PASS (epf_ll_slots_block): where each (token, k) lands, from topk_idx alone, the
+ *     same rule as the route's slots (docs/concepts.md, "Slots in HT and LL").
+ *   - Vocabulary: a STAGE is dispatch or combine; each stage has two HALVES, send and receive
+ *     (a call's `halves`: EPF_LL_SEND, EPF_LL_RECV, EPF_LL_BOTH); a PHASE is one (stage, half)
+ *     pair (epf_ll_phase_t), the unit that keeps an epoch.
  *   - epf_ll_state_t: a small per-rank struct in DEVICE memory that the kernels advance
- *     themselves: the epoch of the last completed round of each half (dispatch send / receive,
- *     combine send / receive), the per-half block arrival counters and the ACTIVE MASK. Nothing in
+ *     themselves: the epoch of the last completed round of each phase (dispatch send / receive,
+ *     combine send / receive), the per-phase block arrival counters and the ACTIVE MASK. Nothing in
  *     it needs host work between rounds, so CUDA-graph replays just work.
- *   - Epochs and parity: round e of a half uses epoch e = state.epoch[half] + 1 and the buffers of
+ *   - Epochs and parity: round e of a phase uses epoch e = state.epoch[phase] + 1 and the buffers of
  *     parity e & 1. A rank may be one round ahead of a peer (its send of e + 1 goes to the other
  *     parity) but never two: every receive waits for every active peer, so round e + 2 cannot
  *     start anywhere before every rank finished reading round e.
@@ -24,7 +30,7 @@
  *     ranks and re-synchronises epochs (every participant adopts the largest epoch any of them
  *     used; stale signal words can then never satisfy a later wait).
  *   - Host-side checks of an LL plan and a call (epf_ll_plan_check, epf_ll_tokens_check) and the
- *     scratch sizes of the blocks.
+ *     shared-memory carve-up of the blocks (epf_ll_smem_layout: sizes and offsets from one function).
  *
  * What it does NOT do: allocate, launch (kernels_ll.cuh does), move rows (dispatch_ll.cuh,
  * combine_ll.cuh), include nccl_device.h, trap or print. RANK_MAJOR LL is not implemented
@@ -41,12 +47,16 @@
  * COMPILE-TIME OPTIONS: none of its own (EPF_MAX_RANKS sizes the mask; see config.h).
  *
  * Contents:
- *   EPF_LL_SEND, EPF_LL_RECV, EPF_LL_BOTH                 halves of a ready-made call
+ *   EPF_LL_SEND, EPF_LL_RECV, EPF_LL_BOTH                 `halves` of a call
  *   epf_ll_phase_t, epf_ll_y_layout_t, epf_ll_state_t, EPF_LL_STATE_MAGIC, epf_ll_ctx_t
  *   epf_ll_dispatch_args_t, epf_ll_combine_args_t           per-call operands
+ *   epf_ll_smem_layout_t, epf_ll_slots_t, EPF_LL_SLOT_NONE  shared memory, slot table
+ *   EPF_LL_UNIT_ELEMS, EPF_LL_SCAN_SEGMENTS                 work unit, slot-scan segments
  *   void     epf_ll_state_init(epf_ll_state_t* out, int nranks)                         [EPF_HD]
  *   epf_status_t epf_ll_plan_check(const epf_plan_t* plan)                              [EPF_HD]
  *   epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens)            [EPF_HD]
+ *   int64_t  epf_ll_fixed_row(plan, int local_expert, int src, int slot)                [EPF_HD]
+ *   void     epf_ll_fixed_row_split(plan, int64_t row, int* out_le, int* out_src, int* out_slot) [EPF_HD]
  *   int64_t  epf_ll_recv_row(plan, uint32_t epoch, int local_expert, int src, int slot) [EPF_HD]
  *   int64_t  epf_ll_packed_row(plan, int local_expert, int pos_in_expert)               [EPF_HD]
  *   int64_t  epf_ll_combine_row(plan, uint32_t epoch, int token, int k)                 [EPF_HD]
@@ -57,7 +67,9 @@
  *   epf_ll_buffer_t                                        per-rank operand buffers (sizes, strides)
  *   epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatch_args_t*, plan, int rank) [EPF_HD]
  *   epf_ll_combine_args_t  epf_ll_combine_args_for_rank(const epf_ll_combine_args_t*, plan, int rank)   [EPF_HD]
+ *   epf_ll_smem_layout_t epf_ll_smem_layout(plan, int threads)                         [EPF_HD]
  *   size_t   epf_ll_dispatch_smem_bytes / epf_ll_combine_smem_bytes / epf_ll_smem_bytes(plan, threads)  [EPF_HD]
+ *   epf_ll_slots_t epf_ll_slots_at(plan, void* smem, size_t offset, int num_tokens, int threads)   [EPF_HD]
  *   epf_ll_ctx_t epf_ll_ctx_make(team, state, record, abort_word, block, nblocks)        [EPF_HD]
  *   epf_wait_t epf_ll_wait(const epf_plan_t*, epf_ll_ctx_t)                              [device]
  *   uint32_t epf_ll_epoch_next(const epf_ll_state_t*, epf_ll_phase_t)                    [device]
@@ -66,6 +78,9 @@
  *   void     epf_ll_mask_query(const epf_ll_state_t*, uint32_t* out_mask)               [device]
  *   void     epf_ll_mask_set(epf_ll_state_t*, const uint32_t* mask)                     [device]
  *   epf_status_t epf_ll_mask_clean_block(const epf_plan_t*, epf_ll_ctx_t, void* smem)   [collective:block]
+ *   void     epf_ll_slots_block(plan, const void* topk_idx, int index_type, int num_tokens,
+ *                               epf_ll_slots_t, uint32_t* dropped_routes)           [collective:block]
+ *   uint32_t epf_ll_slot(plan, epf_ll_slots_t, int pair, int* out_expert)             [device]
  *
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); tested on an H200), CUB from the toolkit (cub::WarpScan).
  */

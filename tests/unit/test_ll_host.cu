@@ -2,14 +2,18 @@
  * the LL state's initial value, plan and token checks (every refusal status), the fixed-layout
  * accessors (every (parity, expert, source, slot) row, signal word and combine row is distinct and
  * inside its region, for random configurations), epoch parity, per-rank buffer sizes and virtual
- * rank operand strides, and the shared-memory sizes of the blocks. */
+ * rank operand strides, the shared-memory carve-up of the blocks (sizes and offsets from
+ * epf_ll_smem_layout), and that LL gives every (token, k) the slot the route gives it (the two
+ * CPU references, epf_ll_ref.cuh and epf_route_ref.h, which the GPU tests hold the library to). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "epf_cmocka.h"
+#include "epf_ll_ref.cuh"
 #include "epf_rng.h"
+#include "epf_route_ref.h"
 
 #include "epfuse/kernels_ll.cuh"
 
@@ -107,6 +111,13 @@ static void test_layout(void** state) {
         for (int s = 0; s < R; ++s)
           for (int j = 0; j < T; ++j) {
             const int64_t row = epf_ll_recv_row(&p, e, le, s, j);
+            const int64_t fr = epf_ll_fixed_row(&p, le, s, j);
+            int le2 = -1, s2 = -1, j2 = -1;
+            /* the fixed order: one parity's rows, (le, s, slot) in that nesting, and back */
+            assert_true(fr == ((int64_t)le * R + s) * T + j);
+            assert_true(row == (int64_t)(e & 1u) * p.recv_capacity + fr);
+            epf_ll_fixed_row_split(&p, fr, &le2, &s2, &j2);
+            assert_true(le2 == le && s2 == s && j2 == j);
             assert_true(row >= 0 && row < n);
             assert_int_equal(seen[row], 0);
             seen[row] = 1;
@@ -235,6 +246,43 @@ static void test_smem(void** state) {
   /* fewer warps, fewer histogram segments */
   assert_true(epf_ll_dispatch_smem_bytes(&p, 64) == (size_t)EPF__LL_HDR_BYTES + 128u * 8u * 4u + 2u * 256u * 4u + 256u * 4u);
   assert_true(epf_ll_smem_bytes(&p, 64) >= (size_t)EPF__LL_HDR_BYTES); /* the clean's scratch */
+  /* the carve-up: every block's part inside its stage's size, the slot tables cover T * K pairs */
+  for (int it = 0; it < 200; ++it) {
+    const int R = rnd_in(1, 9), EL = rnd_in(1, 9), K = rnd_in(1, 9), T = rnd_in(1, 300);
+    const int threads = 32 * rnd_in(1, 32);
+    epf_config_t cc = ll_config(R, R * EL, K, 256, T);
+    epf_plan_t q;
+    epf_ll_smem_layout_t l;
+    const size_t E = (size_t)R * EL;
+    assert_int_equal(epf_plan_compute(&cc, &q), EPF_OK);
+    l = epf_ll_smem_layout(&q, threads);
+    assert_true(l.mask == 0u && l.scan >= (size_t)EPF_MASK_WORDS * 4u && l.scan + 16u <= (size_t)EPF__LL_HDR_BYTES);
+    assert_true(l.send_slots >= (size_t)EPF__LL_HDR_BYTES && l.send_slots + l.slots_bytes <= l.dispatch_bytes);
+    assert_true(l.recv_groups >= (size_t)EPF__LL_HDR_BYTES && l.recv_groups + (E + 1u) * 4u <= l.dispatch_bytes);
+    assert_true(l.push_prefix >= (size_t)EPF__LL_HDR_BYTES && l.push_prefix + (E + 1u) * 4u <= l.combine_bytes);
+    assert_true(l.reduce_present >= (size_t)EPF__LL_HDR_BYTES &&
+                l.reduce_pulled >= l.reduce_present + (size_t)EPF_MASK_WORDS * 4u &&
+                l.reduce_slots >= l.reduce_pulled + (size_t)EPF_MASK_WORDS * 4u);
+    assert_true(l.reduce_slots + l.slots_bytes <= l.combine_bytes);
+    assert_true(l.bytes == (l.dispatch_bytes > l.combine_bytes ? l.dispatch_bytes : l.combine_bytes));
+    assert_true(l.send_slots % 16u == 0u && l.reduce_slots % 16u == 0u && l.recv_groups % 16u == 0u);
+    assert_true(epf_ll_dispatch_smem_bytes(&q, threads) == l.dispatch_bytes);
+    assert_true(epf_ll_combine_smem_bytes(&q, threads) == l.combine_bytes);
+    assert_true(epf_ll_smem_bytes(&q, threads) == l.bytes);
+    char* smem = (char*)malloc(l.bytes);
+    assert_non_null(smem);
+    for (int nt = 0; nt <= T; nt += (T / 7) + 1) {
+      const epf_ll_slots_t sl = epf_ll_slots_at(&q, smem, l.reduce_slots, nt, threads);
+      const char* base = (const char*)sl.code;
+      assert_true(base == smem + l.reduce_slots);
+      assert_true((const char*)sl.hist >= base + (size_t)T * K * 4u);
+      assert_true((const char*)sl.count >= (const char*)sl.hist + (size_t)sl.nseg * E * 4u);
+      assert_true((const char*)(sl.count + E) <= base + l.slots_bytes);
+      assert_true(sl.nseg >= 1 && sl.nseg <= EPF_LL_SCAN_SEGMENTS && sl.nseg <= (threads >> 5 > 0 ? threads >> 5 : 1));
+      assert_true(sl.seg_len % 32 == 0 && (int64_t)sl.nseg * sl.seg_len >= (int64_t)nt * K);
+    }
+    free(smem);
+  }
   /* the largest LL configuration of the defaults still fits an opt-in 227 KB block */
   c = ll_config(8, 1024, 32, 7168, 256);
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
@@ -281,10 +329,64 @@ static void test_null_launch_and_index_type(void** state) {
   assert_int_equal(epf_ll_index_is64(EPF_INDEX_INT32), 0);
 }
 
+/* Slots in HT and LL (docs/concepts.md): for the same topk_idx, the LL slot of every (token, k)
+ * (the LL reference: where the GPU tests require the row to land) is the route's SLOT (the route
+ * reference: what the route tests require), including -1, ids outside [-1, E) and repeats, with
+ * the same per-expert counts and the same dropped-id counts. */
+static void test_slots_match_route(void** state) {
+  (void)state;
+  for (int it = 0; it < 200; ++it) {
+    const int R = rnd_in(1, 8), EL = rnd_in(1, 6), K = rnd_in(1, 9), Tmax = rnd_in(1, 48);
+    const int E = R * EL, T = rnd_in(0, Tmax);
+    llref_in_t in;
+    llref_t ll;
+    route_ref_t rr;
+    int Tr[8];
+    memset(&in, 0, sizeof(in));
+    in.R = R;
+    in.Tmax = Tmax;
+    in.T = T;
+    in.K = K;
+    in.E = E;
+    in.EL = EL;
+    in.htopk = (int64_t*)malloc((size_t)R * Tmax * K * sizeof(int64_t));
+    assert_non_null(in.htopk);
+    for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) {
+      const int c = rnd_in(0, 19);
+      /* mostly valid ids from a few experts (many repeats), some -1, some outside [-1, E) */
+      in.htopk[i] = c < 14 ? (int64_t)rnd_in(0, E - 1) % (c < 7 ? 3 : E) : c < 17 ? -1 : c == 17 ? E : c == 18 ? -2 : (int64_t)1 << 40;
+    }
+    for (int r = 0; r < R; ++r) Tr[r] = T;
+    llref_dispatch(&in, 0u, &ll);
+    assert_int_equal(route_ref_compute_ex(&rr, R, E, K, Tmax, Tr, 1, 0, (int64_t)R * Tmax * K, in.htopk), 0);
+    for (int s = 0; s < R; ++s) {
+      assert_int_equal(ll.dropped_src[s], rr.dropped[s]);
+      for (int e = 0; e < E; ++e)
+        assert_int_equal(ll.counts[((size_t)(e / EL) * EL + e % EL) * R + s], rr.expert_count[(size_t)s * E + e]);
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          const size_t tk = ((size_t)s * Tmax + t) * K + k;
+          const int slot = rr.slot[tk];
+          if (slot < 0) continue; /* no copy of its own: the counts above say LL made none either */
+          {
+            const int e = (int)in.htopk[tk];
+            const size_t g = ((size_t)(e / EL) * EL + e % EL) * R + s;
+            assert_int_equal(ll.row_t[g * Tmax + slot], t);
+            assert_int_equal(ll.row_k[g * Tmax + slot], k);
+          }
+        }
+    }
+    llref_free(&ll);
+    route_ref_free(&rr);
+    free(in.htopk);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_state_init), cmocka_unit_test(test_plan_checks), cmocka_unit_test(test_layout),
       cmocka_unit_test(test_rank_buffers), cmocka_unit_test(test_smem), cmocka_unit_test(test_null_launch_and_index_type),
+      cmocka_unit_test(test_slots_match_route),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,12 +64,29 @@ EPF_HD epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens) 
   return EPF_OK;
 }
 
+/* epf_ll_fixed_row — the FIXED ORDER of one parity's receive rows, the one owner of the LL
+ *   receive-row formula: slot `slot` of (local_expert, src) is row
+ *   (local_expert * R + src) * T + slot of [EL][R][T] (= recv_capacity rows). epf_ll_recv_row adds
+ *   the parity; a y in EPF_LL_Y_FIXED order uses it as is. Scope: any thread. Pure. */
+EPF_HD int64_t epf_ll_fixed_row(const epf_plan_t* plan, int local_expert, int src, int slot) {
+  return ((int64_t)local_expert * plan->nranks + src) * plan->max_tokens_per_rank + slot;
+}
+
+/* epf_ll_fixed_row_split — the inverse: (local_expert, src, slot) of fixed row `row` in
+ *   [0, recv_capacity), for loops over the fixed order. Scope: any thread. Pure. */
+EPF_HD void epf_ll_fixed_row_split(const epf_plan_t* plan, int64_t row, int* out_local_expert, int* out_src,
+                                   int* out_slot) {
+  const int64_t T = plan->max_tokens_per_rank, g = row / T;
+  *out_local_expert = (int)(g / plan->nranks);
+  *out_src = (int)(g - (int64_t)*out_local_expert * plan->nranks);
+  *out_slot = (int)(row - g * T);
+}
+
 /* epf_ll_recv_row — row of RECV_TOKENS / RECV_SCALES / RECV_META (pass it to
  *   epf_plan_recv_token_offset & co.) that holds slot `slot` of (local_expert, src) in the round
- *   of `epoch`: (epoch & 1) * recv_capacity + (local_expert * R + src) * T + slot. */
+ *   of `epoch`: (epoch & 1) * recv_capacity + epf_ll_fixed_row(plan, local_expert, src, slot). */
 EPF_HD int64_t epf_ll_recv_row(const epf_plan_t* plan, uint32_t epoch, int local_expert, int src, int slot) {
-  return (int64_t)(epoch & 1u) * plan->recv_capacity +
-         ((int64_t)local_expert * plan->nranks + src) * plan->max_tokens_per_rank + slot;
+  return (int64_t)(epoch & 1u) * plan->recv_capacity + epf_ll_fixed_row(plan, local_expert, src, slot);
 }
 
 /* epf_ll_packed_row — row of the packed per-expert output: local_expert * (R * T) + pos, where pos
@@ -167,55 +184,82 @@ EPF_HD epf_ll_combine_args_t epf_ll_combine_args_for_rank(const epf_ll_combine_a
   return r;
 }
 
-
 EPF_HD size_t epf__ll_align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 EPF_HD int epf__ll_segments(int threads) {
   const int w = threads >> 5;
   return w < 1 ? 1 : (w > EPF_LL_SCAN_SEGMENTS ? EPF_LL_SCAN_SEGMENTS : w);
 }
 
-/* epf_ll_dispatch_smem_bytes — dynamic shared memory the dispatch blocks need at `threads`
- *   threads per block: the send's per-pair code table (T * K words), per-segment expert
- *   histograms (segments * E words) and per-expert counts (E words); the receive's per-group
- *   counts and prefix (2 * (E + 1) words). The max of the two halves (they reuse the memory). */
-EPF_HD size_t epf_ll_dispatch_smem_bytes(const epf_plan_t* plan, int threads) {
+/* epf_ll_smem_layout — the one owner of the LL blocks' shared memory at `threads` threads per
+ *   block (epf_ll_smem_layout_t). After the common header (mask snapshot, scan storage):
+ *     dispatch send:    the slot table: T * K codes, per-segment expert histograms
+ *                       (min(warps, EPF_LL_SCAN_SEGMENTS) * E words), per-expert counts (E words);
+ *     dispatch receive: per-group counts, scanned in place (2 * (E + 1) words reserved);
+ *     combine send:     the per-group prefix (E + 1 words), then 16 * EPF_MASK_WORDS spare bytes;
+ *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull).
+ *   The halves of a stage reuse the memory: each stage needs the larger of its halves.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threads) {
   const size_t TK = (size_t)plan->max_tokens_per_rank * (size_t)plan->top_k;
   const size_t E = (size_t)plan->num_experts;
-  const size_t send = epf__ll_align16(TK * 4u) + epf__ll_align16((size_t)epf__ll_segments(threads) * E * 4u) +
-                      epf__ll_align16(E * 4u);
-  const size_t recv = 2u * epf__ll_align16((E + 1u) * 4u);
-  return EPF__LL_HDR_BYTES + (send > recv ? send : recv);
+  const size_t H = EPF__LL_HDR_BYTES;
+  epf_ll_smem_layout_t l;
+  size_t send_end, recv_end;
+  l.mask = 0u;
+  l.scan = EPF__LL_MASK_BYTES;
+  l.slots_bytes = epf__ll_align16(TK * 4u) + epf__ll_align16((size_t)epf__ll_segments(threads) * E * 4u) +
+                  epf__ll_align16(E * 4u);
+  l.send_slots = H;
+  l.recv_groups = H;
+  send_end = l.send_slots + l.slots_bytes;
+  recv_end = l.recv_groups + 2u * epf__ll_align16((E + 1u) * 4u);
+  l.dispatch_bytes = send_end > recv_end ? send_end : recv_end;
+  l.push_prefix = H;
+  l.reduce_present = H;
+  l.reduce_pulled = H + EPF_MASK_WORDS * 4u;
+  l.reduce_slots = H + epf__ll_align16(2u * EPF_MASK_WORDS * 4u);
+  send_end = l.push_prefix + epf__ll_align16((E + 1u) * 4u) + 16u * EPF_MASK_WORDS;
+  recv_end = l.reduce_slots + l.slots_bytes;
+  l.combine_bytes = send_end > recv_end ? send_end : recv_end;
+  l.bytes = l.dispatch_bytes > l.combine_bytes ? l.dispatch_bytes : l.combine_bytes;
+  return l;
 }
 
-/* epf_ll_combine_smem_bytes — the combine blocks' scratch: the send's per-group prefix (E + 1
- *   words); the receive's present / pulled rank bits and, for peers that let it pull
- *   (EPF_LL_Y_IN_PLACE_PULL), the dispatch's slot table (the same tables as the dispatch send:
- *   T * K codes, per-segment histograms, per-expert counts). The max of the two halves. */
+/* epf_ll_dispatch_smem_bytes — dynamic shared memory the dispatch blocks need at `threads`
+ *   threads per block (epf_ll_smem_layout's dispatch_bytes). */
+EPF_HD size_t epf_ll_dispatch_smem_bytes(const epf_plan_t* plan, int threads) {
+  return epf_ll_smem_layout(plan, threads).dispatch_bytes;
+}
+
+/* epf_ll_combine_smem_bytes — the combine blocks' scratch (epf_ll_smem_layout's combine_bytes). */
 EPF_HD size_t epf_ll_combine_smem_bytes(const epf_plan_t* plan, int threads) {
-  const size_t TK = (size_t)plan->max_tokens_per_rank * (size_t)plan->top_k;
-  const size_t E = (size_t)plan->num_experts;
-  const size_t send = epf__ll_align16((E + 1u) * 4u) + 16u * EPF_MASK_WORDS;
-  const size_t recv = epf__ll_align16(2u * EPF_MASK_WORDS * 4u) + epf__ll_align16(TK * 4u) +
-                      epf__ll_align16((size_t)epf__ll_segments(threads) * E * 4u) + epf__ll_align16(E * 4u);
-  return EPF__LL_HDR_BYTES + (send > recv ? send : recv);
+  return epf_ll_smem_layout(plan, threads).combine_bytes;
 }
 
 /* epf_ll_smem_bytes — enough for every LL block and for epf_ll_mask_clean_block. */
-EPF_HD size_t epf_ll_smem_bytes(const epf_plan_t* plan, int threads) {
-  const size_t d = epf_ll_dispatch_smem_bytes(plan, threads), c = epf_ll_combine_smem_bytes(plan, threads);
-  return d > c ? d : c;
+EPF_HD size_t epf_ll_smem_bytes(const epf_plan_t* plan, int threads) { return epf_ll_smem_layout(plan, threads).bytes; }
+
+/* epf_ll_slots_at — the slot table that starts `offset` bytes into `smem` (a slot table of
+ *   epf_ll_smem_layout: send_slots or reduce_slots, at the same `threads`), split for num_tokens
+ *   tokens over at most min(threads / 32, EPF_LL_SCAN_SEGMENTS) segments of a multiple of 32
+ *   pairs. Scope: any thread (device: every thread of the block gets the same). Pure. */
+EPF_HD epf_ll_slots_t epf_ll_slots_at(const epf_plan_t* plan, void* smem, size_t offset, int num_tokens,
+                                      int threads) {
+  const int TK = num_tokens * plan->top_k;
+  const int nseg_max = epf__ll_segments(threads);
+  epf_ll_slots_t s;
+  s.code = (uint32_t*)((char*)smem + offset);
+  s.hist = s.code + epf__ll_align16((size_t)plan->max_tokens_per_rank * (size_t)plan->top_k * 4u) / 4u;
+  s.count = s.hist + epf__ll_align16((size_t)nseg_max * (size_t)plan->num_experts * 4u) / 4u;
+  s.nseg = TK <= 0 ? 1 : ((TK + 31) / 32 < nseg_max ? (TK + 31) / 32 : nseg_max);
+  s.seg_len = TK > 0 ? ((((TK + s.nseg - 1) / s.nseg) + 31) & ~31) : 32;
+  return s;
 }
 
 /* epf_ll_ctx_make — fill an epf_ll_ctx_t. Scope: any thread. */
 EPF_HD epf_ll_ctx_t epf_ll_ctx_make(epf_team_t team, epf_ll_state_t* state, epf_error_record_t* record,
                                     const uint32_t* abort_word, int block, int nblocks) {
-  epf_ll_ctx_t c;
-  c.team = team;
-  c.state = state;
-  c.record = record;
-  c.abort_word = abort_word;
-  c.block = block;
-  c.nblocks = nblocks;
+  const epf_ll_ctx_t c = {team, state, record, abort_word, block, nblocks};
   return c;
 }
 

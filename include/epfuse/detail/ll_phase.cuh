@@ -34,14 +34,14 @@ EPF_DEVICE_INLINE epf_wait_t epf_ll_wait(const epf_plan_t* plan, epf_ll_ctx_t ct
   return w;
 }
 
-/* epf_ll_epoch_next — the epoch of the round a half is about to run: state.epoch[phase] + 1.
- *   Scope: any thread. The value is stable while the half runs (only its last block advances it,
+/* epf_ll_epoch_next — the epoch of the round a phase is about to run: state.epoch[phase] + 1.
+ *   Scope: any thread. The value is stable while the phase runs (only its last block advances it,
  *   after every block arrived), so every thread of every block of the rank reads the same. */
 EPF_DEVICE_INLINE uint32_t epf_ll_epoch_next(const epf_ll_state_t* state, epf_ll_phase_t phase) {
   return epf_ld_relaxed_gpu_u32(&state->epoch[phase]) + 1u;
 }
 
-/* epf_ll_phase_end_block — a half's completion: every one of the ctx.nblocks blocks of the rank
+/* epf_ll_phase_end_block — a phase's completion: every one of the ctx.nblocks blocks of the rank
  *   arrives (epf_arrive_last_block); the last one gets *out_last = true. The caller publishes the
  *   rank's work from that block, then calls epf_ll_phase_commit_block to advance the epoch.
  *   Scope: [collective:block] [uniform-args]. Memory: what every block wrote before arriving
@@ -51,7 +51,7 @@ EPF_DEVICE_INLINE bool epf_ll_phase_end_block(epf_ll_ctx_t ctx, epf_ll_phase_t p
 }
 
 /* epf_ll_phase_commit_block — in the last block only: reset the arrival counter and record
- *   `epoch` as the half's last completed round (the next launch of the half runs epoch + 1).
+ *   `epoch` as the phase's last completed round (the next launch of the phase runs epoch + 1).
  *   Scope: [collective:block] (thread 0 stores). */
 EPF_DEVICE_INLINE void epf_ll_phase_commit_block(epf_ll_ctx_t ctx, epf_ll_phase_t phase, uint32_t epoch) {
   if (threadIdx.x == 0) {
@@ -85,7 +85,7 @@ EPF_DEVICE_INLINE void epf_ll_mask_query(const epf_ll_state_t* state, uint32_t* 
   for (i = 0; i < EPF_MASK_WORDS; ++i) out_mask[i] = epf_ld_relaxed_sys_u32(state->mask + i);
 }
 
-/* epf_ll_mask_set — replace the rank's active mask. Scope: any single thread, while no LL half of
+/* epf_ll_mask_set — replace the rank's active mask. Scope: any single thread, while no LL phase of
  *   the rank runs (stream-ordered between calls). Memory: .sys relaxed stores. */
 EPF_DEVICE_INLINE void epf_ll_mask_set(epf_ll_state_t* state, const uint32_t* mask) {
   int i;
@@ -95,13 +95,13 @@ EPF_DEVICE_INLINE void epf_ll_mask_set(epf_ll_state_t* state, const uint32_t* ma
 /* epf_ll_mask_clean_block — re-admit delayed ranks and re-synchronise the LL epochs.
  *   Scope:    [collective:block] [uniform-args] [blocking] [needs-co-residency]: exactly one block
  *             per rank, every rank that should (re)join calls it, after all of its earlier LL
- *             halves completed (stream order). Ranks that do not call it stay masked.
+ *             phases completed (stream order). Ranks that do not call it stay masked.
  *   Does:     1. zeroes the rank's own SIG_LL_DISPATCH / SIG_LL_COMBINE words (nobody writes them:
  *                every participant is quiescent until it sees this rank's arrival);
  *             2. publishes (generation g = state.clean_gen + 1, M_r = the largest epoch this rank
  *                used) into slot `rank` of every peer's SIG_COUNT words (unused in LL mode);
  *             3. waits (bounded, without the mask) for every peer's slot to reach g;
- *             4. sets every half's epoch to M = the largest M_p among the ranks that arrived (so
+ *             4. sets every phase's epoch to M = the largest M_p among the ranks that arrived (so
  *                the next round, M + 1, exceeds every epoch any signal word may hold), resets the
  *                arrival counters, sets the active mask to {ranks that arrived} plus itself, and
  *                stores g.

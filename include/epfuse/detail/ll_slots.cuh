@@ -91,6 +91,99 @@ EPF_DEVICE_INLINE void* epf__ll_shfl_ptr(void* p, int src_lane) {
   return (void*)(uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)p, src_lane);
 }
 
+/* epf_ll_slots_block — the slot pass of one source's round: where each (token, k) pair of
+ *   topk_idx lands in its expert rank's receive rows (row epf_ll_recv_row(plan, round, le, source,
+ *   slot)). The dispatch send runs it; the combine receive runs it again, on the same operands,
+ *   for peers that let it pull. Its result is the same on every run and for any block size.
+ *   Scope:    [collective:block] [uniform-args]: every thread of the block, converged.
+ *   Input:    topk_idx [num_tokens][K] of index_type (epf_index_type_t; 0 = INT64), num_tokens in
+ *             [0, plan.max_tokens_per_rank]; s = epf_ll_slots_at(plan, smem, offset, num_tokens,
+ *             blockDim.x). Local memory, not written during the call.
+ *   Does:     the slot of pair (t, k) is its rank among this source's pairs with the same expert,
+ *             in (t, k) order, counting first occurrences only: id -1, ids outside [-1, E)
+ *             (dropped) and a repeated expert of a token (any k after the first k naming it) get
+ *             no slot (EPF_LL_SLOT_NONE) and are not counted. The same rule as the route's SLOT
+ *             (route.cuh): docs/concepts.md, "Slots in HT and LL".
+ *   Result:   [result:all] the table in s: epf_ll_slot gives every pair's slot and expert;
+ *             s.count[e] = this source's copies to expert e (<= num_tokens).
+ *             dropped_routes: NULL, or a counter (the error record's dropped_routes) to which the
+ *             block adds the ids outside [-1, E) (pass it from one block of the rank only).
+ *   Scratch:  the table s in shared memory; __syncthreads inside, before and after. [smem-reuse]
+ *   Memory:   reads topk_idx; no peer access, no fence. Blocking: no.
+ *   Arch:     sm_70+ (__match_any_sync). */
+EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type, int num_tokens,
+                                          epf_ll_slots_t s, uint32_t* dropped_routes) {
+  const int K = plan->top_k, E = plan->num_experts;
+  const int TK = num_tokens * K;
+  const int lane = epf_lane_id(), warp = epf_warp_id();
+  const int seg_len = s.seg_len, nseg = s.nseg;
+  uint32_t* code = s.code;
+  uint32_t* hist = s.hist;
+  int i;
+  for (i = (int)threadIdx.x; i < nseg * E; i += (int)blockDim.x) hist[i] = 0u;
+  __syncthreads();
+  if (warp < nseg) {
+    const int lo = warp * seg_len;
+    const int hi = lo + seg_len < TK ? lo + seg_len : TK;
+    uint32_t* h = hist + warp * E;
+    int base;
+    for (base = lo; base < hi; base += 32) { /* warp-uniform bounds */
+      const int p = base + lane;
+      int e = -1;
+      uint32_t peers, before, cur = 0u;
+      if (p < hi) {
+        const int t = p / K, k = p - t * K;
+        int first_k;
+        e = epf__ll_route(topk_idx, epf_ll_index_is64(index_type), t, k, K, E, &first_k);
+        if (e >= 0 && first_k != k) e = -1; /* repeated expert of the token: one copy */
+      }
+      {
+        const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
+        if (dropped_routes != NULL && dropped != 0u && lane == 0)
+          epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
+      }
+      peers = __match_any_sync(0xffffffffu, e);
+      before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
+      if (e >= 0) {
+        cur = h[e];
+        code[p] = ((uint32_t)e << 16) | (cur + before);
+      } else if (p < hi) {
+        code[p] = EPF__LL_CODE_NONE;
+      }
+      __syncwarp();
+      if (e >= 0 && before == 0u) h[e] = cur + (uint32_t)__popc(peers);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  for (i = (int)threadIdx.x; i < E; i += (int)blockDim.x) {
+    uint32_t acc = 0u;
+    int g;
+    for (g = 0; g < nseg; ++g) {
+      const uint32_t v = hist[g * E + i];
+      hist[g * E + i] = acc;
+      acc += v;
+    }
+    s.count[i] = acc;
+  }
+  __syncthreads();
+}
+
+/* epf_ll_slot — the slot of pair `pair` = t * K + k (t < the pass's num_tokens) in a table that
+ *   epf_ll_slots_block filled, and its expert in *out_expert; EPF_LL_SLOT_NONE (and *out_expert
+ *   = -1) when the pair has no copy of its own. Scope: any thread, after the pass returned. */
+EPF_DEVICE_INLINE uint32_t epf_ll_slot(const epf_plan_t* plan, epf_ll_slots_t s, int pair, int* out_expert) {
+  const uint32_t cd = s.code[pair];
+  int e;
+  if (cd == EPF__LL_CODE_NONE) {
+    *out_expert = -1;
+    return EPF_LL_SLOT_NONE;
+  }
+  e = (int)(cd >> 16);
+  *out_expert = e;
+  return (cd & 0xffffu) + s.hist[(pair / s.seg_len) * plan->num_experts + e];
+}
+
 EPF_END_DECLS
 
 #endif /* EPF_DETAIL_LL_SLOTS_CUH */

@@ -24,14 +24,17 @@ EPF_BEGIN_DECLS
 /* Types                                                                                         */
 /* ============================================================================================ */
 
-/* halves of a ready-made call (kernels_ll.cuh): send only, receive only, or both fused */
+/* Vocabulary (docs/concepts.md): a STAGE is dispatch or combine; each stage has two HALVES, send
+ * and receive; a PHASE is one (stage, half) pair. `halves` of a call (kernels_ll.cuh's launchers
+ * and kernels): the send half only, the receive half only, or both fused in one launch. */
 #define EPF_LL_SEND 1
 #define EPF_LL_RECV 2
 #define EPF_LL_BOTH 3
 
 #define EPF_LL_STATE_MAGIC 0x4c4c5045u /* "EPLL" */
 
-/* The four halves of an LL layer; each keeps its own epoch and arrival counter. */
+/* The four phases of an LL layer, (stage, half) pairs; each keeps its own epoch and arrival
+ * counter in epf_ll_state_t. */
 typedef enum epf_ll_phase {
   EPF_LL_PHASE_DISPATCH_SEND = 0,
   EPF_LL_PHASE_DISPATCH_RECV = 1,
@@ -41,9 +44,9 @@ typedef enum epf_ll_phase {
 } epf_ll_phase_t;
 
 /* Where the combine finds the expert outputs (BF16 rows of `hidden`):
- *   FIXED    caller buffer in the fixed receive order: row (le * R + src) * T + slot
+ *   FIXED    caller buffer in the fixed receive order: row epf_ll_fixed_row(plan, le, src, slot)
  *   PACKED   caller buffer in the packed order of epf_ll_dispatch_args_t.packed_x:
- *            row le * (R * T) + (rows of sources < src for le) + slot
+ *            row epf_ll_packed_row(plan, le, (rows of sources < src for le) + slot)
  *   IN_PLACE the receive rows of the window themselves (the experts overwrote their inputs);
  *            BF16 dispatch payload only. The expert side pushes them to the sources.
  *   IN_PLACE_PULL  as IN_PLACE, but nothing is pushed: the expert side only signals, and each
@@ -65,8 +68,8 @@ typedef enum epf_ll_y_layout {
  * with epf_ll_state_init (host copy + cudaMemcpy) or kernels_ll.cuh's epf_ll_state_reset. The
  * kernels advance it; the host never has to touch it again (graph replays). */
 typedef struct epf_ll_state {
-  uint32_t epoch[EPF_LL_PHASE_COUNT];  /* epoch of the last completed round of each half */
-  uint32_t arrive[EPF_LL_PHASE_COUNT]; /* blocks of the running half that finished (the last one resets it) */
+  uint32_t epoch[EPF_LL_PHASE_COUNT];  /* epoch of the last completed round of each phase */
+  uint32_t arrive[EPF_LL_PHASE_COUNT]; /* blocks of the running phase that finished (the last one resets it) */
   uint32_t mask[EPF_MASK_WORDS];       /* active mask: bit r set = rank r takes part */
   uint32_t clean_gen;                  /* number of epf_ll_mask_clean_block rounds taken part in */
   uint32_t magic;                      /* EPF_LL_STATE_MAGIC */
@@ -79,15 +82,15 @@ typedef struct epf_ll_state {
 } epf_ll_state_t;
 
 /* The context of one block's LL call, passed by value: which rank it plays and how the rank's
- * blocks share the work. block in [0, nblocks); every block of a rank that runs a half passes the
- * same nblocks (the completion of the half is "all nblocks blocks arrived"). */
+ * blocks share the work. block in [0, nblocks); every block of a rank that runs a phase passes the
+ * same nblocks (the completion of the phase is "all nblocks blocks arrived"). */
 typedef struct epf_ll_ctx {
   epf_team_t team;               /* team.rank = the rank this block plays */
   epf_ll_state_t* state;         /* that rank's state */
   epf_error_record_t* record;    /* host-mapped error record (device pointer), or NULL */
   const uint32_t* abort_word;    /* nonzero aborts every wait, or NULL */
   int32_t block;                 /* this block's index among the rank's blocks */
-  int32_t nblocks;               /* blocks of the rank running this half */
+  int32_t nblocks;               /* blocks of the rank running this phase */
 } epf_ll_ctx_t;
 
 /* Dispatch operands (one rank's; for virtual ranks every pointer is the base of R consecutive
@@ -145,9 +148,44 @@ typedef enum epf_ll_buffer {
 #define EPF_LL_UNIT_ELEMS 256
 #define EPF_LL_SCAN_SEGMENTS 8
 #define EPF__LL_CODE_NONE 0xffffffffu
+/* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
+#define EPF_LL_SLOT_NONE 0xffffffffu
 /* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */
 #define EPF__LL_MASK_BYTES (((EPF_MASK_WORDS * 4) + 15) / 16 * 16)
 #define EPF__LL_HDR_BYTES (EPF__LL_MASK_BYTES + 16)
+
+/* The shared-memory carve-up of the LL blocks at one block size: byte offsets into the block's
+ * dynamic shared memory and the sizes. One function computes it (epf_ll_smem_layout); the size
+ * functions return its sizes and every block takes its pointers from it, so sizing and carving
+ * cannot disagree. Every block starts with the same header: the mask snapshot, then 16 bytes of
+ * warp-scan storage; the rest is the block's own (the halves of a stage reuse the memory). */
+typedef struct epf_ll_smem_layout {
+  size_t mask;           /* every block: [EPF_MASK_WORDS] uint32 active-mask snapshot (offset 0) */
+  size_t scan;           /* every block: 16 bytes of warp-scan temp storage */
+  size_t slots_bytes;    /* bytes of one slot table (epf_ll_slots_at): T * K codes, segments x E
+                            histograms, E counts, each 16-byte aligned */
+  size_t send_slots;     /* dispatch send: its slot table */
+  size_t recv_groups;    /* dispatch receive: [G + 1] uint32 counts of its (expert, source) groups,
+                            scanned in place (2 (E + 1) words reserved) */
+  size_t push_prefix;    /* combine send: [E + 1] uint32 prefix of the rows to push */
+  size_t reduce_present; /* combine receive: [EPF_MASK_WORDS] ranks that signalled */
+  size_t reduce_pulled;  /* combine receive: [EPF_MASK_WORDS] ranks that let this rank pull */
+  size_t reduce_slots;   /* combine receive: the dispatch's slot table, rebuilt (pull) */
+  size_t dispatch_bytes; /* epf_ll_dispatch_smem_bytes: the larger of the two dispatch halves */
+  size_t combine_bytes;  /* epf_ll_combine_smem_bytes: the larger of the two combine halves */
+  size_t bytes;          /* epf_ll_smem_bytes: every LL block and epf_ll_mask_clean_block */
+} epf_ll_smem_layout_t;
+
+/* One source's slot table in shared memory (epf_ll_slots_at, filled by epf_ll_slots_block): where
+ * each (token, k) pair of the round lands in its expert rank's receive rows. Read it with
+ * epf_ll_slot. The split into segments is free: the slots do not depend on it. */
+typedef struct epf_ll_slots {
+  uint32_t* code;  /* [T * K]: per pair, EPF__LL_CODE_NONE or (expert << 16) | slot within its segment */
+  uint32_t* hist;  /* [nseg][E]: after the pass, the expert's slots in the segments before */
+  uint32_t* count; /* [E]: after the pass, this source's copies to each expert (<= num_tokens) */
+  int32_t seg_len; /* pairs per segment, a multiple of 32 */
+  int32_t nseg;    /* segments, 1..min(EPF_LL_SCAN_SEGMENTS, warps of the block) */
+} epf_ll_slots_t;
 
 EPF_END_DECLS
 
