@@ -336,7 +336,7 @@ static void ht_stage(void* ctx, int stage, cudaStream_t s) {
   if (stage == 0) {
     EX_CS(epf_route_update(c->route, c->team, c->plan, c->rs, s));
   } else if (stage == 1) {
-    EX_CS(epf_ht_dispatch(c->route, c->team, c->plan, c->hs, c->topk, EPF_HT_SEND | EPF_HT_RECV, s));
+    EX_CS(epf_ht_dispatch(c->route, c->team, c->plan, c->hs, c->topk, EPF_HT_BOTH, s));
     if (c->plan->layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(c->route, c->team, c->plan, c->hs, s));
   } else {
     EX_CS(epf_ht_combine(c->route, c->team, c->plan, c->hs, c->topk, s));
@@ -433,7 +433,7 @@ static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
   hs.wait = epf_wait_make(plan.timeout_ns, rec_d, NULL, 0);
 
   EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
-  EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+  EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_BOTH, 0));
   if (plan.layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(&route, team, &plan, &hs, 0));
   ex_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(route, plan, window, 0, d_view, d_view_scales, expert_rows, d_eo);
   EX_CK(cudaGetLastError());
@@ -493,11 +493,11 @@ static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
  * The rows stay in the window (zero copy) at epf_ll_recv_row(plan, round, le, src, j); the round
  * (its parity) is the dispatch's `round` output, read here on the device. y == NULL: y overwrites
  * the BF16 row in place (EPF_LL_Y_IN_PLACE / _PULL); else y is [R][recv_capacity][H] BF16 in the
- * fixed order (EPF_LL_Y_FIXED: row (le * R + src) * T + j). */
+ * fixed order (EPF_LL_Y_FIXED: row epf_ll_fixed_row(plan, le, src, j)). */
 // example-begin ll_experts
 __global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32_t* round, const int32_t* recv_counts,
                                      uint16_t* y) {
-  const int R = plan.nranks, EL = plan.experts_per_rank, T = plan.max_tokens_per_rank;
+  const int R = plan.nranks, EL = plan.experts_per_rank;
   const int rank = (int)blockIdx.y;
   const int64_t rows = plan.recv_capacity; /* EL * R * T: one parity */
   const uint32_t epoch = round[rank];
@@ -505,8 +505,9 @@ __global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32
   char* base = window + (uint64_t)rank * plan.total_bytes;
   const int64_t gw = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int64_t nw = (int64_t)gridDim.x * (blockDim.x >> 5);
-  for (int64_t fr = gw; fr < rows; fr += nw) { /* warp-uniform */
-    const int le = (int)(fr / ((int64_t)R * T)), src = (int)(fr / T % R), j = (int)(fr % T);
+  for (int64_t fr = gw; fr < rows; fr += nw) { /* warp-uniform; fr = epf_ll_fixed_row(&plan, le, src, j) */
+    int le, src, j;
+    epf_ll_fixed_row_split(&plan, fr, &le, &src, &j);
     if (j >= cnt[le * R + src]) continue;
     const int64_t wrow = epf_ll_recv_row(&plan, epoch, le, src, j);
     uint8_t* q = (uint8_t*)base + epf_plan_recv_token_offset(&plan, wrow);

@@ -335,8 +335,9 @@ static __global__ void llref_experts_kernel(epf_plan_t plan, char* win, int rank
   const uint32_t round = rounds[i];
   const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
   char* base = win + (uint64_t)i * plan.total_bytes;
-  for (int64_t fr = blockIdx.x; fr < rows; fr += gridDim.x) {
-    const int le = (int)(fr / ((int64_t)R * Tmax)), s = (int)((fr / Tmax) % R), j = (int)(fr % Tmax);
+  for (int64_t fr = blockIdx.x; fr < rows; fr += gridDim.x) { /* fr: epf_ll_fixed_row(&plan, le, s, j) */
+    int le, s, j;
+    epf_ll_fixed_row_split(&plan, fr, &le, &s, &j);
     int pos = j;
     if (j >= cnt[le * R + s]) continue;
     for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
