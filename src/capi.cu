@@ -96,6 +96,7 @@ int64_t epf_abi_constant(const char* name) {
       {"EPF_HT_MAX_BLOCKS_PER_RANK", EPF_HT_MAX_BLOCKS_PER_RANK},
       {"EPF_HT_SEND", EPF_HT_SEND},
       {"EPF_HT_RECV", EPF_HT_RECV},
+      {"EPF_HT_BOTH", EPF_HT_BOTH},
       {"EPF_LL_SEND", EPF_LL_SEND},
       {"EPF_LL_RECV", EPF_LL_RECV},
       {"EPF_LL_BOTH", EPF_LL_BOTH},

@@ -195,7 +195,7 @@ static void* rank_main(void* arg) {
   hs.wait = epf_wait_make(plan.timeout_ns, rec_d, NULL, me);
 
   EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
-  EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+  EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_BOTH, 0));
   if (plan.layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(&route, team, &plan, &hs, 0));
   /* the expert stage reads this rank's own window slice (win.ptr), as in 01 with one rank */
   ex_experts_kernel<<<dim3(128, 1), 256>>>(route, plan, (const char*)win.ptr, me, d_view, d_view_scales, expert_rows, d_eo);
@@ -234,7 +234,7 @@ static void* rank_main(void* arg) {
     EX_CK(cudaEventRecord(ev[0]));
     EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
     EX_CK(cudaEventRecord(ev[1]));
-    EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+    EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_BOTH, 0));
     if (plan.layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(&route, team, &plan, &hs, 0));
     EX_CK(cudaEventRecord(ev[2]));
     EX_CS(epf_ht_combine(&route, team, &plan, &hs, d_topk, 0));

@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
       EX_CK(cudaGetLastError());
       EX_CK(cudaEventRecord(ev[1]));
       EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
-      EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+      EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_BOTH, 0));
     }
     EX_CK(cudaEventRecord(ev[2]));
     experts_kernel<<<dim3(64, (unsigned)R), 256>>>(route, plan, window);

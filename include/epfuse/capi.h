@@ -82,7 +82,7 @@ EPF_CAPI_FN const char* epf_abi_type_name(int i);
 /* epf_abi_constant — a compile-time constant of the library's build, by its C name, so a binding
  *   checks its copies: the limits ("EPF_MAX_RANKS", "EPF_MAX_EXPERTS", "EPF_MAX_TOPK",
  *   "EPF_MAX_TOKENS_PER_RANK", "EPF_ALIGN", "EPF_MASK_WORDS", "EPF_HT_MAX_BLOCKS_PER_RANK"), the
- *   phase bits ("EPF_HT_SEND", "EPF_HT_RECV", "EPF_LL_SEND", "EPF_LL_RECV", "EPF_LL_BOTH") and
+ *   phase bits ("EPF_HT_SEND", "EPF_HT_RECV", "EPF_HT_BOTH", "EPF_LL_SEND", "EPF_LL_RECV", "EPF_LL_BOTH") and
  *   every enumerator of epf_mode_t, epf_layout_t, epf_payload_t, epf_scale_layout_t,
  *   epf_index_type_t, epf_ll_y_layout_t and epf_ll_buffer_t. -1 if unknown. */
 EPF_CAPI_FN int64_t epf_abi_constant(const char* name);

@@ -27,6 +27,10 @@
  *   void epf_combine_pull_row_warp(team, plan, int src_rank, int64_t src_row, float weight, int ncopies, void* out_row)
  *   void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst)
  *   void epf_combine_push_row_warp(team, plan, const void* expert_out_row, int dst_rank, int64_t combine_row)
+ *   void epf_combine_expert_row_em_warp(team, plan, int64_t row, const void* y, const epf_wait_t*)
+ *        EXPERT_MAJOR expert side: one receive row's output where its source reads it
+ *   void epf_combine_prereduce_rm_row_warp(team, plan, row, src_offset, expert_out, expert_rows, const epf_wait_t*)
+ *        RANK_MAJOR expert side: one receive row's k-order partial
  *   void epf_combine_signal_block(team, plan, uint32_t epoch)                     [collective:block]
  *   epf_status_t epf_combine_wait_block(team, plan, uint32_t epoch, epf_wait_t w) [collective:block]
  *   void epf_bf16x8_fma(float acc[8], uint4 v, float w)   one 16-byte BF16 vector into FP32 accumulators
@@ -40,6 +44,7 @@
 #include <cuda_bf16.h>
 
 #include "config.h"
+#include "dispatch.cuh"
 #include "host.h"
 #include "ptx.cuh"
 #include "quant.cuh"
@@ -233,30 +238,75 @@ EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan
   epf_combine_put_row_warp(plan, expert_out_row, (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank));
 }
 
+/* epf_combine_expert_row_em_warp — EXPERT_MAJOR expert side, one receive row: put the expert
+ *   output `y` (BF16 [hidden], local) where the row's source will read it.
+ *   Push plans (EPF_FLAG_COMBINE_PUSH): into the source's COMBINE row (src_token * top_k + k), both
+ *   named by the row's metadata (epf_recv_meta_em_t), which is checked before it forms an address
+ *   (EPF_ERR_BAD_METADATA into w->record; nothing is pushed). Pull plans: at the row's
+ *   epf_plan_expert_out_offset, as a combine_payload row — nothing to do when y already is there
+ *   (outputs written in place over the received BF16 rows).
+ *   Scope: [collective:warp] every lane, converged; uniform arguments.
+ *   Memory: plain stores (local or to the source); publish with epf_arrive_last_block +
+ *   epf_combine_signal_block. */
+EPF_DEVICE_INLINE void epf_combine_expert_row_em_warp(epf_team_t team, const epf_plan_t* plan, int64_t row, const void* y,
+                                                      const epf_wait_t* w) {
+  if (plan->flags & EPF_FLAG_COMBINE_PUSH) {
+    const epf_recv_meta_em_t* mp = (const epf_recv_meta_em_t*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row));
+    const epf_recv_meta_em_t m = *mp;
+    const bool ok = m.src_token >= 0 && m.src_token < plan->max_tokens_per_rank && m.src_rank >= 0 &&
+                    m.src_rank < plan->nranks && m.k >= 0 && m.k < plan->top_k;
+    epf_error_report_warp(w, !ok && epf_lane_id() == 0, EPF_ERR_BAD_METADATA, mp, 0, 0);
+    if (ok) epf_combine_push_row_warp(team, plan, y, m.src_rank, (int64_t)m.src_token * plan->top_k + m.k);
+  } else {
+    char* dst = (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, row));
+    if ((const void*)dst != y) epf_combine_put_row_warp(plan, y, dst);
+  }
+}
+
+/* epf_combine_prereduce_rm_row_warp — RANK_MAJOR expert side, one receive row: the partial of this
+ *   rank's entries of the row's token, fma in k order (repeats included: they name their first
+ *   occurrence's view row, with their own weight) from 0 in FP32, written as one combine_payload
+ *   row: into the source's COMBINE row (src_token * nranks + team.rank) for push plans, at the
+ *   row's epf_plan_expert_out_offset for pull plans.
+ *   Scope:    [collective:warp] every lane, converged; uniform arguments.
+ *   Input:    expert_out: this rank's expert outputs in the expert-major view's row order (BF16
+ *             [expert_rows][hidden]); src_offset as for epf_recv_meta_rm_read_warp.
+ *   Does:     the metadata is checked before it forms an address (EPF_ERR_BAD_METADATA into
+ *             w->record; a bad header writes nothing); entries whose view row is at or past
+ *             expert_rows (not placed by the expand) contribute nothing.
+ *   Memory:   plain loads, plain stores (local or to the source); publish as above. */
+EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                         const int32_t* src_offset, const void* expert_out,
+                                                         int64_t expert_rows, const epf_wait_t* w) {
+  const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, row, src_offset);
+  const bool ok = m.em_row >= 0 && m.em_row < expert_rows;
+  const char* y = ok ? (const char*)expert_out + (uint64_t)m.em_row * (uint64_t)plan->hidden * 2u : NULL;
+  char* out;
+  epf_error_report_warp(w, m.token_ok ? m.entry_bad : epf_lane_id() == 0, EPF_ERR_BAD_METADATA,
+                        epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row)), 0, 0);
+  if (!m.token_ok) return; /* warp-uniform */
+  out = (plan->flags & EPF_FLAG_COMBINE_PUSH)
+            ? (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, (int64_t)m.src_token * plan->nranks + team.rank),
+                                  m.src_rank)
+            : (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, row));
+  epf__combine_reduce_warp(y, m.weight, __ballot_sync(0xffffffffu, ok), plan->hidden, 0,
+                           plan->combine_payload == EPF_PAYLOAD_MXFP8, epf_mx_rule_from_flags(plan->flags), out);
+}
+
 /* epf_combine_signal_block — publish combine readiness of `epoch` to every peer: thread p
  *   release-stores (epoch, 0) into SIG_COMBINE[team.rank] of peer p.
  *   Scope: [collective:block]; for push, by the block epf_arrive_last_block chose; for pull, after
  *   the expert outputs are complete (e.g. at the end of the expert kernel, or a separate launch). */
 EPF_DEVICE_INLINE void epf_combine_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
-  const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_COMBINE, team.rank);
-  int p;
   __syncthreads();
-  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x)
-    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team, off, p), epoch, 0u);
+  epf_signal_peers_block(team, plan, EPF_REGION_SIG_COMBINE, epoch);
 }
 
 /* epf_combine_wait_block — wait until every peer signalled combine `epoch`.
  *   Scope: [collective:block] [blocking]. Result: [result:all] as epf_dispatch_wait_block. */
 EPF_DEVICE_INLINE epf_status_t epf_combine_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
                                                       epf_wait_t w) {
-  epf_status_t st = EPF_OK;
-  int p;
-  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x) {
-    const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_COMBINE, p);
-    const epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
-    if (s != EPF_OK && st == EPF_OK) st = s;
-  }
-  return epf__block_status(st);
+  return epf_wait_peers_block(team, plan, EPF_REGION_SIG_COMBINE, epoch, w);
 }
 
 EPF_END_DECLS

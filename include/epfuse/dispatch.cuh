@@ -36,7 +36,14 @@
  *   void     epf_dispatch_send_scales_warp(team, plan, const uint8_t* src_scales, int dst_rank, int64_t dst_row,
  *                                          int ncopies)                          caller-quantized rows
  *   uint64_t epf_recv_scale_col_offset(plan, int64_t row, int col)     [EPF_HD] a receive scale's position
+ *   uint32_t epf_dispatch_send_token_warp(team, plan, src_row, src_scales, int quantize, dst_rank, dst_row, ncopies)
+ *                                                                        any payload, either way
  *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
+ *   void     epf_dispatch_meta_rm_warp(team, plan, src_token, dst_rank, dst_row, ncopies,
+ *                                      entry_rank, local_expert, weight, slot)  RANK_MAJOR metadata
+ *   epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(team, plan, int64_t row, const int32_t* src_offset)
+ *   uint32_t epf_expand_row_warp(team, plan, row, src_offset, view, view_scales, expert_rows, const epf_wait_t*)
+ *                                                                        RANK_MAJOR -> expert-major view
  *   bool     epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round)     [collective:block]
  *   bool     epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch)  [collective:block]
  *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
@@ -289,13 +296,151 @@ EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_
  *   exactly as epf_dispatch_send_row_warp does. Memory: one 16-byte plain store to the peer. */
 EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row,
                                             int src_token, int k, int local_expert, float weight) {
-  uint4 v;
+  union {
+    epf_recv_meta_em_t m;
+    uint4 v;
+  } row; /* registers only: one 16-byte store below */
   if (dst_rank < 0 || dst_rank >= team.nranks || dst_row < 0 || dst_row >= plan->recv_capacity) return;
-  v.x = (uint32_t)src_token;
-  v.y = ((uint32_t)(uint16_t)team.rank) | ((uint32_t)(uint16_t)k << 16);
-  v.z = (uint32_t)local_expert;
-  v.w = __float_as_uint(weight);
-  epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank), v);
+  row.m = epf_recv_meta_em_make(src_token, team.rank, k, local_expert, weight);
+  epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank), row.v);
+}
+
+/* epf_dispatch_send_token_warp — one token's payload to all its copies, whatever the payload:
+ *   a BF16 plan copies the row (epf_dispatch_send_row_warp); a quantized plan either quantizes the
+ *   BF16 row on the way (quantize != 0: epf_dispatch_send_row_quant_warp) or forwards a row already
+ *   in plan.payload format and its compact scales (quantize == 0: epf_dispatch_send_row_warp +
+ *   epf_dispatch_send_scales_warp; src_scales NULL: no scales are sent).
+ *   Scope: [collective:warp] every lane, converged; src_row, src_scales, quantize, ncopies uniform.
+ *   Copies lane-held as for epf_dispatch_send_row_warp. Result: [result:all] the dropped copies. */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                        const uint8_t* src_scales, int quantize, int dst_rank,
+                                                        int64_t dst_row, int ncopies) {
+  uint32_t dropped;
+  if (quantize && plan->payload != EPF_PAYLOAD_BF16)
+    return epf_dispatch_send_row_quant_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
+  dropped = epf_dispatch_send_row_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
+  if (plan->payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
+    epf_dispatch_send_scales_warp(team, plan, src_scales, dst_rank, dst_row, ncopies);
+  return dropped;
+}
+
+/* epf_dispatch_meta_rm_warp — write the RANK_MAJOR metadata row (epf_recv_meta_rm_*) of every
+ *   copy of one token: header (src_token, team.rank, entry count), then, in k order, each of the
+ *   token's top-k entries that lives on that copy's rank.
+ *   Scope:    [collective:warp] every lane, converged; src_token uniform.
+ *   Input:    lane j < ncopies holds copy j (dst_rank, dst_row) exactly as for
+ *             epf_dispatch_send_row_warp (absent or out-of-range copies are skipped). Lane k <
+ *             plan->top_k holds the token's entry k: entry_rank, the rank its expert lives on (-1:
+ *             none, left out of every list), its local expert there, its weight and its
+ *             expert-major slot (the route's slot; a repeated expert lists its first occurrence's).
+ *   Memory:   plain 4-byte stores to the peers; published with the rows (epf_dispatch_signal_block). */
+EPF_DEVICE_INLINE void epf_dispatch_meta_rm_warp(epf_team_t team, const epf_plan_t* plan, int src_token, int dst_rank,
+                                                 int64_t dst_row, int ncopies, int entry_rank, int local_expert,
+                                                 float weight, int slot) {
+  const int lane = epf_lane_id(), K = plan->top_k;
+  char* meta = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL
+                   ? (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank)
+                   : NULL;
+  int k, used = 0;
+  for (k = 0; k < K; ++k) { /* warp-uniform: every lane walks the K entries */
+    const int d_k = __shfl_sync(0xffffffffu, entry_rank, k);
+    const int e_k = __shfl_sync(0xffffffffu, local_expert, k);
+    const float w_k = __shfl_sync(0xffffffffu, weight, k);
+    const int s_k = __shfl_sync(0xffffffffu, slot, k);
+    if (meta != NULL && d_k >= 0 && d_k == dst_rank) {
+      *(int32_t*)(meta + epf_recv_meta_rm_expert_at(K, used)) = e_k;
+      *(float*)(meta + epf_recv_meta_rm_weight_at(K, used)) = w_k;
+      *(int32_t*)(meta + epf_recv_meta_rm_slot_at(K, used)) = s_k;
+      ++used;
+    }
+  }
+  if (meta != NULL) {
+    epf_recv_meta_rm_t* h = (epf_recv_meta_rm_t*)meta;
+    h->src_token = src_token;
+    h->src_rank = team.rank;
+    h->num_local = used;
+    h->reserved = 0;
+  }
+}
+
+/* One received RANK_MAJOR metadata row as a warp reads it (epf_recv_meta_rm_read_warp). */
+typedef struct epf_recv_meta_rm_lane {
+  int src_token, src_rank, num_local; /* the header, as received */
+  bool header_ok;   /* src_rank in [0, nranks), num_local in [0, top_k] (warp-uniform) */
+  bool token_ok;    /* header_ok and src_token in [0, max_tokens_per_rank) */
+  int local_expert; /* lane j < num_local: entry j's local expert, else -1 */
+  float weight;     /* its weight (0 for no entry) */
+  int64_t em_row;   /* its row in the expert-major view (src_offset[local_expert][src_rank] + slot),
+                       -1 for no entry or an entry that fails its checks */
+  bool entry_bad;   /* lane j < num_local whose local expert or slot is out of range */
+} epf_recv_meta_rm_lane_t;
+
+/* epf_recv_meta_rm_read_warp — read receive row `row`'s RANK_MAJOR metadata, checking it before
+ *   any value forms an address: the header (source rank, entry count, token), then each entry's
+ *   local expert and slot. src_offset: the route's RECV_SRC_OFFSET array ([experts_per_rank]
+ *   [nranks + 1]: where source s's rows of local expert le start in the expert-major view).
+ *   Scope: [collective:warp] (uniform row); the warp reads the row once, lane j its entry j.
+ *   Memory: plain local loads (after the dispatch's receive half). */
+EPF_DEVICE_INLINE epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                                    const int32_t* src_offset) {
+  const int lane = epf_lane_id(), K = plan->top_k, R = plan->nranks;
+  const char* meta = (const char*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row));
+  const epf_recv_meta_rm_t* h = (const epf_recv_meta_rm_t*)meta;
+  epf_recv_meta_rm_lane_t m;
+  int sl;
+  m.src_token = h->src_token;
+  m.src_rank = h->src_rank;
+  m.num_local = h->num_local;
+  m.header_ok = m.src_rank >= 0 && m.src_rank < R && m.num_local >= 0 && m.num_local <= K;
+  m.token_ok = m.header_ok && m.src_token >= 0 && m.src_token < plan->max_tokens_per_rank;
+  m.local_expert = m.header_ok && lane < m.num_local ? *(const int32_t*)(meta + epf_recv_meta_rm_expert_at(K, lane)) : -1;
+  m.weight = m.header_ok && lane < m.num_local ? *(const float*)(meta + epf_recv_meta_rm_weight_at(K, lane)) : 0.f;
+  sl = m.header_ok && lane < m.num_local ? *(const int32_t*)(meta + epf_recv_meta_rm_slot_at(K, lane)) : -1;
+  m.entry_bad = m.header_ok && lane < m.num_local && !(m.local_expert >= 0 && m.local_expert < plan->experts_per_rank && sl >= 0);
+  m.em_row = m.header_ok && lane < m.num_local && !m.entry_bad
+                 ? (int64_t)src_offset[m.local_expert * (R + 1) + m.src_rank] + sl
+                 : -1;
+  return m;
+}
+
+/* epf_expand_row_warp — RANK_MAJOR: place receive row `row` (payload and, for quantized payloads,
+ *   its scales) at each of its expert-major view rows. A repeated expert lists its first
+ *   occurrence's view row again: each view row is written once.
+ *   Scope:    [collective:warp] every lane, converged; uniform arguments.
+ *   Input:    view: this rank's [expert_rows][plan->row_bytes] rows; view_scales: their compact
+ *             scales ([expert_rows][plan->scale_bytes_per_row], whatever the window's scale
+ *             layout), or NULL; src_offset as for epf_recv_meta_rm_read_warp.
+ *   Does:     bad metadata is reported (EPF_ERR_BAD_METADATA into w->record) and places nothing;
+ *             view rows at or past expert_rows are not written.
+ *   Result:   [result:all] how many view rows were past expert_rows (the caller counts them in
+ *             recv_overflow: never silent).
+ *   Memory:   plain local loads and stores. */
+EPF_DEVICE_INLINE uint32_t epf_expand_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                               const int32_t* src_offset, char* view, uint8_t* view_scales,
+                                               int64_t expert_rows, const epf_wait_t* w) {
+  const int lane = epf_lane_id();
+  const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, row, src_offset);
+  const int64_t em_row = m.em_row;
+  const uint32_t same = __match_any_sync(0xffffffffu, em_row >= 0 ? (unsigned long long)em_row : ~(unsigned long long)lane);
+  const bool lead = em_row >= 0 && __ffs((int)same) - 1 == lane;
+  const char* src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, row));
+  const uint32_t over = (uint32_t)__popc(__ballot_sync(0xffffffffu, lead && em_row >= expert_rows));
+  uint32_t pending;
+  epf_error_report_warp(w, m.header_ok ? m.entry_bad : lane == 0, EPF_ERR_BAD_METADATA,
+                        epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row)), 0, 0);
+  for (pending = __ballot_sync(0xffffffffu, lead && em_row < expert_rows); pending != 0u; pending &= pending - 1u) {
+    const int j = __ffs((int)pending) - 1;
+    const int64_t er = __shfl_sync(0xffffffffu, (long long)em_row, j);
+    uint32_t b;
+    epf_copy_row_warp(view + (uint64_t)er * plan->row_bytes, src, plan->row_bytes);
+    if (view_scales == NULL) continue;
+    for (b = (uint32_t)lane; b < plan->scale_bytes_per_row; b += 32) { /* compact, byte by byte */
+      const int col = plan->payload == EPF_PAYLOAD_MXFP8 ? (int)b : (int)(b >> 2);
+      const uint8_t* sc = (const uint8_t*)epf_local_ptr(team, epf_recv_scale_col_offset(plan, row, col));
+      view_scales[(uint64_t)er * plan->scale_bytes_per_row + b] = plan->payload == EPF_PAYLOAD_MXFP8 ? *sc : sc[b & 3u];
+    }
+  }
+  return over;
 }
 
 /* epf_arrive_last_block — completion of a multi-block phase without a grid barrier.
@@ -362,10 +507,7 @@ EPF_DEVICE_INLINE bool epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblo
  *   Scope: [collective:block], called by the block that epf_arrive_last_block chose.
  *   Memory: .sys release; ordered after everything the rank's blocks wrote before arriving. */
 EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
-  const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_DISPATCH, team.rank);
-  int p;
-  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x)
-    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team, off, p), epoch, 0u);
+  epf_signal_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch);
 }
 
 /* epf_dispatch_wait_block — the receive half: wait until every peer published dispatch `epoch`.
@@ -376,14 +518,7 @@ EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan
  *             the receive region. */
 EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
                                                        epf_wait_t w) {
-  epf_status_t st = EPF_OK;
-  int p;
-  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x) {
-    const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_DISPATCH, p);
-    const epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
-    if (s != EPF_OK && st == EPF_OK) st = s;
-  }
-  return epf__block_status(st);
+  return epf_wait_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch, w);
 }
 
 EPF_END_DECLS

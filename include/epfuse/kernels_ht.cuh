@@ -1,8 +1,8 @@
 /* epfuse/kernels_ht.cuh — ready-made high-throughput dispatch, expand and combine kernels — part of epfuse v0.1
  *
- * What it is: the easy path and the benchmark path of high-throughput (HT) EP, composed only from
- * the public blocks (route.cuh's arrays, dispatch.cuh, combine.cuh, quant.cuh), with host
- * launchers. One kernel serves a real rank (team from epf_nccl_team_query, one route buffer) and
+ * What it is: the easy path and the benchmark path of high-throughput (HT) EP, with host
+ * launchers. Each kernel is a short loop over the public blocks of ht.cuh (which compose
+ * dispatch.cuh, combine.cuh and quant.cuh): a fused kernel is written the same way. One kernel serves a real rank (team from epf_nccl_team_query, one route buffer) and
  * VIRTUAL RANKS (R ranks in one grid on one GPU: route.count == plan.nranks, block b plays rank
  * b / blocks_per_rank; the grid must be co-resident, checked, else EPF_ERR_CO_RESIDENCY).
  * One HT round on every rank:
@@ -22,12 +22,13 @@
  * expert outputs / expert-major view at r * expert_rows rows (see epf_ht_step_t).
  *
  * Contents:
- *   epf_ht_state_t, epf_ht_step_t, EPF_HT_SEND, EPF_HT_RECV
+ *   epf_ht_state_t, epf_ht_step_t, EPF_HT_THREADS (EPF_HT_SEND / _RECV / _BOTH: ht.cuh)
+ *   epf_ht_dispatch_kernel, epf_ht_expand_kernel, epf_ht_combine_kernel   the kernels the launchers run
  *   epf_status_t epf_ht_check(const epf_plan_t*, const epf_route_t*, const epf_ht_step_t*)       [host]
  *   epf_status_t epf_ht_dispatch(const epf_route_t*, epf_team_t, const epf_plan_t*, const epf_ht_step_t*,
- *                                int phases, cudaStream_t)                                      [host]
+ *                                const void* topk_idx, int halves, cudaStream_t)               [host]
  *   epf_status_t epf_ht_expand(route, team, plan, step, stream)        RANK_MAJOR -> expert view [host]
- *   epf_status_t epf_ht_combine(route, team, plan, step, stream)                                [host]
+ *   epf_status_t epf_ht_combine(route, team, plan, step, topk_idx, stream)                      [host]
  *
  * Requirements: CUDA, sm_80+; sm_90 / sm_100 tested.
  */
@@ -47,6 +48,7 @@
 #include "combine.cuh"
 #include "dispatch.cuh"
 #include "host.h"
+#include "ht.cuh"
 #include "kernels_route.cuh"
 #include "quant.cuh"
 #include "signal.cuh"
@@ -54,9 +56,7 @@
 
 EPF_BEGIN_DECLS
 
-#define EPF_HT_SEND 0x1 /* the send half of dispatch */
-#define EPF_HT_RECV 0x2 /* the receive half: wait for every peer */
-#define EPF_HT_THREADS 512
+#define EPF_HT_THREADS 512 /* threads of every ready-made HT block */
 
 /* Per-rank counters the ready-made kernels keep in device memory (zero at start; caller-owned:
  * cudaMemset once, then never touched by the host). One per rank, or per virtual rank. */
@@ -98,388 +98,88 @@ typedef struct epf_ht_step {
                                  word, mask */
 } epf_ht_step_t;
 
-/* ---- device helpers ---------------------------------------------------------------------------- */
+/* ---- kernels ----------------------------------------------------------------------------------- */
 
-/* epf__ht_expert — entry i of topk_idx (either index type) when it is an expert id in [0, E), else
- * -1. The ids are read again after the route update: checked here, never trusted as an index. */
-EPF_DEVICE_INLINE int epf__ht_expert(const void* topk, int index_type, int64_t i, int E) {
-  const int64_t v = index_type == EPF_INDEX_INT32 ? (int64_t)((const int32_t*)topk)[i] : ((const int64_t*)topk)[i];
-  return v >= 0 && v < (int64_t)E ? (int)v : -1;
+/* epf__ht_view_for_block — the view of the rank this block plays (virtual ranks: block b plays
+ * rank b / bpr) over its packed inputs, and its place among the rank's blocks. */
+EPF_DEVICE_INLINE epf_ht_view_t epf__ht_view_for_block(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
+                                                      const epf_ht_step_t* step, const void* topk_idx,
+                                                      int virtual_ranks, int bpr, epf_wait_t* out_wait) {
+  const epf_team_t t = epf_team_for_block(team, virtual_ranks, bpr);
+  const int index = virtual_ranks ? (int)t.rank : 0;
+  const uint64_t entries = (uint64_t)index * (uint64_t)route->layout.max_tokens * (uint64_t)route->layout.top_k;
+  const void* topk = topk_idx != NULL ? (const void*)((const char*)topk_idx +
+                                                      entries * (route->layout.index_type == EPF_INDEX_INT32 ? 4u : 8u))
+                                      : NULL;
+  *out_wait = step->wait;
+  out_wait->rank = t.rank;
+  return epf_ht_view(route, t, plan, index, topk, step->topk_weights != NULL ? step->topk_weights + entries : NULL);
 }
 
-/* epf__ht_report_warp — report `status` once for the warp (its lowest lane with `bad`) into the
- * error record: counted there, the first one recorded in full. [collective:warp] */
-EPF_DEVICE_INLINE void epf__ht_report_warp(const epf_wait_t* w, bool bad, epf_status_t status, const void* addr,
-                                           uint64_t wanted, uint64_t seen) {
-  const uint32_t m = __ballot_sync(0xffffffffu, bad);
-  if (m != 0u && epf_lane_id() == __ffs((int)m) - 1) epf_error_report(w->record, status, w->rank, -1, addr, wanted, seen, 0);
-}
-
-
-/* One HT rank-block's view: team, route arrays, shapes. */
-typedef struct epf__ht_ctx {
-  epf_team_t team;
-  int index;      /* route buffer / packed-input index: the virtual rank, or 0 */
-  int block;      /* block index within the rank */
-  int nblocks;    /* blocks per rank */
-  int T, K, R, E, EL;
-  int index_type;
-  uint32_t epoch;
-  const epf_route_header_t* hdr;
-  const int32_t* dst_rank;   /* [T][K] */
-  const int32_t* slot;       /* [T][K] */
-  const int32_t* rm_slot;    /* [T][R] */
-  const int32_t* send_offset;    /* [E] */
-  const int32_t* send_rm_offset; /* [R] */
-  const epf_route_segment_t* seg; /* [EL] */
-  const int32_t* src_offset;      /* [EL][R + 1] */
-  const int32_t* rm_offset;       /* [R + 1] */
-  const void* topk;
-} epf__ht_ctx_t;
-
-EPF_DEVICE_INLINE epf__ht_ctx_t epf__ht_ctx(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
-                                            int virtual_ranks, int bpr, const void* topk_idx) {
-  epf__ht_ctx_t c;
-  c.team = epf_team_for_block(team, virtual_ranks, bpr);
-  c.index = virtual_ranks ? (int)c.team.rank : 0;
-  c.block = (int)(blockIdx.x % (unsigned)bpr);
-  c.nblocks = bpr;
-  c.hdr = (const epf_route_header_t*)epf_route_ptr(route, c.index, EPF_ROUTE_HEADER);
-  c.T = c.hdr->num_tokens;
-  c.K = route->layout.top_k;
-  c.R = plan->nranks;
-  c.E = plan->num_experts;
-  c.EL = plan->experts_per_rank;
-  c.index_type = route->layout.index_type;
-  c.epoch = *epf_route_epoch_ptr(route, c.index);
-  c.dst_rank = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_DST_RANK);
-  c.slot = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_SLOT);
-  c.rm_slot = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RM_SLOT);
-  c.send_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_SEND_OFFSET);
-  c.send_rm_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_SEND_RM_OFFSET);
-  c.seg = (const epf_route_segment_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RECV_SEGMENT);
-  c.src_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RECV_SRC_OFFSET);
-  c.rm_offset = (const int32_t*)epf_route_ptr(route, c.index, EPF_ROUTE_RECV_RM_OFFSET);
-  c.topk = (const char*)topk_idx +
-           (uint64_t)c.index * route->layout.max_tokens * c.K * (c.index_type == EPF_INDEX_INT32 ? 4u : 8u);
-  return c;
-}
-
-/* epf__ht_lane_route — lane k < K of token t: its expert (-1: not routed or out of range) and the
- * destination rank of its own copy from the route (-1: no copy of its own — not routed, dropped,
- * a repeat of an earlier k, or an id that no longer matches the route: *out_stale). */
-EPF_DEVICE_INLINE int epf__ht_lane_route(const epf__ht_ctx_t* c, int t, int* out_e, bool* out_stale) {
-  const int lane = epf_lane_id();
-  int e = -1, d = -1;
-  *out_stale = false;
-  if (lane < c->K) {
-    const int64_t i = (int64_t)t * c->K + lane;
-    e = epf__ht_expert(c->topk, c->index_type, i, c->E);
-    d = c->dst_rank[i];
-    if (d >= 0 && (e < 0 || e / c->EL != d)) {
-      *out_stale = true;
-      d = -1;
-    }
-  }
-  *out_e = e;
-  return d;
-}
-
-/* The rank-major copy list of token t: lane j holds the j-th distinct destination rank among the
- * token's top-k, in order of first occurrence in k, with its receive row there; returns the number
- * of copies. [collective:warp] */
-EPF_DEVICE_INLINE int epf__ht_rm_copies(const epf__ht_ctx_t* c, int t, int* out_rank, int64_t* out_row) {
-  const int lane = epf_lane_id();
-  const int d = lane < c->K ? c->dst_rank[(int64_t)t * c->K + lane] : -1;
-  const uint32_t same = __match_any_sync(0xffffffffu, d);
-  const uint32_t firsts = __ballot_sync(0xffffffffu, d >= 0 && (__ffs((int)same) - 1) == lane);
-  const int n = __popc(firsts);
-  const int src = lane < n ? (int)__fns(firsts, 0u, lane + 1) : 0;
-  const int dj = __shfl_sync(0xffffffffu, d, src);
-  *out_rank = lane < n ? dj : -1;
-  *out_row = lane < n ? (int64_t)c->send_rm_offset[dj] + c->rm_slot[(int64_t)t * c->R + dj] : -1;
-  return n;
-}
-
-/* ---- dispatch kernel --------------------------------------------------------------------------- */
-
-static __global__ void __launch_bounds__(EPF_HT_THREADS, 2) epf__ht_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
-                                               const void* topk_idx, int virtual_ranks, int bpr, int phases) {
-  const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
-  const int lane = epf_lane_id();
-  const int nwarps = (int)(blockDim.x >> 5);
-  const bool quant_on_the_way = plan.payload != EPF_PAYLOAD_BF16 && !step.x_quantized;
-  const uint64_t x_row = quant_on_the_way ? (uint64_t)plan.hidden * 2u : plan.row_bytes;
-  const uint64_t rank_rows = (uint64_t)c.index * route.layout.max_tokens;
-  epf_wait_t w = step.wait;
-  w.rank = c.team.rank;
-  if (phases & EPF_HT_SEND) {
+/* epf_ht_dispatch_kernel — grid = ranks_in_launch * bpr blocks of EPF_HT_THREADS; `halves` as
+ *   epf_ht_dispatch. */
+static __global__ void __launch_bounds__(EPF_HT_THREADS, 2)
+    epf_ht_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step, const void* topk_idx,
+                           int virtual_ranks, int bpr, int halves) {
+  epf_wait_t w;
+  const epf_ht_view_t v = epf__ht_view_for_block(&route, team, &plan, &step, topk_idx, virtual_ranks, bpr, &w);
+  const int block = (int)(blockIdx.x % (unsigned)bpr), nwarps = (int)(blockDim.x >> 5);
+  const int quantize = plan.payload != EPF_PAYLOAD_BF16 && !step.x_quantized;
+  const uint64_t x_row = quantize ? (uint64_t)plan.hidden * 2u : plan.row_bytes;
+  const uint64_t first = (uint64_t)v.index * route.layout.max_tokens;
+  if (halves & EPF_HT_SEND) {
     uint32_t dropped = 0;
     int t;
-    for (t = c.block * nwarps + epf_warp_id(); t < c.T; t += c.nblocks * nwarps) {
-      const char* src = (const char*)step.x + (rank_rows + (uint64_t)t) * x_row;
-      const uint8_t* src_scales =
-          step.x_scales ? (const uint8_t*)step.x_scales + (rank_rows + (uint64_t)t) * plan.scale_bytes_per_row : NULL;
-      int dst = -1, n, e;
-      int64_t row = -1;
-      bool stale;
-      if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
-        /* lane k: the copy of (t, k) unless it is a repeat (the route gave it no slot) */
-        dst = epf__ht_lane_route(&c, t, &e, &stale);
-        row = dst >= 0 ? (int64_t)c.send_offset[e] + c.slot[(int64_t)t * c.K + lane] : -1;
-        n = c.K;
-        epf__ht_report_warp(&w, stale, EPF_ERR_ROUTE_STALE, (const char*)c.dst_rank + ((int64_t)t * c.K + lane) * 4, 0, 0);
-        if (dst >= 0)
-          epf_dispatch_meta_em(c.team, &plan, dst, row, t, lane, e - dst * c.EL,
-                               step.topk_weights[(rank_rows + (uint64_t)t) * c.K + lane]);
-      } else {
-        n = epf__ht_rm_copies(&c, t, &dst, &row);
-        /* rank-major metadata: header, then the token's local experts / weights / expert-major slots
-         * in k order — repeats included, with their first occurrence's rank and slot (they reuse
-         * that copy's output in the pre-reduce, with their own weight) */
-        {
-          int ek;
-          const int dr = epf__ht_lane_route(&c, t, &ek, &stale);
-          const int first = epf_topk_first_lane_warp(ek);
-          const int dk0 = __shfl_sync(0xffffffffu, dr, first);
-          const int sk0 = __shfl_sync(0xffffffffu, lane < c.K ? c.slot[(int64_t)t * c.K + lane] : -1, first);
-          const int dk = ek >= 0 ? dk0 : -1;
-          const float wk = dk >= 0 ? step.topk_weights[(rank_rows + (uint64_t)t) * c.K + lane] : 0.f;
-          const int sk = sk0;
-          epf__ht_report_warp(&w, stale, EPF_ERR_ROUTE_STALE, (const char*)c.dst_rank + ((int64_t)t * c.K + lane) * 4, 0, 0);
-          char* meta = lane < n && epf__row_dst(c.team, &plan, dst, row) != NULL
-                           ? (char*)epf_peer_ptr(c.team, epf_plan_recv_meta_offset(&plan, row), dst)
-                           : NULL;
-          int k, used = 0;
-          for (k = 0; k < c.K; ++k) {
-            const int d_k = __shfl_sync(0xffffffffu, dk, k);
-            const int e_k = __shfl_sync(0xffffffffu, ek, k);
-            const float w_k = __shfl_sync(0xffffffffu, wk, k);
-            const int s_k = __shfl_sync(0xffffffffu, sk, k);
-            if (meta != NULL && d_k == dst) {
-              ((int32_t*)(meta + 16))[used] = e_k - dst * c.EL;
-              ((float*)(meta + 16 + 4 * c.K))[used] = w_k;
-              ((int32_t*)(meta + 16 + 8 * c.K))[used] = s_k;
-              ++used;
-            }
-          }
-          if (meta != NULL) {
-            ((int32_t*)meta)[0] = t;
-            ((int32_t*)meta)[1] = c.team.rank;
-            ((int32_t*)meta)[2] = used;
-            ((int32_t*)meta)[3] = 0;
-          }
-        }
-      }
-      if (quant_on_the_way)
-        dropped += epf_dispatch_send_row_quant_warp(c.team, &plan, src, dst, row, n);
-      else {
-        dropped += epf_dispatch_send_row_warp(c.team, &plan, src, dst, row, n);
-        if (plan.payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
-          epf_dispatch_send_scales_warp(c.team, &plan, src_scales, dst, row, n);
-      }
-    }
-    if (lane == 0 && dropped != 0u && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
-    if (epf_arrive_last_block_epoch(&step.state[c.index].arrive[0], (uint32_t)c.nblocks, c.epoch))
-      epf_dispatch_signal_block(c.team, &plan, c.epoch);
+    for (t = block * nwarps + epf_warp_id(); t < v.T; t += bpr * nwarps)
+      dropped += epf_ht_dispatch_token_warp(
+          &v, &plan, (const char*)step.x + (first + (uint64_t)t) * x_row,
+          step.x_scales ? (const uint8_t*)step.x_scales + (first + (uint64_t)t) * plan.scale_bytes_per_row : NULL,
+          quantize, t, &w);
+    if (epf_lane_id() == 0 && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
+    if (epf_arrive_last_block_epoch(&step.state[v.index].arrive[0], (uint32_t)bpr, v.epoch))
+      epf_dispatch_signal_block(v.team, &plan, v.epoch);
   }
-  if ((phases & EPF_HT_RECV) && c.block == 0) {
-    const epf_status_t st = epf_dispatch_wait_block(c.team, &plan, c.epoch, w);
-    (void)st; /* failures are recorded in w.record by the wait itself */
-  }
+  if ((halves & EPF_HT_RECV) && block == 0) (void)epf_dispatch_wait_block(v.team, &plan, v.epoch, w); /* recorded in w */
 }
 
-/* ---- expand (RANK_MAJOR -> expert-major view, local) ------------------------------------------ */
-
-static __global__ void epf__ht_expand_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
-                                             int virtual_ranks, int bpr) {
-  const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, NULL);
+/* epf_ht_expand_kernel — RANK_MAJOR receive rows into the expert-major view (step.em_view). */
+static __global__ void epf_ht_expand_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
+                                            int virtual_ranks, int bpr) {
+  epf_wait_t w;
+  const epf_ht_view_t v = epf__ht_view_for_block(&route, team, &plan, &step, NULL, virtual_ranks, bpr, &w);
   const int nwarps = (int)(blockDim.x >> 5);
-  const int lane = epf_lane_id();
-  const int64_t rows = c.rm_offset[c.R] < plan.recv_capacity ? c.rm_offset[c.R] : plan.recv_capacity;
-  char* view = (char*)step.em_view + (uint64_t)c.index * (uint64_t)step.expert_rows * plan.row_bytes;
-  uint8_t* view_scales = step.em_view_scales
-                             ? (uint8_t*)step.em_view_scales + (uint64_t)c.index * (uint64_t)step.expert_rows * plan.scale_bytes_per_row
-                             : NULL;
-  epf_wait_t w = step.wait;
+  const int64_t rows = epf_ht_recv_rows(&v, &plan);
+  const uint64_t first = (uint64_t)v.index * (uint64_t)step.expert_rows;
+  char* view = (char*)step.em_view + first * plan.row_bytes;
+  uint8_t* view_scales = step.em_view_scales ? (uint8_t*)step.em_view_scales + first * plan.scale_bytes_per_row : NULL;
   uint32_t over = 0u;
   int64_t r;
-  w.rank = c.team.rank;
-  for (r = (int64_t)c.block * nwarps + epf_warp_id(); r < rows; r += (int64_t)c.nblocks * nwarps) {
-    const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
-    const int s = meta[1], n = meta[2];
-    /* received metadata is checked before it forms an address: source, entry count, then each
-     * entry's local expert and slot */
-    const bool hdr_ok = s >= 0 && s < c.R && n >= 0 && n <= c.K;
-    const int le = hdr_ok && lane < n ? meta[4 + lane] : -1;
-    const int sl = hdr_ok && lane < n ? meta[4 + 2 * c.K + lane] : -1;
-    const bool ent_ok = le >= 0 && le < c.EL && sl >= 0;
-    const int64_t em_row = ent_ok ? (int64_t)c.src_offset[le * (c.R + 1) + s] + sl : -1;
-    /* a repeated expert lists its first occurrence's view row again: place each row once */
-    const uint32_t same = __match_any_sync(0xffffffffu, em_row >= 0 ? (unsigned long long)em_row
-                                                                    : ~(unsigned long long)lane);
-    const bool lead = em_row >= 0 && __ffs((int)same) - 1 == lane;
-    const char* src = (const char*)epf_local_ptr(c.team, epf_plan_recv_token_offset(&plan, r));
-    uint32_t m;
-    epf__ht_report_warp(&w, hdr_ok ? lane < n && !ent_ok : lane == 0, EPF_ERR_BAD_METADATA, meta, 0, 0);
-    over += (uint32_t)__popc(__ballot_sync(0xffffffffu, lead && em_row >= step.expert_rows));
-    for (m = __ballot_sync(0xffffffffu, lead && em_row < step.expert_rows); m != 0u; m &= m - 1u) {
-      const int j = __ffs((int)m) - 1;
-      const int64_t er = __shfl_sync(0xffffffffu, (long long)em_row, j);
-      epf_copy_row_warp(view + (uint64_t)er * plan.row_bytes, src, plan.row_bytes);
-      if (view_scales != NULL) { /* the view's scales are compact, whatever the window's layout */
-        uint32_t b;
-        if (plan.scale_layout == EPF_SCALE_LAYOUT_COMPACT) {
-          const uint8_t* ss = (const uint8_t*)epf_local_ptr(c.team, epf_plan_recv_scale_offset(&plan, r));
-          for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
-            view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] = ss[b];
-        } else { /* swizzled 128x4 (MXFP8: one byte per column) */
-          for (b = (uint32_t)lane; b < plan.scale_bytes_per_row; b += 32)
-            view_scales[(uint64_t)er * plan.scale_bytes_per_row + b] =
-                *(const uint8_t*)epf_local_ptr(c.team, epf_recv_scale_col_offset(&plan, r, (int)b));
-        }
-      }
-    }
-  }
-  /* copies past the view's expert_rows: dropped here, counted (never silent) */
-  if (lane == 0 && over != 0u && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, over);
+  for (r = (int64_t)(blockIdx.x % (unsigned)bpr) * nwarps + epf_warp_id(); r < rows; r += (int64_t)bpr * nwarps)
+    over += epf_expand_row_warp(v.team, &plan, r, v.src_offset, view, view_scales, step.expert_rows, &w);
+  if (epf_lane_id() == 0 && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, over); /* never silent */
 }
 
-/* ---- combine ---------------------------------------------------------------------------------- */
-
-/* The expert output row for receive row `r` (EM) or expert-major view row (RM), BF16, local. */
-EPF_DEVICE_INLINE const void* epf__ht_expert_row(const epf__ht_ctx_t* c, const epf_plan_t* plan,
-                                                 const epf_ht_step_t* step, int64_t row) {
-  if (step->expert_out == NULL) return epf_local_ptr(c->team, epf_plan_recv_token_offset(plan, row));
-  return (const char*)step->expert_out + ((uint64_t)c->index * (uint64_t)step->expert_rows + (uint64_t)row) *
-                                             (uint64_t)plan->hidden * 2u;
-}
-
-static __global__ void __launch_bounds__(EPF_HT_THREADS, 1) epf__ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step,
-                                              const void* topk_idx, int virtual_ranks, int bpr) {
-  const epf__ht_ctx_t c = epf__ht_ctx(&route, team, &plan, virtual_ranks, bpr, topk_idx);
-  const int lane = epf_lane_id();
+/* epf_ht_combine_kernel — expert side, arrive + signal, wait, source side (both halves). */
+static __global__ void __launch_bounds__(EPF_HT_THREADS, 1)
+    epf_ht_combine_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step, const void* topk_idx,
+                          int virtual_ranks, int bpr) {
+  epf_wait_t w;
+  const epf_ht_view_t v = epf__ht_view_for_block(&route, team, &plan, &step, topk_idx, virtual_ranks, bpr, &w);
   const int nwarps = (int)(blockDim.x >> 5);
-  const int gw = c.block * nwarps + epf_warp_id(), nw = c.nblocks * nwarps;
-  const bool push = (plan.flags & EPF_FLAG_COMBINE_PUSH) != 0u;
-  const bool em = plan.layout == EPF_LAYOUT_EXPERT_MAJOR;
-  const uint64_t rank_rows = (uint64_t)c.index * route.layout.max_tokens;
-  epf_wait_t w = step.wait;
-  w.rank = c.team.rank;
-
-  /* phase A, expert side: put every received row's output where its source will read it */
-  if (em) {
-    /* the received rows of all local experts form one sequence, dealt round-robin over the
-     * rank's warps: warp gw takes sequence positions gw, gw + nw, ... (o: its next position,
-     * relative to the current expert's first row). Restarting at warp 0 for every expert left
-     * all but `count` warps idle per expert: 128 of 4,240 on one H200 at EP 1, a 15x slower
-     * combine whenever this phase copies (expert_out given, or push) */
-    int64_t o = gw;
-    int le;
-    for (le = 0; le < c.EL; ++le) {
-      const int64_t begin = c.seg[le].begin;
-      int64_t end = begin + c.seg[le].count, n, i;
-      if (end > plan.recv_capacity) end = plan.recv_capacity;
-      n = end > begin ? end - begin : 0;
-      for (i = o; i < n; i += nw) {
-        const int64_t r = begin + i;
-        const void* y = epf__ht_expert_row(&c, &plan, &step, r);
-        if (push) {
-          /* the metadata names the source's combine row: checked before it forms an address */
-          const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
-          const int t = meta[0], s = (int)(int16_t)(meta[1] & 0xffff), k = (int)(int16_t)((uint32_t)meta[1] >> 16);
-          const bool ok = t >= 0 && t < plan.max_tokens_per_rank && s >= 0 && s < c.R && k >= 0 && k < c.K;
-          epf__ht_report_warp(&w, !ok && lane == 0, EPF_ERR_BAD_METADATA, meta, 0, 0);
-          if (ok) epf_combine_push_row_warp(c.team, &plan, y, s, (int64_t)t * c.K + k);
-        } else if (step.expert_out != NULL) {
-          epf_combine_put_row_warp(&plan, y, (char*)epf_local_ptr(c.team, epf_plan_expert_out_offset(&plan, r)));
-        }
-      }
-      o = i - n; /* i >= n: the position after this expert's rows, relative to the next one's */
-    }
-  } else {
-    /* RANK_MAJOR: pre-reduce this rank's local experts of each received row, in k order */
-    const int64_t rows = c.rm_offset[c.R] < plan.recv_capacity ? c.rm_offset[c.R] : plan.recv_capacity;
-    int64_t r;
-    const int mx_rule = epf_mx_rule_from_flags(plan.flags);
-    for (r = gw; r < rows; r += nw) {
-      const int32_t* meta = (const int32_t*)epf_local_ptr(c.team, epf_plan_recv_meta_offset(&plan, r));
-      const int t = meta[0], s = meta[1], n = meta[2];
-      /* received metadata is checked before it forms an address (the whole warp reads one row,
-       * so hdr_ok is warp-uniform) */
-      const bool hdr_ok = t >= 0 && t < plan.max_tokens_per_rank && s >= 0 && s < c.R && n >= 0 && n <= c.K;
-      const int le = hdr_ok && lane < n ? meta[4 + lane] : -1;
-      const float wk = hdr_ok && lane < n ? ((const float*)meta)[4 + c.K + lane] : 0.f;
-      const int sl = hdr_ok && lane < n ? meta[4 + 2 * c.K + lane] : -1;
-      const bool ent_ok = le >= 0 && le < c.EL && sl >= 0;
-      const int64_t er = ent_ok ? (int64_t)c.src_offset[le * (c.R + 1) + s] + sl : -1;
-      const bool ok = er >= 0 && er < step.expert_rows;
-      const char* y = ok ? (const char*)step.expert_out +
-                               ((uint64_t)c.index * (uint64_t)step.expert_rows + (uint64_t)er) * (uint64_t)plan.hidden * 2u
-                         : NULL;
-      epf__ht_report_warp(&w, hdr_ok ? lane < n && !ent_ok : lane == 0, EPF_ERR_BAD_METADATA, meta, 0, 0);
-      if (!hdr_ok) continue; /* warp-uniform */
-      /* the partial over this rank's entries of the token, in k order (repeats included: they
-       * list their first occurrence's view row), as one combine-payload row */
-      epf__combine_reduce_warp(y, wk, __ballot_sync(0xffffffffu, ok), plan.hidden, 0,
-                               plan.combine_payload == EPF_PAYLOAD_MXFP8, mx_rule,
-                               push ? (char*)epf_peer_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.R + c.team.rank), s)
-                                    : (char*)epf_local_ptr(c.team, epf_plan_expert_out_offset(&plan, r)));
-    }
-  }
-  if (epf_arrive_last_block_epoch(&step.state[c.index].arrive[1], (uint32_t)c.nblocks, c.epoch))
-    epf_combine_signal_block(c.team, &plan, c.epoch);
-
-  /* phase B, source side: wait for every peer, then reduce each token in k (or rank) order */
-  if (epf_combine_wait_block(c.team, &plan, c.epoch, w) != EPF_OK) {
-    /* recorded by the wait; masked or late peers contribute nothing below (their rows are skipped
-     * only under fault tolerance: without it the rows are read as they are) */
-  }
-  {
-    int t;
-    for (t = gw; t < c.T; t += nw) {
-      char* out = (char*)step.out + (rank_rows + (uint64_t)t) * (uint64_t)plan.hidden * 2u;
-      const char* my_row = NULL;
-      float my_w = 0.f;
-      if (em) {
-        /* lane k: its own copy's row, or for a repeat its first occurrence's (same output, own
-         * weight), in k order */
-        int e;
-        bool stale;
-        const int d = epf__ht_lane_route(&c, t, &e, &stale);
-        const int first = epf_topk_first_lane_warp(e);
-        const char* first_row;
-        if (d >= 0) {
-          const int64_t row = (int64_t)c.send_offset[e] + c.slot[(int64_t)t * c.K + lane];
-          if (row < plan.recv_capacity) { /* else dropped at dispatch: contributes nothing */
-            if (push)
-              my_row = (const char*)epf_local_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.K + lane));
-            else if (w.mask == NULL || epf_mask_is_active(w.mask, d))
-              my_row = (const char*)epf_peer_ptr(c.team, epf_plan_expert_out_offset(&plan, row), d);
-          }
-        }
-        first_row = (const char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, first);
-        if (e >= 0 && first != lane) my_row = first_row;
-        if (my_row != NULL) my_w = step.topk_weights[(rank_rows + (uint64_t)t) * c.K + lane];
-        epf__ht_report_warp(&w, stale, EPF_ERR_ROUTE_STALE, (const char*)c.dst_rank + ((int64_t)t * c.K + lane) * 4, 0, 0);
-      } else {
-        /* lane j: the j-th destination rank in ascending rank order */
-        int d = -1;
-        int64_t row = -1;
-        const int n = epf__ht_rm_copies(&c, t, &d, &row);
-        (void)n;
-        my_w = 1.0f;
-        if (d >= 0 && row < plan.recv_capacity) {
-          if (push)
-            my_row = (const char*)epf_local_ptr(c.team, epf_plan_combine_offset(&plan, (int64_t)t * c.R + d));
-          else if (w.mask == NULL || epf_mask_is_active(w.mask, d))
-            my_row = (const char*)epf_peer_ptr(c.team, epf_plan_expert_out_offset(&plan, row), d);
-        }
-      }
-      epf_combine_reduce_rows_warp(my_row, my_w, __ballot_sync(0xffffffffu, my_row != NULL), plan.hidden,
-                                   plan.combine_payload == EPF_PAYLOAD_MXFP8, out);
-    }
-  }
+  const int warp = (int)(blockIdx.x % (unsigned)bpr) * nwarps + epf_warp_id(), nw = bpr * nwarps;
+  const uint64_t first = (uint64_t)v.index * route.layout.max_tokens;
+  const void* expert_out = step.expert_out != NULL ? (const void*)((const char*)step.expert_out +
+                                                                   (uint64_t)v.index * (uint64_t)step.expert_rows *
+                                                                       (uint64_t)plan.hidden * 2u)
+                                                   : NULL;
+  int t;
+  epf_ht_combine_expert_warp(&v, &plan, expert_out, step.expert_rows, warp, nw, &w);
+  if (epf_arrive_last_block_epoch(&step.state[v.index].arrive[1], (uint32_t)bpr, v.epoch))
+    epf_combine_signal_block(v.team, &plan, v.epoch);
+  /* a failed wait is recorded; masked or late peers contribute nothing under fault tolerance */
+  (void)epf_combine_wait_block(v.team, &plan, v.epoch, w);
+  for (t = warp; t < v.T; t += nw)
+    epf_ht_combine_token_warp(&v, &plan, t, (char*)step.out + (first + (uint64_t)t) * (uint64_t)plan.hidden * 2u, &w);
 }
 
 #if !defined(__CUDACC_RTC__) /* host launchers: nvcc only (NVRTC compiles the kernels above) */
@@ -568,26 +268,26 @@ EPF_INLINE epf_status_t epf__ht_grid(const epf_route_t* route, const epf_plan_t*
   return EPF_OK;
 }
 
-/* epf_ht_dispatch — launch the dispatch of this step: `phases` = EPF_HT_SEND, EPF_HT_RECV or both
+/* epf_ht_dispatch — launch the dispatch of this step: `halves` = EPF_HT_SEND, EPF_HT_RECV or EPF_HT_BOTH
  *   (separate launches let compute run between the halves). The route must have been updated for
  *   this step on the same stream (its epoch is the dispatch's epoch). Graph-capturable.
  *   Scope: host, on `stream`. Returns EPF_OK or a validation status; wait failures at run time go
  *   to step->wait.record. */
 EPF_INLINE epf_status_t epf_ht_dispatch(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
-                                        const epf_ht_step_t* step, const void* topk_idx, int phases,
+                                        const epf_ht_step_t* step, const void* topk_idx, int halves,
                                         cudaStream_t stream) {
   int bpr, virt;
   epf_ht_step_t s;
   epf_status_t st = epf__ht_launch_check(route, team, plan, step);
   if (st != EPF_OK) return st;
-  if (step->x == NULL || step->topk_weights == NULL || topk_idx == NULL || (phases & 3) == 0 || (phases & ~3) != 0)
+  if (step->x == NULL || step->topk_weights == NULL || topk_idx == NULL || (halves & EPF_HT_BOTH) == 0 || (halves & ~EPF_HT_BOTH) != 0)
     return EPF_ERR_INVALID_ARGUMENT;
   if (step->x_quantized && plan->payload != EPF_PAYLOAD_BF16 && step->x_scales == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf__ht_dispatch_kernel, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_dispatch_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
-  epf__ht_dispatch_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
-                                                                                         topk_idx, virt, bpr, phases);
+  epf_ht_dispatch_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
+                                                                                         topk_idx, virt, bpr, halves);
   return epf__cuda_status(cudaGetLastError());
 }
 
@@ -602,10 +302,10 @@ EPF_INLINE epf_status_t epf_ht_expand(const epf_route_t* route, epf_team_t team,
   if (st != EPF_OK) return st;
   if (plan->layout != EPF_LAYOUT_RANK_MAJOR) return EPF_ERR_LAYOUT;
   if (step->em_view == NULL || step->expert_rows <= 0) return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf__ht_expand_kernel, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_expand_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
-  epf__ht_expand_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
+  epf_ht_expand_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
                                                                                        virt, bpr);
   return epf__cuda_status(cudaGetLastError());
 }
@@ -627,10 +327,10 @@ EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team
   if (step->expert_out != NULL &&
       (plan->layout == EPF_LAYOUT_EXPERT_MAJOR ? step->expert_rows < plan->recv_capacity : step->expert_rows < 1))
     return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf__ht_combine_kernel, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
-  epf__ht_combine_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
+  epf_ht_combine_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
                                                                                         topk_idx, virt, bpr);
   return epf__cuda_status(cudaGetLastError());
 }

@@ -14,6 +14,8 @@
  *   EPF_PLAN_MAGIC, EPF_PLAN_VERSION
  *   epf_region_id_t, epf_region_t, epf_plan_t, epf_window_header_t, EPF_HEADER_BYTES
  *   epf_recv_meta_em_t, epf_recv_meta_rm_t                  receive metadata rows
+ *   epf_recv_meta_em_t epf_recv_meta_em_make(src_token, src_rank, k, local_expert, weight)
+ *   uint32_t     epf_recv_meta_rm_bytes / _expert_at / _weight_at / _slot_at(int top_k[, int j])
  *   uint64_t     epf_build_signature(void)                 this build's compile-time configuration
  *   epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan)
  *   epf_status_t epf_plan_check(const epf_plan_t* plan)    prefix + build check (host or FFI)
@@ -123,6 +125,43 @@ typedef struct epf_recv_meta_rm {
 
 EPF_HD uint64_t epf__align_up_u64(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+/* epf_recv_meta_em_make — THE expert-major metadata row, as every writer fills it (the library's
+ *   dispatches, the tests' references). src_rank and k are stored in 16 bits (both are below
+ *   EPF_MAX_RANKS and EPF_MAX_TOP_K). Scope: any thread. Pure. */
+EPF_HD epf_recv_meta_em_t epf_recv_meta_em_make(int src_token, int src_rank, int k, int local_expert, float weight) {
+  epf_recv_meta_em_t m;
+  m.src_token = src_token;
+  m.src_rank = (int16_t)src_rank;
+  m.k = (int16_t)k;
+  m.local_expert = local_expert;
+  m.weight = weight;
+  return m;
+}
+
+/* The rank-major metadata row — THE owner of its layout (the plan sizes it, the dispatch writes it,
+ *   the expand and the pre-reduce read it, the tests' references rebuild it, all through these):
+ *   an epf_recv_meta_rm_t header, then top_k int32 local expert ids, top_k float weights and top_k
+ *   int32 expert-major slots, padded to 16 bytes. Entry j of the three lists describes the j-th of
+ *   the token's top-k entries that live on the receiving rank, in k order.
+ *     epf_recv_meta_rm_bytes(K)        bytes of one row
+ *     epf_recv_meta_rm_expert_at(K, j) byte offset of entry j's local expert id in the row
+ *     epf_recv_meta_rm_weight_at(K, j) byte offset of entry j's weight
+ *     epf_recv_meta_rm_slot_at(K, j)   byte offset of entry j's slot
+ *   Scope: any thread. Pure. */
+EPF_HD uint32_t epf_recv_meta_rm_bytes(int top_k) {
+  return (uint32_t)epf__align_up_u64(sizeof(epf_recv_meta_rm_t) + (uint64_t)top_k * 12u, 16u);
+}
+EPF_HD uint32_t epf_recv_meta_rm_expert_at(int top_k, int j) {
+  (void)top_k;
+  return (uint32_t)sizeof(epf_recv_meta_rm_t) + 4u * (uint32_t)j;
+}
+EPF_HD uint32_t epf_recv_meta_rm_weight_at(int top_k, int j) {
+  return (uint32_t)sizeof(epf_recv_meta_rm_t) + 4u * (uint32_t)(top_k + j);
+}
+EPF_HD uint32_t epf_recv_meta_rm_slot_at(int top_k, int j) {
+  return (uint32_t)sizeof(epf_recv_meta_rm_t) + 4u * (uint32_t)(2 * top_k + j);
+}
+
 /* zero-fill without memset: no <string.h>, and the same code runs on the device */
 EPF_HD void epf__zero_bytes(void* p, size_t n) {
   unsigned char* b = (unsigned char*)p;
@@ -207,7 +246,7 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
                                                                         : 0u);
   p.meta_bytes_per_row = (uint32_t)(c.layout == EPF_LAYOUT_EXPERT_MAJOR
                                         ? sizeof(epf_recv_meta_em_t)
-                                        : epf__align_up_u64(sizeof(epf_recv_meta_rm_t) + K * 12u, 16u));
+                                        : epf_recv_meta_rm_bytes((int)K));
   p.combine_row_bytes = (uint32_t)(c.combine_payload == EPF_PAYLOAD_MXFP8
                                        ? epf__align_up_u64(H + H / 32u, 16u)
                                        : H * 2u);

@@ -43,6 +43,7 @@
  *   epf_wait_t epf_wait_make(uint64_t timeout_ns, epf_error_record_t* rec, const uint32_t* abort_word, int rank)
  *   void     epf_error_report(epf_error_record_t*, epf_status_t, rank, peer, addr, wanted, seen, elapsed)
  *   void     epf_error_count_add(uint32_t* counter, uint32_t n)                   [device]
+ *   void     epf_error_report_warp(const epf_wait_t*, bool bad, epf_status_t, addr, wanted, seen) [collective:warp]
  *   void     epf_signal_set_sys(uint64_t* flag, uint32_t epoch, uint32_t value)   [device]
  *   void     epf_signal_add_sys(uint64_t* flag, uint32_t value)                   [device]
  *   epf_status_t epf_signal_wait_sys(const uint64_t* flag, uint32_t epoch, epf_wait_t w, int peer, uint32_t* out_value)
@@ -51,6 +52,8 @@
  *   epf_status_t epf_handshake_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
  *   epf_status_t epf_barrier_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
  *   epf_status_t epf_rank_barrier_block(uint64_t* word, uint32_t nblocks, uint32_t epoch, epf_wait_t)  the blocks of one rank
+ *   void     epf_signal_peers_block(epf_team_t, const epf_plan_t*, epf_region_id_t, uint32_t epoch)    [collective:block]
+ *   epf_status_t epf_wait_peers_block(epf_team_t, const epf_plan_t*, epf_region_id_t, uint32_t epoch, epf_wait_t)
  *
  * Requirements: CUDA, sm_70+.
  */
@@ -179,6 +182,15 @@ EPF_DEVICE_INLINE void epf_error_report(epf_error_record_t* rec, epf_status_t st
  *   record belongs to one GPU; the host only reads it). */
 EPF_DEVICE_INLINE void epf_error_count_add(uint32_t* counter, uint32_t n) {
   if (counter != NULL && n != 0u) epf_red_add_relaxed_gpu_u32(counter, n);
+}
+
+/* epf_error_report_warp — report `status` once for the warp: the lowest lane with `bad` records it
+ *   (epf_error_report with w->record and w->rank, no peer, `address`, `wanted`, `seen`).
+ *   Scope: [collective:warp] every lane, converged. No-op when no lane is bad. */
+EPF_DEVICE_INLINE void epf_error_report_warp(const epf_wait_t* w, bool bad, epf_status_t status, const void* address,
+                                             uint64_t wanted, uint64_t seen) {
+  const uint32_t m = __ballot_sync(0xffffffffu, bad);
+  if (m != 0u && epf_lane_id() == __ffs((int)m) - 1) epf_error_report(w->record, status, w->rank, -1, address, wanted, seen, 0);
 }
 
 /* ---- signal set / wait ------------------------------------------------------------------------ */
@@ -342,6 +354,37 @@ EPF_DEVICE_INLINE epf_status_t epf_barrier_block(epf_team_t team, const epf_plan
   for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x) {
     uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_BARRIER, p);
     epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
+    if (s != EPF_OK && st == EPF_OK) st = s;
+  }
+  return epf__block_status(st);
+}
+
+/* epf_signal_peers_block — publish `epoch` to every peer through one signal region: thread p
+ *   release-stores (epoch, 0) into `region`[team.rank] of peer p (SIG_DISPATCH, SIG_COMBINE: one
+ *   word per source rank).
+ *   Scope: [collective:block]. Memory: .sys release per peer, ordered after what this thread wrote
+ *   before, and — called after epf_arrive_last_block — after what the rank's blocks wrote. */
+EPF_DEVICE_INLINE void epf_signal_peers_block(epf_team_t team, const epf_plan_t* plan, epf_region_id_t region,
+                                              uint32_t epoch) {
+  const uint64_t off = epf_plan_signal_offset(plan, region, team.rank);
+  int p;
+  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x)
+    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team, off, p), epoch, 0u);
+}
+
+/* epf_wait_peers_block — wait until every peer p published `epoch` in this rank's `region`[p].
+ *   Scope:    [collective:block] [blocking]; any number of blocks of a rank may call it.
+ *   Result:   [result:all] EPF_OK, or the first failure by priority (TIMEOUT, ABORTED,
+ *             PEER_MASKED: a masked peer sent nothing this round), recorded in w.record.
+ *   Memory:   .sys acquire per peer, then __syncthreads: after OK every thread of the block sees
+ *             what the peers wrote before they signalled. */
+EPF_DEVICE_INLINE epf_status_t epf_wait_peers_block(epf_team_t team, const epf_plan_t* plan, epf_region_id_t region,
+                                                    uint32_t epoch, epf_wait_t w) {
+  epf_status_t st = EPF_OK;
+  int p;
+  for (p = (int)threadIdx.x; p < team.nranks; p += (int)blockDim.x) {
+    const uint64_t off = epf_plan_signal_offset(plan, region, p);
+    const epf_status_t s = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, p, NULL);
     if (s != EPF_OK && st == EPF_OK) st = s;
   }
   return epf__block_status(st);

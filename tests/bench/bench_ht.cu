@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     EPF_BENCH_CUDA(cudaEventRecord(ev[0]));
     EPF_BENCH_OK(epf_route_update(&route, team, &plan, &rs, 0));
     EPF_BENCH_CUDA(cudaEventRecord(ev[1]));
-    EPF_BENCH_OK(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, 0));
+    EPF_BENCH_OK(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_BOTH, 0));
     EPF_BENCH_CUDA(cudaEventRecord(ev[2]));
     if (layout == EPF_LAYOUT_RANK_MAJOR) EPF_BENCH_OK(epf_ht_expand(&route, team, &plan, &hs, 0));
     EPF_BENCH_CUDA(cudaEventRecord(ev[3]));

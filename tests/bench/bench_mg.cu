@@ -307,7 +307,7 @@ static void mg_run_ht(mg_run_t* run, mg_case_t* c, epf_mg_rank_t* m, cudaStream_
     MG_CUDA(r, cudaEventRecord(e[1], s));
     mg_sync(m, d_flag, s);
     MG_CUDA(r, cudaEventRecord(e[2], s));
-    MG_OK(r, epf_ht_dispatch(&route, m->team, plan, &hs, d_topk, EPF_HT_SEND | EPF_HT_RECV, s));
+    MG_OK(r, epf_ht_dispatch(&route, m->team, plan, &hs, d_topk, EPF_HT_BOTH, s));
     MG_CUDA(r, cudaEventRecord(e[3], s));
     mg_sync(m, d_flag, s);
     MG_CUDA(r, cudaEventRecord(e[4], s));

@@ -398,11 +398,14 @@ static inline int check_recv_rank(const ht_case_t* c, const model_t* m, const ep
           for (int kk = 0; kk < K; ++kk) {
             const int e = m->topk[st * K + kk];
             if (e < 0 || e / EL != dst) continue;
-            if (mt[4 + n] != e - dst * EL || ((const float*)mt)[4 + K + n] != m->w[st * K + kk])
+            const char* mb = (const char*)mt;
+            if (*(const int32_t*)(mb + epf_recv_meta_rm_expert_at(K, n)) != e - dst * EL ||
+                *(const float*)(mb + epf_recv_meta_rm_weight_at(K, n)) != m->w[st * K + kk])
               HT_REF_FAIL("rank %d row %lld entry %d: rank-major metadata differs", dst, (long long)row, n);
             ++n;
           }
-          if (mt[0] != t || mt[1] != s || mt[2] != n) HT_REF_FAIL("rank %d row %lld: rank-major header differs", dst, (long long)row);
+          const epf_recv_meta_rm_t* mh = (const epf_recv_meta_rm_t*)mt;
+          if (mh->src_token != t || mh->src_rank != s || mh->num_local != n) HT_REF_FAIL("rank %d row %lld: rank-major header differs", dst, (long long)row);
         }
       }
     }

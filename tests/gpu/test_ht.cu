@@ -167,7 +167,7 @@ static void launch_round(const ht_case_t* c, ht_dev_t* d, cudaStream_t stream, i
   dim3 eg(64, (unsigned)c->R);
   if (part & 1) {
     assert_int_equal(epf_route_update(&d->route, d->team, &d->plan, &rs, stream), EPF_OK);
-    assert_int_equal(epf_ht_dispatch(&d->route, d->team, &d->plan, &hs, d->d_topk, EPF_HT_SEND | EPF_HT_RECV, stream), EPF_OK);
+    assert_int_equal(epf_ht_dispatch(&d->route, d->team, &d->plan, &hs, d->d_topk, EPF_HT_BOTH, stream), EPF_OK);
     if (c->layout == EPF_LAYOUT_RANK_MAJOR) assert_int_equal(epf_ht_expand(&d->route, d->team, &d->plan, &hs, stream), EPF_OK);
   }
   if (!(part & 2)) return;

@@ -169,7 +169,7 @@ static void sync_or_fail(double seconds, const char* what) {
 static void fix_round(fix_t* f, const epf_ht_step_t* s) {
   epf_route_step_t rs = epf_route_step_make(f->d_topk, T, epf_wait_make(f->plan.timeout_ns, f->rec_d, NULL, 0));
   assert_int_equal(epf_route_update(&f->route, f->team, &f->plan, &rs, 0), EPF_OK);
-  assert_int_equal(epf_ht_dispatch(&f->route, f->team, &f->plan, s, f->d_topk, EPF_HT_SEND | EPF_HT_RECV, 0), EPF_OK);
+  assert_int_equal(epf_ht_dispatch(&f->route, f->team, &f->plan, s, f->d_topk, EPF_HT_BOTH, 0), EPF_OK);
   assert_int_equal(epf_ht_combine(&f->route, f->team, &f->plan, s, f->d_topk, 0), EPF_OK);
   sync_or_fail(30.0, "round");
 }
@@ -233,7 +233,7 @@ static void test_stale_ids(void** state) {
       else if (r == 1) f.topk[i] = (f.topk[i] + 1 + (int64_t)(epf_test_rand(&g_seed) % (E - 1))) % E;
     }
     EPF_CHECK_CUDA(cudaMemcpy(f.d_topk, f.topk, sizeof(f.topk), cudaMemcpyHostToDevice));
-    assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &s, f.d_topk, EPF_HT_SEND | EPF_HT_RECV, 0), EPF_OK);
+    assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &s, f.d_topk, EPF_HT_BOTH, 0), EPF_OK);
     assert_int_equal(epf_ht_combine(&f.route, f.team, &f.plan, &s, f.d_topk, 0), EPF_OK);
     sync_or_fail(30.0, "stale ids");
   }
@@ -256,7 +256,7 @@ static void test_bad_metadata(void** state) {
       const epf_ht_step_t s = fix_step(&f, 0);
       epf_route_step_t rs = epf_route_step_make(f.d_topk, T, epf_wait_make(f.plan.timeout_ns, f.rec_d, NULL, 0));
       assert_int_equal(epf_route_update(&f.route, f.team, &f.plan, &rs, 0), EPF_OK);
-      assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &s, f.d_topk, EPF_HT_SEND | EPF_HT_RECV, 0), EPF_OK);
+      assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &s, f.d_topk, EPF_HT_BOTH, 0), EPF_OK);
       if (layout == EPF_LAYOUT_RANK_MAJOR) assert_int_equal(epf_ht_expand(&f.route, f.team, &f.plan, &s, 0), EPF_OK);
       EPF_CHECK_CUDA(cudaDeviceSynchronize());
       epf_error_clear(f.rec_h);

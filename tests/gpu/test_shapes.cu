@@ -948,12 +948,7 @@ static void put_pad_marks(const route_ref_t& rr, int d, int64_t cap, uint8_t* me
   for (int j = 0; j < EL; ++j) {
     const int32_t* sg = rr.seg + ((size_t)d * EL + j) * 4;
     for (int64_t row = (int64_t)sg[0] + sg[1]; row < (int64_t)sg[0] + sg[2] && row < cap; ++row) {
-      epf_recv_meta_em_t m;
-      m.src_token = -1;
-      m.src_rank = -1;
-      m.k = -1;
-      m.local_expert = j;
-      m.weight = 0.0f;
+      const epf_recv_meta_em_t m = epf_recv_meta_em_make(-1, -1, -1, j, 0.0f);
       memcpy(meta_img + (size_t)row * meta_bytes, &m, sizeof(m));
     }
   }
@@ -1122,12 +1117,7 @@ static void ht_check_recv(const Case& c, const epf_plan_t& p, const HtIn& in, co
           }
           memcpy(&wt[(size_t)row * rb], in.payload(s, t), rb);
           put_scales(row, s, t);
-          epf_recv_meta_em_t m;
-          m.src_token = t;
-          m.src_rank = (int16_t)s;
-          m.k = (int16_t)k;
-          m.local_expert = e - d * EL;
-          m.weight = in.w[st * K + k];
+          const epf_recv_meta_em_t m = epf_recv_meta_em_make(t, s, k, e - d * EL, in.w[st * K + k]);
           memcpy(&wm[(size_t)row * mb], &m, sizeof(m));
         }
       } else if (rr.in_rank[st * R + d]) {
@@ -1138,21 +1128,21 @@ static void ht_check_recv(const Case& c, const epf_plan_t& p, const HtIn& in, co
         }
         memcpy(&wt[(size_t)row * rb], in.payload(s, t), rb);
         put_scales(row, s, t);
-        int32_t* m = (int32_t*)&wm[(size_t)row * mb];
+        uint8_t* m = &wm[(size_t)row * mb];
         int n = 0;
         for (int k = 0; k < K; ++k) { /* every k on d, repeats included, k order */
           const int kf = rr.first_k[st * K + k];
           if (kf < 0) continue;
           const int e = (int)in.ids[st * K + k];
           if (e / EL != d) continue;
-          m[4 + n] = e - d * EL;
-          memcpy(&m[4 + K + n], &in.w[st * K + k], 4);
-          m[4 + 2 * K + n] = rr.slot[st * K + kf];
+          const int32_t le = e - d * EL, sl = rr.slot[st * K + kf];
+          memcpy(m + epf_recv_meta_rm_expert_at(K, n), &le, 4);
+          memcpy(m + epf_recv_meta_rm_weight_at(K, n), &in.w[st * K + k], 4);
+          memcpy(m + epf_recv_meta_rm_slot_at(K, n), &sl, 4);
           ++n;
         }
-        m[0] = t;
-        m[1] = s;
-        m[2] = n;
+        epf_recv_meta_rm_t h = {t, s, n, 0};
+        memcpy(m, &h, sizeof(h));
         mcare[(size_t)row] = (uint8_t)(1 + n); /* compare the header and n entries */
       }
     }
@@ -1186,11 +1176,17 @@ static void ht_check_recv(const Case& c, const epf_plan_t& p, const HtIn& in, co
       if (gi[0] != wi[0] || gi[1] != wi[1] || gi[2] != wi[2])
         FAIL("rank %d rank-major row %lld: header (token %d, src %d, n %d), want (%d, %d, %d)", d, (long long)row, gi[0], gi[1],
              gi[2], wi[0], wi[1], wi[2]);
-      for (int j = 0; j < n; ++j)
-        if (gi[4 + j] != wi[4 + j] || gi[4 + K + j] != wi[4 + K + j] || gi[4 + 2 * K + j] != wi[4 + 2 * K + j])
+      for (int j = 0; j < n; ++j) {
+        const uint32_t at[3] = {epf_recv_meta_rm_expert_at(K, j), epf_recv_meta_rm_weight_at(K, j), epf_recv_meta_rm_slot_at(K, j)};
+        int32_t gv[3], wv[3];
+        for (int f = 0; f < 3; ++f) {
+          memcpy(&gv[f], g + at[f], 4);
+          memcpy(&wv[f], w + at[f], 4);
+        }
+        if (gv[0] != wv[0] || gv[1] != wv[1] || gv[2] != wv[2])
           FAIL("rank %d rank-major row %lld (token %d of src %d) entry %d: (expert %d, w bits %08x, slot %d), want (%d, %08x, %d)",
-               d, (long long)row, wi[0], wi[1], j, gi[4 + j], gi[4 + K + j], gi[4 + 2 * K + j], wi[4 + j], wi[4 + K + j],
-               wi[4 + 2 * K + j]);
+               d, (long long)row, wi[0], wi[1], j, gv[0], gv[1], gv[2], wv[0], wv[1], wv[2]);
+      }
     }
   }
 }
@@ -1353,9 +1349,9 @@ static void run_ht(const Case& c, uint64_t seed) {
   hgrid.bpr = c.bpr;
   hgrid.threads = EPF_HT_THREADS;
   Grid hg_dispatch = hgrid, hg_expand = hgrid, hg_combine = hgrid;
-  hg_dispatch.kernel = (const void*)epf__ht_dispatch_kernel;
-  hg_expand.kernel = (const void*)epf__ht_expand_kernel;
-  hg_combine.kernel = (const void*)epf__ht_combine_kernel;
+  hg_dispatch.kernel = (const void*)epf_ht_dispatch_kernel;
+  hg_expand.kernel = (const void*)epf_ht_expand_kernel;
+  hg_combine.kernel = (const void*)epf_ht_combine_kernel;
   ids.alloc((size_t)R * Tm * K * (c.idx64 ? 8 : 4));
   dT.alloc((size_t)R * 4);
   x.alloc((size_t)R * Tm * (c.xq ? plan.row_bytes : (uint64_t)H * 2));
@@ -1454,7 +1450,7 @@ static void run_ht(const Case& c, uint64_t seed) {
       launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_RECV, g_stream), "epf_ht_dispatch (receive)",
                hg_dispatch);
     } else {
-      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_SEND | EPF_HT_RECV, g_stream), "epf_ht_dispatch",
+      launched(epf_ht_dispatch(&route, team, &plan, &hs, ids.p, EPF_HT_BOTH, g_stream), "epf_ht_dispatch",
                hg_dispatch);
     }
     if (!em) launched(epf_ht_expand(&route, team, &plan, &hs, g_stream), "epf_ht_expand", hg_expand);

@@ -430,7 +430,7 @@ static int mg_launch(mg_ctx_t* x, cudaStream_t s, int part, int out_round, int s
     if (snap >= 0)
       MG_CK(cudaMemcpyAsync((char*)x->route_snap + (size_t)snap * x->route_bytes, x->route_buf, x->route_bytes,
                             cudaMemcpyDeviceToDevice, s));
-    MG_CS(epf_ht_dispatch(&x->route, x->m.team, &x->plan, &hs, x->d_topk, EPF_HT_SEND | EPF_HT_RECV, s));
+    MG_CS(epf_ht_dispatch(&x->route, x->m.team, &x->plan, &hs, x->d_topk, EPF_HT_BOTH, s));
     if (c->layout == EPF_LAYOUT_RANK_MAJOR) MG_CS(epf_ht_expand(&x->route, x->m.team, &x->plan, &hs, s));
   }
   if (part & 2) {

@@ -53,7 +53,7 @@ static void fix_make(fix_t* f, int R, int layout, int push) {
 
 /* every launcher of this fixture refuses with `want` (and the pure check agrees where it should) */
 static void expect_all(fix_t* f, epf_status_t want) {
-  assert_int_equal(epf_ht_dispatch(&f->route, f->team, &f->plan, &f->step, f->dummy, EPF_HT_SEND | EPF_HT_RECV, 0), want);
+  assert_int_equal(epf_ht_dispatch(&f->route, f->team, &f->plan, &f->step, f->dummy, EPF_HT_BOTH, 0), want);
   assert_int_equal(epf_ht_combine(&f->route, f->team, &f->plan, &f->step, f->dummy, 0), want);
   if (f->plan.layout == EPF_LAYOUT_RANK_MAJOR) assert_int_equal(epf_ht_expand(&f->route, f->team, &f->plan, &f->step, 0), want);
 }

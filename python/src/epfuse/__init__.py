@@ -375,12 +375,13 @@ class Group:
         return s
 
     def dispatch(self, handle: Handle, x, topk_idx, topk_weights, *, x_scales=None, x_quantized: bool = False,
-                 phases: str = "both", blocks_per_rank: int = 0, stream=None) -> None:
+                 halves: str = "both", blocks_per_rank: int = 0, stream=None, phases: Optional[str] = None) -> None:
         """HT dispatch (epf_ht_dispatch): every rank's rows into their final receive rows
         (quantized on the way for MXFP8 / FP8-128). x: [count][T][H] BF16 (or the payload with
-        x_quantized); topk_weights: [count][T][top_k] float32. phases: 'send', 'recv' or 'both'."""
-        ph = {"send": _abi.LIMITS["EPF_HT_SEND"], "recv": _abi.LIMITS["EPF_HT_RECV"]}
-        p = ph["send"] | ph["recv"] if phases == "both" else ph[phases]
+        x_quantized); topk_weights: [count][T][top_k] float32. halves: 'send', 'recv' or 'both'
+        (`phases` is the older spelling of the same argument)."""
+        h = phases if phases is not None else halves
+        p = {"send": _abi.LIMITS["EPF_HT_SEND"], "recv": _abi.LIMITS["EPF_HT_RECV"], "both": _abi.LIMITS["EPF_HT_BOTH"]}[h]
         s = self._ht_step(x=x, x_scales=x_scales, topk_weights=topk_weights, x_quantized=x_quantized,
                           blocks_per_rank=blocks_per_rank)
         check(_abi.epf_ht_dispatch(byref(handle.route), self.team, byref(self.plan.c), byref(s), ptr(topk_idx), p,

@@ -284,7 +284,7 @@ MIRROR_SIZES = check_mirrors()
 check_constants()
 LIMITS = {k: int(epf_abi_constant(k.encode())) for k in (
     "EPF_MAX_RANKS", "EPF_MAX_EXPERTS", "EPF_MAX_TOPK", "EPF_MAX_TOKENS_PER_RANK", "EPF_ALIGN", "EPF_MASK_WORDS",
-    "EPF_HT_MAX_BLOCKS_PER_RANK", "EPF_HT_SEND", "EPF_HT_RECV", "EPF_LL_SEND", "EPF_LL_RECV", "EPF_LL_BOTH")}
+    "EPF_HT_MAX_BLOCKS_PER_RANK", "EPF_HT_SEND", "EPF_HT_RECV", "EPF_HT_BOTH", "EPF_LL_SEND", "EPF_LL_RECV", "EPF_LL_BOTH")}
 SIZEOF_HT_STATE = int(epf_abi_sizeof(b"epf_ht_state_t"))
 SIZEOF_LL_STATE = int(epf_abi_sizeof(b"epf_ll_state_t"))
 SIZEOF_DEVCOMM = int(epf_abi_sizeof(b"ncclDevComm_t")) if HAS_NCCL else 0
