@@ -5,7 +5,7 @@
  * separately where a team view comes from an NCCL window.
  *
  * Contents: config.h status.h version.h host.h ptx.cuh team.cuh signal.cuh quant.cuh route.cuh
- *           dispatch.cuh combine.cuh (the ready-made kernels are kernels_route.cuh, kernels_ht.cuh,
+ *           dispatch.cuh combine.cuh ht.cuh (the ready-made kernels are kernels_route.cuh, kernels_ht.cuh,
  *           kernels_ll.cuh: include them where you launch)
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 tested).
  */
@@ -23,6 +23,7 @@
 #include "route.cuh"
 #include "dispatch.cuh"
 #include "combine.cuh"
+#include "ht.cuh"
 
 #endif /* EPF_EPFUSE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -48,7 +48,7 @@ static int g_fail = 0;
 static const char* const k_headers[] = {
     "config.h",   "status.h",    "version.h",     "host.h",         "ptx.cuh",
     "team.cuh",   "signal.cuh",  "quant.cuh",     "route.cuh",      "dispatch.cuh",
-    "combine.cuh", "ll.cuh",     "dispatch_ll.cuh", "combine_ll.cuh", "epfuse.cuh",
+    "combine.cuh", "ht.cuh",     "ll.cuh",     "dispatch_ll.cuh", "combine_ll.cuh", "epfuse.cuh",
     "kernels_route.cuh", "kernels_ht.cuh", "kernels_ll.cuh"};
 /* ... and those that compile with only epfuse's include directory */
 static const char* const k_headers_standalone[] = {"config.h",  "status.h",   "version.h",
