@@ -1,0 +1,1135 @@
+/* bench_zoo — the model-zoo benchmark (issue #17): ONE table of HT and LL dispatch / combine over
+ * public MoE model shapes, with virtual ranks on one GPU (a program, not a test; its CTest entries
+ * are a host-only --list and a GPU smoke run of --quick).
+ *
+ *   bench_zoo [--list] [--quick] [--models a,b] [--ranks 4,8,16] [--iters 10] [--reps 50]
+ *             [--ht-tokens 4096] [--ll-tokens 1,128,256] [--only ht|ll] [--csv FILE] [--torch FILE]
+ *
+ *   --list       print the rows it would run (plans, bytes, targets, memory) without touching CUDA
+ *   --quick      a CI smoke subset: qwen3-30b and gpt-oss-120b, 4 ranks, HT T=512, LL T=1,128,
+ *                3 iterations / 10 replays (explicit options after it still apply)
+ *   --iters N    HT: timed iterations per variant (3 more untimed first); median reported
+ *   --reps N     LL: timed CUDA-graph replays of [dispatch, combine] (10 more untimed first)
+ *   --ht-tokens  HT tokens per rank; halved for a model / rank count whose largest case would not
+ *                fit in device memory (said so on stderr; the row names carry the T that ran)
+ *   --csv FILE   also write every row as CSV (written as rows finish: a run that dies keeps them);
+ *                scripts/plot_zoo.py draws docs/img/perf_zoo.png from it
+ *   --torch FILE the CSV of scripts/bench_zoo_torch.py (case,torch_us): the PyTorch column
+ *
+ * Models (hidden H, experts E, top-k K): deepseek-v3 (7168, 256, 8), kimi-k2 (7168, 384, 8),
+ * qwen3-235b (4096, 128, 8), qwen3-30b (2048, 128, 8), gpt-oss-120b (2880, 128, 4),
+ * llama4-maverick (5120, 128, 1), mixtral-8x22b (6144, 8, 2). Routing: K distinct uniform
+ * experts per token (reproducible; HT weights in [0, 1), LL weights 1/K as bench_ll).
+ *
+ * Matrix, for each model x virtual ranks (a pair the plan refuses — experts not divisible by the
+ * ranks — is left out, said so on stderr):
+ *   HT, EXPERT_MAJOR (ht-em) and RANK_MAJOR (ht-rm) x dispatch payload bf16 / mxfp8 / fp8 (FP8-128),
+ *       each where epf_quant_check allows the hidden size (BF16 input, quantized on the way), x
+ *       combine: combine-pull   pull in place over the received rows (ht-em, BF16 both ways)
+ *                combine-eo     pull through a separate expert-output buffer (BF16)
+ *                combine-mxfp8  MXFP8 combine rows (through the buffer)
+ *       ht-rm rows: dispatch, expand (local), dispatch+expand (sum of the two medians), combine.
+ *   LL at each --ll-tokens T: bench_ll's five cases: BF16 dispatch with combine-push (in place),
+ *       combine-pull (in place, EPF_LL_Y_IN_PLACE_PULL) and combine-mxfp8 (in place); MXFP8 and
+ *       FP8-128 dispatch with combine-fixed (BF16 y from a separate [expert][source][T] buffer).
+ *   Row name: <model>/R<ranks>/<ht-em|ht-rm|ll>/T<tokens>/<dispatch payload>/<stage>[-<combine>].
+ *
+ * Timing: HT as bench_ht (per iteration: route update, dispatch, [expand], combine, each between
+ * CUDA events, one sync per iteration; median); the dispatch and expand medians pool the
+ * iterations of every BF16-combine variant of a plan. LL as bench_ll (each operation one captured
+ * CUDA graph; medians of event times over back-to-back replays).
+ *
+ * Bytes (aggregate over the R virtual ranks, i.e. what the one GPU moved):
+ *   recv-logical / topk-logical / link: the three conventions of the peers (bench_ht, bench_ll):
+ *     every row a rank receives (its own included) / tokens x top-k / rows to another rank, times
+ *     the stage's row bytes (dispatch: plan.row_bytes; combine: plan.combine_row_bytes, what
+ *     travels back). ht-rm receives one row per (token, destination rank).
+ *   HBM: HT "moved", each byte the stage must read or write once (bench_ht):
+ *     dispatch  R*T*2H (x) + received rows x (row + scales + metadata)
+ *     expand    routed (token, k) x 2 x (row + scales) + ht-rm rows x metadata (read)
+ *     combine   ht-em pull in place: rows x combine row + R*T*2H (out);
+ *               through the buffer: rows x (2H + combine row) more (expert side: read, write);
+ *               ht-rm: routed x 2H (pre-reduce reads) + ht-rm rows x (2 combine rows + metadata)
+ *               + R*T*2H (bench_ht counts ht-rm rows x 2H for the reads: fewer bytes)
+ *   LL "issued" (bench_ll): dispatch routed x (row + scales + 16) + R*T*2H; combine push
+ *     routed x (2H + 2 combine rows + 16) + R*T*2H, pull routed x 2H + R*T*2H; "copy-conv"
+ *     (CSV only): 2 x routed x row, bench_ll's copy convention.
+ *   % of ceiling = HBM bytes / time / the D2D copy ceiling measured at the start of this run
+ *   (cudaMemcpyAsync of 2 GiB, read + write counted; measured again at the end as a drift check).
+ *
+ * Targets (issue #17; column 'target', 'meets' yes/no): ht-em dispatch >= 80 %; ht-em
+ * combine-pull >= 80 %, combine-eo and combine-mxfp8 >= 70 %; ht-rm dispatch+expand >= 70 % and
+ * combine >= 70 %; LL T=128 dispatch and combine >= 70 % (issued); LL T=1 <= 12 us per stage.
+ * Other rows carry no target ('-'). Missing a target never changes the exit status.
+ *
+ * Checks (nothing expensive): every CUDA call and every epf_status_t; after each plan, the error
+ * record (any wait timeout, dropped route, receive overflow: the rows say ERROR); LL: rows received
+ * == rows routed. A launch a launcher refuses (co-residency, shared memory) is a REFUSED row. Exit
+ * status: 0; 1 on any ERROR or REFUSED row or a CUDA failure; 2 bad options; 77 no GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "epf_bench.h"
+#include "epfuse/epfuse.cuh"
+#include "epfuse/kernels_ht.cuh"
+#include "epfuse/kernels_ll.cuh"
+
+/* ---- the matrix -------------------------------------------------------------------------------- */
+
+typedef struct zoo_model {
+  const char* name;
+  int H, E, K;
+} zoo_model_t;
+
+static const zoo_model_t zoo_models[] = {
+    {"deepseek-v3", 7168, 256, 8}, {"kimi-k2", 7168, 384, 8},      {"qwen3-235b", 4096, 128, 8},
+    {"qwen3-30b", 2048, 128, 8},   {"gpt-oss-120b", 2880, 128, 4}, {"llama4-maverick", 5120, 128, 1},
+    {"mixtral-8x22b", 6144, 8, 2}};
+#define ZOO_NMODELS ((int)(sizeof(zoo_models) / sizeof(zoo_models[0])))
+
+static const int zoo_payloads[3] = {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_FP8_128};
+
+static const char* zoo_payload_name(int p) {
+  return p == EPF_PAYLOAD_MXFP8 ? "mxfp8" : p == EPF_PAYLOAD_FP8_128 ? "fp8" : "bf16";
+}
+
+typedef struct zoo_opts {
+  int list, iters, reps, ht_tokens, do_ht, do_ll;
+  int ranks[8], nranks, ll_tokens[8], nll;
+  int use_model[ZOO_NMODELS];
+  const char *csv, *torch;
+} zoo_opts_t;
+
+/* ---- rows -------------------------------------------------------------------------------------- */
+
+enum { ZOO_T_NONE = 0, ZOO_T_FRAC = 1, ZOO_T_US = 2 };
+enum { ZOO_OK = 0, ZOO_REFUSED = 1, ZOO_ERROR = 2 };
+
+typedef struct zoo_row {
+  char name[128];
+  char model[24], mode[8], payload[8], stage[32];
+  int R, T, H, E, K;
+  double us;                     /* median; < 0: not measured (--list) */
+  double recv_b, topk_b, link_b; /* bytes per call in the three conventions (0: not applicable) */
+  double hbm_b;                  /* HT moved / LL issued bytes: the fraction's numerator */
+  double copy_b;                 /* LL copy convention (0 for HT) */
+  int target_kind;
+  double target;   /* fraction (ZOO_T_FRAC) or microseconds (ZOO_T_US) */
+  int status;      /* ZOO_OK, ZOO_REFUSED, ZOO_ERROR */
+  char why[48];    /* the status name behind REFUSED / ERROR */
+  double torch_us; /* < 0: no PyTorch baseline */
+} zoo_row_t;
+
+static zoo_row_t* g_rows;
+static int g_nrows, g_caprows;
+static FILE* g_csv;
+static double g_ceiling = 0.0; /* GB/s, read + write; 0 in --list */
+static double g_budget;        /* bytes one plan may allocate */
+static double g_est_s;         /* --list: rough run-time estimate */
+static int g_list;
+static char** g_torch_key;
+static double* g_torch_us;
+static int g_ntorch;
+static epf_error_record_t *g_rec_h, *g_rec_d;
+
+static zoo_row_t* zoo_row_new(const zoo_model_t* m, int R, int T, const char* mode, int payload, const char* stage) {
+  zoo_row_t* r;
+  if (g_nrows == g_caprows) {
+    g_caprows = g_caprows ? 2 * g_caprows : 256;
+    g_rows = (zoo_row_t*)realloc(g_rows, sizeof(zoo_row_t) * (size_t)g_caprows);
+    if (g_rows == NULL) {
+      fprintf(stderr, "bench_zoo: out of host memory\n");
+      exit(1);
+    }
+  }
+  r = &g_rows[g_nrows++];
+  memset(r, 0, sizeof(*r));
+  snprintf(r->name, sizeof(r->name), "%s/R%d/%s/T%d/%s/%s", m->name, R, mode, T, zoo_payload_name(payload), stage);
+  snprintf(r->model, sizeof(r->model), "%s", m->name);
+  snprintf(r->mode, sizeof(r->mode), "%s", mode);
+  snprintf(r->payload, sizeof(r->payload), "%s", zoo_payload_name(payload));
+  snprintf(r->stage, sizeof(r->stage), "%s", stage);
+  r->R = R;
+  r->T = T;
+  r->H = m->H;
+  r->E = m->E;
+  r->K = m->K;
+  r->us = -1.0;
+  r->torch_us = -1.0;
+  return r;
+}
+
+static void zoo_target(zoo_row_t* r, int kind, double v) {
+  r->target_kind = kind;
+  r->target = v;
+}
+
+/* HBM bytes / time as a fraction of the ceiling; < 0 when not measured */
+static double zoo_frac(const zoo_row_t* r) {
+  if (r->us <= 0.0 || g_ceiling <= 0.0 || r->status != ZOO_OK) return -1.0;
+  return r->hbm_b / (r->us * 1e3) / g_ceiling;
+}
+
+static double zoo_gbs(double bytes, double us) { return us > 0.0 && bytes > 0.0 ? bytes / (us * 1e3) : -1.0; }
+
+static const char* zoo_meets(const zoo_row_t* r) {
+  if (r->status == ZOO_REFUSED) return "REFUSED";
+  if (r->status == ZOO_ERROR) return "ERROR";
+  if (r->us < 0.0 || r->target_kind == ZOO_T_NONE) return "-";
+  if (r->target_kind == ZOO_T_US) return r->us <= r->target ? "yes" : "no";
+  return zoo_frac(r) >= r->target ? "yes" : "no";
+}
+
+static void zoo_target_str(const zoo_row_t* r, char* s, size_t n) {
+  if (r->target_kind == ZOO_T_FRAC) snprintf(s, n, ">=%.0f%%", 100.0 * r->target);
+  else if (r->target_kind == ZOO_T_US) snprintf(s, n, "<=%.0fus", r->target);
+  else snprintf(s, n, "-");
+}
+
+/* a number or an empty CSV field */
+static void zoo_csv_num(FILE* f, double v, const char* fmt) {
+  if (v >= 0.0) fprintf(f, fmt, v);
+  fputc(',', f);
+}
+
+static void zoo_csv_header(FILE* f) {
+  fprintf(f, "case,model,ranks,tokens,hidden,experts,topk,mode,payload,stage,us,recv_logical_gbs,topk_logical_gbs,"
+             "link_gbs,hbm_bytes,hbm_gbs,frac_ceiling,copy_conv_frac,ceiling_gbs,target,meets,torch_us\n");
+}
+
+static void zoo_csv_row(FILE* f, const zoo_row_t* r) {
+  char tgt[16];
+  const double us = r->status == ZOO_OK ? r->us : -1.0;
+  zoo_target_str(r, tgt, sizeof(tgt));
+  fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%s,%s,%s,", r->name, r->model, r->R, r->T, r->H, r->E, r->K, r->mode, r->payload,
+          r->stage);
+  zoo_csv_num(f, us, "%.2f");
+  zoo_csv_num(f, zoo_gbs(r->recv_b, us), "%.1f");
+  zoo_csv_num(f, zoo_gbs(r->topk_b, us), "%.1f");
+  zoo_csv_num(f, zoo_gbs(r->link_b, us), "%.1f");
+  fprintf(f, "%.0f,", r->hbm_b);
+  zoo_csv_num(f, zoo_gbs(r->hbm_b, us), "%.1f");
+  zoo_csv_num(f, zoo_frac(r), "%.4f");
+  zoo_csv_num(f, r->copy_b > 0.0 && us > 0.0 && g_ceiling > 0.0 ? r->copy_b / (us * 1e3) / g_ceiling : -1.0, "%.4f");
+  zoo_csv_num(f, g_ceiling > 0.0 ? g_ceiling : -1.0, "%.1f");
+  fprintf(f, "%s,%s%s%s,", tgt, zoo_meets(r), r->why[0] ? ":" : "", r->why);
+  if (r->torch_us >= 0.0) fprintf(f, "%.2f", r->torch_us);
+  fputc('\n', f);
+}
+
+static void zoo_torch_join(zoo_row_t* r) {
+  int i;
+  for (i = 0; i < g_ntorch; ++i)
+    if (!strcmp(g_torch_key[i], r->name)) r->torch_us = g_torch_us[i];
+}
+
+/* a row is complete: join the baseline, append it to the CSV, say it on stderr */
+static void zoo_row_done(zoo_row_t* r) {
+  zoo_torch_join(r);
+  if (g_csv != NULL) {
+    zoo_csv_row(g_csv, r);
+    fflush(g_csv);
+  }
+  if (!g_list) {
+    const double f = zoo_frac(r);
+    fprintf(stderr, "    %-56s %10.1f us %6.1f%% %s%s%s\n", r->name, r->us, f >= 0.0 ? 100.0 * f : 0.0, zoo_meets(r),
+            r->why[0] ? " " : "", r->why);
+  }
+}
+
+static void zoo_rows_fail(zoo_row_t* rows, int n, int status, const char* why) {
+  int i;
+  for (i = 0; i < n; ++i) {
+    rows[i].status = status;
+    snprintf(rows[i].why, sizeof(rows[i].why), "%s", why);
+  }
+}
+
+static void zoo_load_torch(const char* path) {
+  char line[512];
+  FILE* f = fopen(path, "r");
+  if (f == NULL) {
+    fprintf(stderr, "bench_zoo: cannot read %s\n", path);
+    exit(2);
+  }
+  while (fgets(line, sizeof(line), f)) {
+    char* comma = strchr(line, ',');
+    char* end;
+    double v;
+    if (line[0] == '#' || comma == NULL || !strncmp(line, "case,", 5)) continue;
+    *comma = '\0';
+    v = strtod(comma + 1, &end);
+    if (end == comma + 1) continue;
+    g_torch_key = (char**)realloc(g_torch_key, sizeof(char*) * (size_t)(g_ntorch + 1));
+    g_torch_us = (double*)realloc(g_torch_us, sizeof(double) * (size_t)(g_ntorch + 1));
+    g_torch_key[g_ntorch] = strdup(line);
+    g_torch_us[g_ntorch] = v;
+    ++g_ntorch;
+  }
+  fclose(f);
+  fprintf(stderr, "bench_zoo: %d PyTorch baselines from %s\n", g_ntorch, path);
+}
+
+/* ---- small CUDA helpers ------------------------------------------------------------------------ */
+
+static void* zoo_malloc(size_t bytes) {
+  void* p = NULL;
+  if (bytes == 0) return NULL;
+  EPF_BENCH_CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+static void zoo_free(void* p) {
+  if (p != NULL) EPF_BENCH_CUDA(cudaFree(p));
+}
+
+static void zoo_fill(void* p, size_t elems, uint32_t seed) {
+  if (p == NULL) return;
+  epf_bench_fill_bf16<<<1024, 256>>>((uint16_t*)p, elems, seed);
+  EPF_BENCH_CUDA(cudaGetLastError());
+}
+
+/* the error record after a plan's runs (device synchronized): "" when clean, else the reason */
+static const char* zoo_record_problem(void) {
+  epf_error_record_t rec;
+  epf_error_read(g_rec_h, &rec);
+  if (rec.status != 0u || rec.count != 0u) return epf_status_name((epf_status_t)rec.status);
+  if (rec.recv_overflow != 0u) return "recv_overflow";
+  if (rec.dropped_routes != 0u) return "dropped_routes";
+  return "";
+}
+
+/* ---- HT ---------------------------------------------------------------------------------------- */
+
+/* what the host routing implies for each layout (totals over all ranks) */
+typedef struct zoo_ht_stats {
+  int64_t valid;                    /* routed (token, k) */
+  int64_t em_rows, em_max, em_link; /* EXPERT_MAJOR: rows received, most on one rank, crossing ranks */
+  int64_t rm_rows, rm_max, rm_link; /* RANK_MAJOR: one row per (token, destination rank) */
+} zoo_ht_stats_t;
+
+static void zoo_ht_stats(const int32_t* topk, int R, int T, int K, int E, zoo_ht_stats_t* s) {
+  const int EL = E / R;
+  int64_t* em = (int64_t*)calloc((size_t)R, 8);
+  int64_t* rm = (int64_t*)calloc((size_t)R, 8);
+  int64_t i;
+  int r;
+  memset(s, 0, sizeof(*s));
+  for (i = 0; i < (int64_t)R * T; ++i) {
+    const int src = (int)(i / T);
+    unsigned char seen[EPF_MAX_RANKS];
+    int k;
+    memset(seen, 0, sizeof(seen));
+    for (k = 0; k < K; ++k) {
+      const int e = topk[i * K + k];
+      int d;
+      if (e < 0 || e >= E) continue;
+      d = e / EL;
+      ++s->valid;
+      ++em[d];
+      s->em_link += d != src;
+      if (!seen[d]) {
+        seen[d] = 1;
+        ++rm[d];
+        s->rm_link += d != src;
+      }
+    }
+  }
+  for (r = 0; r < R; ++r) {
+    s->em_rows += em[r];
+    s->rm_rows += rm[r];
+    if (em[r] > s->em_max) s->em_max = em[r];
+    if (rm[r] > s->rm_max) s->rm_max = rm[r];
+  }
+  free(em);
+  free(rm);
+}
+
+static epf_config_t zoo_ht_config(const zoo_model_t* m, int R, int T, int layout, int payload, int cpayload,
+                                  const zoo_ht_stats_t* s) {
+  epf_config_t cfg = EPF_CONFIG_INIT;
+  cfg.nranks = R;
+  cfg.num_experts = m->E;
+  cfg.top_k = m->K;
+  cfg.hidden = m->H;
+  cfg.max_tokens_per_rank = T;
+  cfg.layout = layout;
+  cfg.payload = payload;
+  cfg.combine_payload = cpayload;
+  cfg.recv_capacity = (layout == EPF_LAYOUT_RANK_MAJOR ? s->rm_max : s->em_max) + 64;
+  return cfg;
+}
+
+/* rows per rank of the expert-output buffer / expert-major view */
+static int64_t zoo_ht_expert_rows(const epf_plan_t* plan, const zoo_ht_stats_t* s) {
+  /* EXPERT_MAJOR: one per receive row (the combine requires recv_capacity); RANK_MAJOR: the view
+   * holds one row per (token, local expert) copy: at most em_max on a rank (alignment 1) */
+  return plan->layout == EPF_LAYOUT_RANK_MAJOR ? s->em_max + plan->experts_per_rank + 64 : plan->recv_capacity;
+}
+
+/* device bytes of one plan's run, the group's inputs included */
+static double zoo_ht_plan_bytes(const epf_plan_t* plan, const zoo_ht_stats_t* s, int T) {
+  const double R = plan->nranks, H = plan->hidden, K = plan->top_k;
+  const double er = (double)zoo_ht_expert_rows(plan, s);
+  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+  uint64_t rbytes = 0;
+  double b = R * (double)plan->total_bytes + R * T * (2.0 * K * 4.0 + 2.0 * 2.0 * H);
+  rc.index_type = EPF_INDEX_INT32;
+  if (epf_route_size(plan, &rc, &rbytes) == EPF_OK) b += R * (double)rbytes;
+  b += R * er * 2.0 * H; /* expert outputs */
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR) b += R * er * ((double)plan->row_bytes + plan->scale_bytes_per_row);
+  return b;
+}
+
+typedef struct zoo_ht_in {
+  int32_t* topk; /* device [R][T][K] */
+  float* w;      /* device [R][T][K] */
+  void* x;       /* device [R][T][H] BF16 */
+  void* out;     /* device [R][T][H] BF16 */
+} zoo_ht_in_t;
+
+static cudaEvent_t g_ev[5];
+
+/* One plan: its rows, and with a GPU its run. cpayload BF16: dispatch rows (+ expand rows for
+ * RANK_MAJOR) and the BF16 combine variants; MXFP8: the combine-mxfp8 row only. */
+static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T, const zoo_ht_stats_t* s,
+                        const zoo_ht_in_t* in, int layout, int payload, int cpayload) {
+  const int rm = layout == EPF_LAYOUT_RANK_MAJOR;
+  const char* mode = rm ? "ht-rm" : "ht-em";
+  const epf_config_t cfg = zoo_ht_config(m, R, T, layout, payload, cpayload, s);
+  const double H2 = 2.0 * m->H;
+  epf_plan_t plan;
+  epf_status_t st = epf_plan_compute(&cfg, &plan);
+  int nvar = 0, v, first, nrows;
+  int var_eo[2];
+  zoo_row_t *rd = NULL, *re = NULL, *rde = NULL, *rc[2] = {NULL, NULL};
+  double row, sc, meta, crow, rows, link;
+  if (st != EPF_OK) {
+    fprintf(stderr, "  skip %s R%d %s %s combine %s: epf_plan_compute -> %s\n", m->name, R, mode,
+            zoo_payload_name(payload), zoo_payload_name(cpayload), epf_status_name(st));
+    return;
+  }
+  row = plan.row_bytes;
+  sc = plan.scale_bytes_per_row;
+  meta = plan.meta_bytes_per_row;
+  crow = plan.combine_row_bytes;
+  rows = (double)(rm ? s->rm_rows : s->em_rows);
+  link = (double)(rm ? s->rm_link : s->em_link);
+  /* the combine variants of this plan: expert_out NULL (in place) or the separate buffer */
+  if (cpayload == EPF_PAYLOAD_BF16 && !rm && payload == EPF_PAYLOAD_BF16) var_eo[nvar++] = 0;
+  var_eo[nvar++] = 1;
+
+  first = g_nrows;
+  if (cpayload == EPF_PAYLOAD_BF16) {
+    rd = zoo_row_new(m, R, T, mode, payload, "dispatch");
+    rd->recv_b = rows * row;
+    rd->topk_b = (double)s->valid * row;
+    rd->link_b = link * row;
+    rd->hbm_b = (double)R * T * H2 + rows * (row + sc + meta);
+    if (!rm) zoo_target(rd, ZOO_T_FRAC, 0.80);
+    if (rm) {
+      re = zoo_row_new(m, R, T, mode, payload, "expand");
+      re->hbm_b = (double)s->valid * 2.0 * (row + sc) + rows * meta;
+      rde = zoo_row_new(m, R, T, mode, payload, "dispatch+expand");
+      rde->recv_b = rd->recv_b;
+      rde->topk_b = rd->topk_b;
+      rde->link_b = rd->link_b;
+      rde->hbm_b = rd->hbm_b + re->hbm_b;
+      zoo_target(rde, ZOO_T_FRAC, 0.70);
+    }
+  }
+  for (v = 0; v < nvar; ++v) {
+    zoo_row_t* r = rc[v] = zoo_row_new(
+        m, R, T, mode, payload, cpayload == EPF_PAYLOAD_MXFP8 ? "combine-mxfp8" : var_eo[v] ? "combine-eo" : "combine-pull");
+    r->recv_b = rows * crow;
+    r->topk_b = (double)s->valid * crow;
+    r->link_b = link * crow;
+    if (rm) /* pre-reduce: every (token, k) output read, one partial written and read per row */
+      r->hbm_b = (double)s->valid * H2 + rows * (2.0 * crow + meta) + (double)R * T * H2;
+    else
+      r->hbm_b = rows * crow + (double)R * T * H2 + (var_eo[v] ? rows * (H2 + crow) : 0.0);
+    zoo_target(r, ZOO_T_FRAC, !rm && !var_eo[v] ? 0.80 : 0.70);
+  }
+  nrows = g_nrows - first;
+
+  if (g_list) {
+    const double bytes = zoo_ht_plan_bytes(&plan, s, T);
+    double per_iter = 0.0;
+    int i;
+    for (i = first; i < g_nrows; ++i) {
+      char tgt[16];
+      zoo_target_str(&g_rows[i], tgt, sizeof(tgt));
+      printf("%-60s HBM %8.3f GB  target %-7s\n", g_rows[i].name, g_rows[i].hbm_b / 1e9, tgt);
+      if (strcmp(g_rows[i].stage, "dispatch+expand") != 0) per_iter += g_rows[i].hbm_b;
+    }
+    printf("    plan: window %.2f GB x %d ranks, recv_capacity %lld, device memory %.2f GB%s\n",
+           plan.total_bytes / 1e9, R, (long long)plan.recv_capacity, bytes / 1e9,
+           bytes > g_budget ? "  ** over the memory budget **" : "");
+    /* rough: every variant runs iters + 3 rounds at ~2/3 of a 4 TB/s ceiling, plus set-up */
+    g_est_s += nvar * (o->iters + 3) * per_iter / (0.66 * 4.0e12) + 0.05 + bytes / 2.0e12;
+    for (i = first; i < g_nrows; ++i) zoo_row_done(&g_rows[i]);
+    return;
+  }
+
+  {
+    const int EL = plan.experts_per_rank;
+    const int64_t expert_rows = zoo_ht_expert_rows(&plan, s);
+    const int total = o->iters + 3;
+    char* win = (char*)zoo_malloc((size_t)R * plan.total_bytes);
+    epf_team_t team = epf_team_virtual(win, plan.total_bytes, 0, R);
+    epf_route_config_t rcfg = EPF_ROUTE_CONFIG_INIT;
+    uint64_t rbytes = 0;
+    void* rbuf;
+    epf_route_t route;
+    epf_ht_state_t* state;
+    void *eo, *view = NULL, *view_sc = NULL;
+    epf_route_step_t rs;
+    epf_ht_step_t hs;
+    float *td = (float*)malloc(sizeof(float) * (size_t)(nvar * total)), *te = (float*)malloc(sizeof(float) * (size_t)(nvar * total));
+    float* tc[2];
+    int nd = 0, ne = 0, nc[2] = {0, 0}, i;
+    const char* problem = "";
+    char why[48] = "";
+    (void)EL;
+    tc[0] = (float*)malloc(sizeof(float) * (size_t)total);
+    tc[1] = (float*)malloc(sizeof(float) * (size_t)total);
+    EPF_BENCH_CUDA(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
+    rcfg.index_type = EPF_INDEX_INT32;
+    EPF_BENCH_OK(epf_route_size(&plan, &rcfg, &rbytes));
+    rbuf = zoo_malloc((size_t)rbytes * R);
+    EPF_BENCH_OK(epf_route_init(&plan, &rcfg, rbuf, rbytes * R, R, 1u, 0, &route));
+    state = (epf_ht_state_t*)zoo_malloc((size_t)R * sizeof(epf_ht_state_t));
+    EPF_BENCH_CUDA(cudaMemset(state, 0, (size_t)R * sizeof(epf_ht_state_t)));
+    eo = zoo_malloc((size_t)R * expert_rows * m->H * 2);
+    zoo_fill(eo, (size_t)R * expert_rows * m->H, 7u);
+    if (rm) {
+      view = zoo_malloc((size_t)R * expert_rows * plan.row_bytes);
+      if (plan.scale_bytes_per_row != 0u) view_sc = zoo_malloc((size_t)R * expert_rows * plan.scale_bytes_per_row);
+    }
+    EPF_BENCH_CUDA(cudaDeviceSynchronize());
+    epf_error_clear(g_rec_h);
+    rs = epf_route_step_make(in->topk, T, epf_wait_make(plan.timeout_ns, g_rec_d, NULL, 0));
+    memset(&hs, 0, sizeof(hs));
+    hs.x = in->x;
+    hs.topk_weights = in->w;
+    hs.out = in->out;
+    hs.em_view = view;
+    hs.em_view_scales = view_sc;
+    hs.state = state;
+    hs.expert_rows = expert_rows;
+    hs.wait = epf_wait_make(plan.timeout_ns, g_rec_d, NULL, 0);
+
+    for (v = 0; v < nvar && !why[0]; ++v) {
+      hs.expert_out = var_eo[v] ? eo : NULL;
+      for (i = 0; i < total && !why[0]; ++i) {
+        float t_d, t_e, t_c;
+        EPF_BENCH_CUDA(cudaEventRecord(g_ev[0]));
+        st = epf_route_update(&route, team, &plan, &rs, 0);
+        EPF_BENCH_CUDA(cudaEventRecord(g_ev[1]));
+        if (st == EPF_OK) st = epf_ht_dispatch(&route, team, &plan, &hs, in->topk, EPF_HT_SEND | EPF_HT_RECV, 0);
+        EPF_BENCH_CUDA(cudaEventRecord(g_ev[2]));
+        if (st == EPF_OK && rm) st = epf_ht_expand(&route, team, &plan, &hs, 0);
+        EPF_BENCH_CUDA(cudaEventRecord(g_ev[3]));
+        if (st == EPF_OK) st = epf_ht_combine(&route, team, &plan, &hs, in->topk, 0);
+        EPF_BENCH_CUDA(cudaEventRecord(g_ev[4]));
+        EPF_BENCH_CUDA(cudaEventSynchronize(g_ev[4]));
+        if (st != EPF_OK) { /* a launcher refused: nothing of this call ran, the ones before did */
+          snprintf(why, sizeof(why), "%s", epf_status_name(st));
+          break;
+        }
+        EPF_BENCH_CUDA(cudaEventElapsedTime(&t_d, g_ev[1], g_ev[2]));
+        EPF_BENCH_CUDA(cudaEventElapsedTime(&t_e, g_ev[2], g_ev[3]));
+        EPF_BENCH_CUDA(cudaEventElapsedTime(&t_c, g_ev[3], g_ev[4]));
+        if (i < 3) continue; /* warm-up */
+        td[nd++] = t_d;
+        te[ne++] = t_e;
+        tc[v][nc[v]++] = t_c;
+      }
+    }
+    EPF_BENCH_CUDA(cudaDeviceSynchronize());
+    problem = zoo_record_problem();
+    if (why[0]) {
+      fprintf(stderr, "bench_zoo: REFUSED %s R%d %s %s combine %s: %s\n", m->name, R, mode, zoo_payload_name(payload),
+              zoo_payload_name(cpayload), why);
+      zoo_rows_fail(&g_rows[first], nrows, ZOO_REFUSED, why);
+    } else if (problem[0]) {
+      fprintf(stderr, "bench_zoo: ERROR %s R%d %s %s combine %s: error record says %s\n", m->name, R, mode,
+              zoo_payload_name(payload), zoo_payload_name(cpayload), problem);
+      zoo_rows_fail(&g_rows[first], nrows, ZOO_ERROR, problem);
+    } else {
+      const double us_d = epf_bench_median(td, nd) * 1e3, us_e = epf_bench_median(te, ne) * 1e3;
+      if (rd != NULL) rd->us = us_d;
+      if (re != NULL) re->us = us_e;
+      if (rde != NULL) rde->us = us_d + us_e;
+      for (v = 0; v < nvar; ++v) rc[v]->us = epf_bench_median(tc[v], nc[v]) * 1e3;
+    }
+    for (i = first; i < g_nrows; ++i) zoo_row_done(&g_rows[i]);
+    free(td);
+    free(te);
+    free(tc[0]);
+    free(tc[1]);
+    zoo_free(win);
+    zoo_free(rbuf);
+    zoo_free(state);
+    zoo_free(eo);
+    zoo_free(view);
+    zoo_free(view_sc);
+  }
+}
+
+/* One model at one rank count: routing, then every plan of the HT matrix. */
+static void zoo_ht_group(const zoo_opts_t* o, const zoo_model_t* m, int R, uint64_t seed) {
+  int T = o->ht_tokens, li, pi;
+  int32_t* topk = NULL;
+  float* w = NULL;
+  zoo_ht_stats_t s;
+  zoo_ht_in_t in;
+  { /* the library says whether this model fits these ranks at all (before E / R is divided) */
+    epf_plan_t plan;
+    epf_status_t st;
+    memset(&s, 0, sizeof(s));
+    {
+      const epf_config_t cfg = zoo_ht_config(m, R, T, EPF_LAYOUT_EXPERT_MAJOR, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, &s);
+      st = epf_plan_compute(&cfg, &plan);
+    }
+    if (st != EPF_OK) {
+      fprintf(stderr, "  skip %s R%d HT: %s\n", m->name, R, epf_status_name(st));
+      return;
+    }
+  }
+  for (;;) { /* the routing; fewer tokens while the largest plan would not fit */
+    uint64_t rng = seed;
+    double need = 0.0;
+    epf_status_t st = EPF_OK;
+    topk = (int32_t*)realloc(topk, (size_t)R * T * m->K * 4);
+    w = (float*)realloc(w, (size_t)R * T * m->K * 4);
+    epf_bench_topk_distinct(&rng, (int64_t)R * T, m->K, m->E, 0, topk, w);
+    zoo_ht_stats(topk, R, T, m->K, m->E, &s);
+    for (li = 0; li < 2 && st == EPF_OK; ++li)
+      for (pi = 0; pi < 3; ++pi) {
+        const int layout = li ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
+        const epf_config_t cfg = zoo_ht_config(m, R, T, layout, zoo_payloads[pi], EPF_PAYLOAD_BF16, &s);
+        epf_plan_t plan;
+        if (epf_quant_check(m->H, zoo_payloads[pi]) != EPF_OK) continue;
+        st = epf_plan_compute(&cfg, &plan);
+        if (st != EPF_OK) break;
+        if (zoo_ht_plan_bytes(&plan, &s, T) > need) need = zoo_ht_plan_bytes(&plan, &s, T);
+      }
+    if (st != EPF_OK) {
+      fprintf(stderr, "  skip %s R%d HT: %s\n", m->name, R, epf_status_name(st));
+      free(topk);
+      free(w);
+      return;
+    }
+    if (need <= g_budget || T <= 128) break;
+    fprintf(stderr, "  note %s R%d: HT tokens per rank %d -> %d (%.1f GB > %.1f GB of device memory)\n", m->name, R, T,
+            T / 2, need / 1e9, g_budget / 1e9);
+    T /= 2;
+  }
+  fprintf(stderr, "[ht] %s R%d T%d H%d E%d K%d: %lld (token, k), %lld ht-rm rows\n", m->name, R, T, m->H, m->E, m->K,
+          (long long)s.valid, (long long)s.rm_rows);
+  memset(&in, 0, sizeof(in));
+  if (!g_list) {
+    in.topk = (int32_t*)zoo_malloc((size_t)R * T * m->K * 4);
+    in.w = (float*)zoo_malloc((size_t)R * T * m->K * 4);
+    in.x = zoo_malloc((size_t)R * T * m->H * 2);
+    in.out = zoo_malloc((size_t)R * T * m->H * 2);
+    EPF_BENCH_CUDA(cudaMemcpy(in.topk, topk, (size_t)R * T * m->K * 4, cudaMemcpyHostToDevice));
+    EPF_BENCH_CUDA(cudaMemcpy(in.w, w, (size_t)R * T * m->K * 4, cudaMemcpyHostToDevice));
+    zoo_fill(in.x, (size_t)R * T * m->H, 1u);
+  }
+  for (li = 0; li < 2; ++li)
+    for (pi = 0; pi < 3; ++pi) {
+      const int layout = li ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
+      const epf_status_t q = epf_quant_check(m->H, zoo_payloads[pi]);
+      if (q != EPF_OK) {
+        if (li == 0) fprintf(stderr, "  skip %s %s: epf_quant_check(%d) -> %s\n", m->name, zoo_payload_name(zoo_payloads[pi]), m->H, epf_status_name(q));
+        continue;
+      }
+      zoo_ht_plan(o, m, R, T, &s, &in, layout, zoo_payloads[pi], EPF_PAYLOAD_BF16);
+      if (epf_quant_check(m->H, EPF_PAYLOAD_MXFP8) == EPF_OK)
+        zoo_ht_plan(o, m, R, T, &s, &in, layout, zoo_payloads[pi], EPF_PAYLOAD_MXFP8);
+    }
+  if (!g_list) {
+    zoo_free(in.topk);
+    zoo_free(in.w);
+    zoo_free(in.x);
+    zoo_free(in.out);
+  }
+  free(topk);
+  free(w);
+}
+
+/* ---- LL ---------------------------------------------------------------------------------------- */
+
+/* bench_ll's five cases: {dispatch payload, combine payload, pull} */
+static const int zoo_ll_cases[5][3] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0},
+                                       {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1},
+                                       {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0},
+                                       {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0},
+                                       {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0}};
+
+static double zoo_ll_plan_bytes(const epf_plan_t* plan) {
+  const double R = plan->nranks;
+  double b = R * (double)plan->total_bytes + 2.0 * R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0) +
+             R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32) +
+             R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0) +
+             R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0) + R * 4.0;
+  if (plan->payload != EPF_PAYLOAD_BF16) b += R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_Y, 0);
+  return b;
+}
+
+/* One LL case: its rows, and with a GPU its run (mirrors bench_ll's bl_run). */
+static void zoo_ll_case(const zoo_opts_t* o, const zoo_model_t* m, int R, int T, int ci, const int32_t* h_topk,
+                        const float* h_w, int64_t local_rows) {
+  const int payload = zoo_ll_cases[ci][0], cpayload = zoo_ll_cases[ci][1], pull = zoo_ll_cases[ci][2];
+  const int own_dispatch_row = ci == 0 || payload != EPF_PAYLOAD_BF16; /* cases 1, 2 repeat case 0's dispatch */
+  const int64_t delivered = (int64_t)R * T * m->K;
+  const double H2 = 2.0 * m->H;
+  epf_config_t cfg = EPF_CONFIG_INIT;
+  epf_plan_t plan;
+  epf_status_t st;
+  zoo_row_t *rd = NULL, *rc;
+  double row, crow;
+  int first, nrows;
+  cfg.nranks = R;
+  cfg.num_experts = m->E;
+  cfg.top_k = m->K;
+  cfg.hidden = m->H;
+  cfg.max_tokens_per_rank = T;
+  cfg.mode = EPF_MODE_LL;
+  cfg.payload = payload;
+  cfg.combine_payload = cpayload;
+  st = epf_plan_compute(&cfg, &plan);
+  if (st != EPF_OK) {
+    fprintf(stderr, "  skip %s R%d LL T%d %s combine %s: epf_plan_compute -> %s\n", m->name, R, T,
+            zoo_payload_name(payload), zoo_payload_name(cpayload), epf_status_name(st));
+    return;
+  }
+  row = (double)plan.row_bytes + plan.scale_bytes_per_row;
+  crow = plan.combine_row_bytes;
+  first = g_nrows;
+  if (own_dispatch_row) {
+    rd = zoo_row_new(m, R, T, "ll", payload, "dispatch");
+    rd->recv_b = (double)delivered * row;
+    rd->topk_b = (double)R * T * m->K * row;
+    rd->link_b = (double)(delivered - local_rows) * row;
+    rd->copy_b = 2.0 * (double)delivered * row;
+    rd->hbm_b = (double)delivered * (row + 16.0) + (double)R * T * H2;
+  }
+  rc = zoo_row_new(m, R, T, "ll", payload,
+                   payload != EPF_PAYLOAD_BF16      ? "combine-fixed"
+                   : cpayload == EPF_PAYLOAD_MXFP8 ? "combine-mxfp8"
+                   : pull                          ? "combine-pull"
+                                                   : "combine-push");
+  rc->recv_b = (double)delivered * crow;
+  rc->topk_b = (double)R * T * m->K * crow;
+  rc->link_b = (double)(delivered - local_rows) * crow;
+  rc->copy_b = 2.0 * (double)delivered * crow;
+  rc->hbm_b = pull ? (double)delivered * H2 + (double)R * T * H2
+                   : (double)delivered * (H2 + 2.0 * crow + 16.0) + (double)R * T * H2;
+  {
+    int i;
+    for (i = first; i < g_nrows; ++i) {
+      if (T == 1) zoo_target(&g_rows[i], ZOO_T_US, 12.0);
+      else if (T == 128) zoo_target(&g_rows[i], ZOO_T_FRAC, 0.70);
+    }
+  }
+  nrows = g_nrows - first;
+
+  if (g_list) {
+    const double bytes = zoo_ll_plan_bytes(&plan);
+    int i;
+    for (i = first; i < g_nrows; ++i) {
+      char tgt[16];
+      zoo_target_str(&g_rows[i], tgt, sizeof(tgt));
+      printf("%-60s HBM %8.3f GB  target %-7s\n", g_rows[i].name, g_rows[i].hbm_b / 1e9, tgt);
+    }
+    printf("    plan: window %.2f GB x %d ranks, device memory %.2f GB%s\n", plan.total_bytes / 1e9, R, bytes / 1e9,
+           bytes > g_budget ? "  ** over the memory budget: skipped **" : "");
+    /* rough: set-up + memset, graph capture, replays at ~15 us + bytes at ~40 % of 4 TB/s */
+    g_est_s += 0.05 + bytes / 2.0e12 +
+               (o->reps + 11) * (2 * 15e-6 + (rc->hbm_b + (rd ? rd->hbm_b : rc->hbm_b)) / (0.4 * 4.0e12));
+    for (i = first; i < g_nrows; ++i) zoo_row_done(&g_rows[i]);
+    return;
+  }
+  if (zoo_ll_plan_bytes(&plan) > g_budget) {
+    fprintf(stderr, "bench_zoo: REFUSED %s R%d LL T%d: %.1f GB > %.1f GB of device memory\n", m->name, R, T,
+            zoo_ll_plan_bytes(&plan) / 1e9, g_budget / 1e9);
+    zoo_rows_fail(&g_rows[first], nrows, ZOO_REFUSED, "device_memory");
+    for (int i = first; i < g_nrows; ++i) zoo_row_done(&g_rows[i]);
+    return;
+  }
+  {
+    const int reps = o->reps;
+    char* win = (char*)zoo_malloc((size_t)R * plan.total_bytes);
+    epf_ll_state_t* state = (epf_ll_state_t*)zoo_malloc((size_t)R * sizeof(epf_ll_state_t));
+    uint16_t* x = (uint16_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0));
+    uint16_t* out = (uint16_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0));
+    int32_t* topk = (int32_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32));
+    float* w = (float*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
+    int32_t* recv_counts = (int32_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0));
+    uint32_t* round = (uint32_t*)zoo_malloc((size_t)R * 4);
+    uint16_t* y = NULL;
+    epf_ll_launch_t L;
+    epf_ll_dispatch_args_t da;
+    epf_ll_combine_args_t ca;
+    cudaStream_t s;
+    cudaGraph_t gd = NULL, gc = NULL;
+    cudaGraphExec_t xd = NULL, xc = NULL;
+    cudaEvent_t* ev = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * (size_t)(2 * reps + 1));
+    float *td = (float*)malloc(sizeof(float) * (size_t)reps), *tc = (float*)malloc(sizeof(float) * (size_t)reps);
+    const char* problem = "";
+    char why[48] = "";
+    int i;
+    EPF_BENCH_CUDA(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
+    if (payload != EPF_PAYLOAD_BF16) { /* quantized rows cannot be overwritten in place by BF16 y */
+      y = (uint16_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0));
+      zoo_fill(y, (size_t)R * plan.recv_capacity * m->H, 777u);
+    }
+    zoo_fill(x, (size_t)R * T * m->H, 12345u);
+    EPF_BENCH_CUDA(cudaMemcpy(topk, h_topk, (size_t)R * T * m->K * 4, cudaMemcpyHostToDevice));
+    EPF_BENCH_CUDA(cudaMemcpy(w, h_w, (size_t)R * T * m->K * 4, cudaMemcpyHostToDevice));
+    EPF_BENCH_CUDA(cudaDeviceSynchronize());
+    epf_error_clear(g_rec_h);
+    EPF_BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    L = epf_ll_launch_make(&plan, epf_team_virtual(win, plan.total_bytes, 0, R), state, g_rec_d, 1);
+    EPF_BENCH_OK(epf_ll_state_reset(&L, s));
+    memset(&da, 0, sizeof(da));
+    da.x = x;
+    da.topk_idx = topk;
+    da.index_type = EPF_INDEX_INT32;
+    da.topk_weights = w;
+    da.num_tokens = T;
+    da.recv_counts = recv_counts;
+    da.round = round;
+    memset(&ca, 0, sizeof(ca));
+    ca.y = y;
+    ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
+    ca.recv_counts = recv_counts;
+    ca.topk_idx = topk;
+    ca.index_type = EPF_INDEX_INT32;
+    ca.topk_weights = w;
+    ca.out = out;
+    ca.num_tokens = T;
+    /* one round outside capture: the launchers' checks (a refusal is a row, not a crash) */
+    st = epf_ll_dispatch(&L, &da, EPF_LL_BOTH, s);
+    if (st == EPF_OK) st = epf_ll_combine(&L, &ca, EPF_LL_BOTH, s);
+    EPF_BENCH_CUDA(cudaStreamSynchronize(s));
+    if (st != EPF_OK) snprintf(why, sizeof(why), "%s", epf_status_name(st));
+    if (!why[0]) {
+      EPF_BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      EPF_BENCH_OK(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, s));
+      EPF_BENCH_CUDA(cudaStreamEndCapture(s, &gd));
+      EPF_BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      EPF_BENCH_OK(epf_ll_combine(&L, &ca, EPF_LL_BOTH, s));
+      EPF_BENCH_CUDA(cudaStreamEndCapture(s, &gc));
+      EPF_BENCH_CUDA(cudaGraphInstantiate(&xd, gd, 0));
+      EPF_BENCH_CUDA(cudaGraphInstantiate(&xc, gc, 0));
+      for (i = 0; i < 2 * reps + 1; ++i) EPF_BENCH_CUDA(cudaEventCreate(&ev[i]));
+      for (i = 0; i < 10; ++i) { /* warm-up */
+        EPF_BENCH_CUDA(cudaGraphLaunch(xd, s));
+        EPF_BENCH_CUDA(cudaGraphLaunch(xc, s));
+      }
+      EPF_BENCH_CUDA(cudaStreamSynchronize(s));
+      EPF_BENCH_CUDA(cudaEventRecord(ev[0], s));
+      for (i = 0; i < reps; ++i) {
+        EPF_BENCH_CUDA(cudaGraphLaunch(xd, s));
+        EPF_BENCH_CUDA(cudaEventRecord(ev[2 * i + 1], s));
+        EPF_BENCH_CUDA(cudaGraphLaunch(xc, s));
+        EPF_BENCH_CUDA(cudaEventRecord(ev[2 * i + 2], s));
+      }
+      EPF_BENCH_CUDA(cudaStreamSynchronize(s));
+      for (i = 0; i < reps; ++i) {
+        EPF_BENCH_CUDA(cudaEventElapsedTime(&td[i], ev[2 * i], ev[2 * i + 1]));
+        EPF_BENCH_CUDA(cudaEventElapsedTime(&tc[i], ev[2 * i + 1], ev[2 * i + 2]));
+      }
+      for (i = 0; i < 2 * reps + 1; ++i) EPF_BENCH_CUDA(cudaEventDestroy(ev[i]));
+    }
+    EPF_BENCH_CUDA(cudaDeviceSynchronize());
+    problem = zoo_record_problem();
+    if (!why[0] && !problem[0]) { /* every routed row arrived (the last round's counts) */
+      int64_t got = 0;
+      const int n = R * plan.experts_per_rank * R;
+      int32_t* hc = (int32_t*)malloc(sizeof(int32_t) * (size_t)n);
+      EPF_BENCH_CUDA(cudaMemcpy(hc, recv_counts, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost));
+      for (i = 0; i < n; ++i) got += hc[i];
+      free(hc);
+      if (got != delivered) {
+        fprintf(stderr, "bench_zoo: %s R%d LL T%d: %lld rows received, %lld routed\n", m->name, R, T, (long long)got,
+                (long long)delivered);
+        problem = "rows_received";
+      }
+    }
+    if (why[0]) {
+      fprintf(stderr, "bench_zoo: REFUSED %s R%d LL T%d %s combine %s: %s\n", m->name, R, T, zoo_payload_name(payload),
+              zoo_payload_name(cpayload), why);
+      zoo_rows_fail(&g_rows[first], nrows, ZOO_REFUSED, why);
+    } else if (problem[0]) {
+      fprintf(stderr, "bench_zoo: ERROR %s R%d LL T%d %s combine %s: %s\n", m->name, R, T, zoo_payload_name(payload),
+              zoo_payload_name(cpayload), problem);
+      zoo_rows_fail(&g_rows[first], nrows, ZOO_ERROR, problem);
+    } else {
+      if (rd != NULL) rd->us = epf_bench_median(td, reps) * 1e3;
+      rc->us = epf_bench_median(tc, reps) * 1e3;
+    }
+    for (i = first; i < g_nrows; ++i) zoo_row_done(&g_rows[i]);
+    if (xd != NULL) EPF_BENCH_CUDA(cudaGraphExecDestroy(xd));
+    if (xc != NULL) EPF_BENCH_CUDA(cudaGraphExecDestroy(xc));
+    if (gd != NULL) EPF_BENCH_CUDA(cudaGraphDestroy(gd));
+    if (gc != NULL) EPF_BENCH_CUDA(cudaGraphDestroy(gc));
+    EPF_BENCH_CUDA(cudaStreamDestroy(s));
+    free(ev);
+    free(td);
+    free(tc);
+    zoo_free(win);
+    zoo_free(state);
+    zoo_free(x);
+    zoo_free(out);
+    zoo_free(topk);
+    zoo_free(w);
+    zoo_free(recv_counts);
+    zoo_free(round);
+    zoo_free(y);
+  }
+}
+
+static void zoo_ll_group(const zoo_opts_t* o, const zoo_model_t* m, int R, int T, uint64_t seed) {
+  int EL;
+  int32_t* topk;
+  float* w;
+  int64_t local_rows = 0, i;
+  int ci;
+  { /* the library says whether this model fits these ranks at all (before E / R is divided) */
+    epf_config_t cfg = EPF_CONFIG_INIT;
+    epf_plan_t plan;
+    epf_status_t st;
+    cfg.nranks = R;
+    cfg.num_experts = m->E;
+    cfg.top_k = m->K;
+    cfg.hidden = m->H;
+    cfg.max_tokens_per_rank = T;
+    cfg.mode = EPF_MODE_LL;
+    st = epf_plan_compute(&cfg, &plan);
+    if (st != EPF_OK) {
+      fprintf(stderr, "  skip %s R%d LL T%d: %s\n", m->name, R, T, epf_status_name(st));
+      return;
+    }
+  }
+  EL = m->E / R;
+  topk = (int32_t*)malloc((size_t)R * T * m->K * 4);
+  w = (float*)malloc((size_t)R * T * m->K * 4);
+  epf_bench_topk_distinct(&seed, (int64_t)R * T, m->K, m->E, 1, topk, w);
+  for (i = 0; i < (int64_t)R * T * m->K; ++i) local_rows += topk[i] / EL == (int)(i / ((int64_t)T * m->K));
+  fprintf(stderr, "[ll] %s R%d T%d H%d E%d K%d\n", m->name, R, T, m->H, m->E, m->K);
+  for (ci = 0; ci < 5; ++ci) {
+    const int p = zoo_ll_cases[ci][0], cp = zoo_ll_cases[ci][1];
+    if (epf_quant_check(m->H, p) != EPF_OK || epf_quant_check(m->H, cp) != EPF_OK) continue;
+    zoo_ll_case(o, m, R, T, ci, topk, w, local_rows);
+  }
+  free(topk);
+  free(w);
+}
+
+/* ---- the table --------------------------------------------------------------------------------- */
+
+static void zoo_cell(double v, const char* fmt) {
+  if (v >= 0.0) printf(fmt, v);
+  else printf(" - |");
+}
+
+static void zoo_print_table(const zoo_opts_t* o) {
+  int i, with_target = 0, met = 0, refused = 0, errors = 0;
+  printf("| case | us | recv-logical GB/s | topk-logical GB/s | link GB/s | HBM GB (HT moved, LL issued) | HBM GB/s |"
+         " %% of copy ceiling | target | meets | PyTorch us |\n");
+  printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |\n");
+  for (i = 0; i < g_nrows; ++i) {
+    const zoo_row_t* r = &g_rows[i];
+    const double us = r->status == ZOO_OK ? r->us : -1.0;
+    const double f = zoo_frac(r);
+    char tgt[16];
+    zoo_target_str(r, tgt, sizeof(tgt));
+    printf("| %s |", r->name);
+    zoo_cell(us, " %.1f |");
+    zoo_cell(zoo_gbs(r->recv_b, us), " %.0f |");
+    zoo_cell(zoo_gbs(r->topk_b, us), " %.0f |");
+    zoo_cell(zoo_gbs(r->link_b, us), " %.0f |");
+    zoo_cell(r->hbm_b / 1e9, " %.3f |");
+    zoo_cell(zoo_gbs(r->hbm_b, us), " %.0f |");
+    zoo_cell(f >= 0.0 ? 100.0 * f : -1.0, " %.1f%% |");
+    printf(" %s | %s%s%s |", tgt, zoo_meets(r), r->why[0] ? " " : "", r->why);
+    zoo_cell(r->torch_us, " %.1f |");
+    printf("\n");
+    if (r->status == ZOO_REFUSED) ++refused;
+    if (r->status == ZOO_ERROR) ++errors;
+    if (r->target_kind != ZOO_T_NONE && r->status == ZOO_OK && r->us >= 0.0) {
+      ++with_target;
+      met += !strcmp(zoo_meets(r), "yes");
+    }
+  }
+  printf("\n%d rows; targets: %d of %d met; refused: %d; errors: %d\n", g_nrows, met, with_target, refused, errors);
+  if (met < with_target) {
+    printf("missed:");
+    for (i = 0; i < g_nrows; ++i)
+      if (!strcmp(zoo_meets(&g_rows[i]), "no")) printf(" %s", g_rows[i].name);
+    printf("\n");
+  }
+  (void)o;
+}
+
+/* ---- main -------------------------------------------------------------------------------------- */
+
+static void zoo_usage(void) {
+  fprintf(stderr,
+          "usage: bench_zoo [--list] [--quick] [--models a,b] [--ranks 4,8,16] [--iters 10] [--reps 50]\n"
+          "                 [--ht-tokens 4096] [--ll-tokens 1,128,256] [--only ht|ll] [--csv FILE] [--torch FILE]\n"
+          "models:");
+  for (int i = 0; i < ZOO_NMODELS; ++i) fprintf(stderr, " %s", zoo_models[i].name);
+  fprintf(stderr, "\n");
+}
+
+int main(int argc, char** argv) {
+  zoo_opts_t o;
+  int i, mi, ri, ti, ndev = 0;
+  memset(&o, 0, sizeof(o));
+  o.iters = 10;
+  o.reps = 50;
+  o.ht_tokens = 4096;
+  o.do_ht = o.do_ll = 1;
+  o.ranks[0] = 8, o.ranks[1] = 4, o.ranks[2] = 16, o.nranks = 3;
+  o.ll_tokens[0] = 1, o.ll_tokens[1] = 128, o.ll_tokens[2] = 256, o.nll = 3;
+  for (mi = 0; mi < ZOO_NMODELS; ++mi) o.use_model[mi] = 1;
+  for (i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    const int takes = strcmp(a, "--list") && strcmp(a, "--quick") && strcmp(a, "--help") && strcmp(a, "-h");
+    if (takes && v == NULL) {
+      fprintf(stderr, "bench_zoo: %s needs a value\n", a);
+      return 2;
+    }
+    if (!strcmp(a, "--list")) o.list = 1;
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      zoo_usage();
+      return 0;
+    } else if (!strcmp(a, "--quick")) {
+      for (mi = 0; mi < ZOO_NMODELS; ++mi)
+        o.use_model[mi] = !strcmp(zoo_models[mi].name, "qwen3-30b") || !strcmp(zoo_models[mi].name, "gpt-oss-120b");
+      o.ranks[0] = 4, o.nranks = 1;
+      o.ll_tokens[0] = 1, o.ll_tokens[1] = 128, o.nll = 2;
+      o.ht_tokens = 512;
+      o.iters = 3;
+      o.reps = 10;
+    } else if (!strcmp(a, "--models")) {
+      char buf[256], *tok, *save = NULL;
+      snprintf(buf, sizeof(buf), "%s", v);
+      for (mi = 0; mi < ZOO_NMODELS; ++mi) o.use_model[mi] = 0;
+      for (tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        for (mi = 0; mi < ZOO_NMODELS && strcmp(zoo_models[mi].name, tok) != 0; ++mi) {
+        }
+        if (mi == ZOO_NMODELS) {
+          fprintf(stderr, "bench_zoo: unknown model %s\n", tok);
+          zoo_usage();
+          return 2;
+        }
+        o.use_model[mi] = 1;
+      }
+      ++i;
+    } else if (!strcmp(a, "--ranks")) {
+      if ((o.nranks = epf_bench_parse_ints(v, o.ranks, 8)) < 1) return fprintf(stderr, "bench_zoo: bad --ranks\n"), 2;
+      for (ri = 0; ri < o.nranks; ++ri)
+        if (o.ranks[ri] > EPF_MAX_RANKS) return fprintf(stderr, "bench_zoo: --ranks above %d\n", EPF_MAX_RANKS), 2;
+      ++i;
+    } else if (!strcmp(a, "--ll-tokens")) {
+      if ((o.nll = epf_bench_parse_ints(v, o.ll_tokens, 8)) < 1) return fprintf(stderr, "bench_zoo: bad --ll-tokens\n"), 2;
+      ++i;
+    } else if (!strcmp(a, "--iters")) {
+      if ((o.iters = atoi(v)) < 1) return fprintf(stderr, "bench_zoo: bad --iters\n"), 2;
+      ++i;
+    } else if (!strcmp(a, "--reps")) {
+      if ((o.reps = atoi(v)) < 1) return fprintf(stderr, "bench_zoo: bad --reps\n"), 2;
+      ++i;
+    } else if (!strcmp(a, "--ht-tokens")) {
+      if ((o.ht_tokens = atoi(v)) < 1) return fprintf(stderr, "bench_zoo: bad --ht-tokens\n"), 2;
+      ++i;
+    } else if (!strcmp(a, "--only")) {
+      o.do_ht = !strcmp(v, "ht");
+      o.do_ll = !strcmp(v, "ll");
+      if (!o.do_ht && !o.do_ll) return fprintf(stderr, "bench_zoo: --only ht or ll\n"), 2;
+      ++i;
+    } else if (!strcmp(a, "--csv")) {
+      o.csv = v;
+      ++i;
+    } else if (!strcmp(a, "--torch")) {
+      o.torch = v;
+      ++i;
+    } else {
+      fprintf(stderr, "bench_zoo: unknown option %s\n", a);
+      zoo_usage();
+      return 2;
+    }
+  }
+  g_list = o.list;
+  if (o.torch != NULL) zoo_load_torch(o.torch);
+  if (o.csv != NULL) {
+    g_csv = fopen(o.csv, "w");
+    if (g_csv == NULL) {
+      fprintf(stderr, "bench_zoo: cannot write %s\n", o.csv);
+      return 2;
+    }
+    zoo_csv_header(g_csv);
+  }
+
+  if (g_list) {
+    g_budget = 137.0 * 1073741824.0; /* an H200 (139 GiB), less a little */
+    printf("bench_zoo --list: the rows a run would measure (no CUDA); memory budget %.1f GB per plan\n", g_budget / 1e9);
+  } else {
+    cudaDeviceProp prop;
+    size_t free_b = 0, total_b = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+      printf("SKIP: bench_zoo needs a GPU\n");
+      return 77;
+    }
+    EPF_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+    g_ceiling = epf_bench_copy_ceiling_gbs((size_t)1 << 31, 10);
+    EPF_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    g_budget = (double)free_b - 3.0 * 1073741824.0;
+    EPF_BENCH_CUDA(cudaHostAlloc(&g_rec_h, sizeof(*g_rec_h), cudaHostAllocMapped));
+    EPF_BENCH_CUDA(cudaHostGetDevicePointer(&g_rec_d, g_rec_h, 0));
+    epf_error_clear(g_rec_h);
+    for (i = 0; i < 5; ++i) EPF_BENCH_CUDA(cudaEventCreate(&g_ev[i]));
+    printf("bench_zoo on %s (%d SMs, %.0f GB free): copy ceiling %.0f GB/s (cudaMemcpyAsync D2D of 2 GiB, read + "
+           "write counted)\n",
+           prop.name, prop.multiProcessorCount, free_b / 1e9, g_ceiling);
+    printf("HT: median of %d iterations per variant (events per stage, as bench_ht); LL: median of %d CUDA-graph "
+           "replays (as bench_ll)\n",
+           o.iters, o.reps);
+  }
+
+  for (mi = 0; mi < ZOO_NMODELS; ++mi) {
+    if (!o.use_model[mi]) continue;
+    for (ri = 0; ri < o.nranks; ++ri) {
+      const int R = o.ranks[ri];
+      const uint64_t seed = 0x200f00dull + 1000003ull * (uint64_t)mi + 7919ull * (uint64_t)R;
+      if (o.do_ht) zoo_ht_group(&o, &zoo_models[mi], R, seed);
+      if (o.do_ll)
+        for (ti = 0; ti < o.nll; ++ti) zoo_ll_group(&o, &zoo_models[mi], R, o.ll_tokens[ti], seed + (uint64_t)ti);
+    }
+  }
+
+  if (g_list) {
+    printf("\n%d rows; rough run time on one H200: %.0f s\n", g_nrows, g_est_s);
+  } else {
+    const double end_ceiling = epf_bench_copy_ceiling_gbs((size_t)1 << 31, 10);
+    printf("\n");
+    zoo_print_table(&o);
+    printf("copy ceiling at the end of the run: %.0f GB/s (%+.1f%% against the start)\n", end_ceiling,
+           100.0 * (end_ceiling / g_ceiling - 1.0));
+  }
+  if (g_csv != NULL) fclose(g_csv);
+  for (i = 0; i < g_nrows; ++i)
+    if (g_rows[i].status != ZOO_OK) return 1;
+  return 0;
+}
