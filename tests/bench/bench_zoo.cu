@@ -135,16 +135,21 @@ static double* g_torch_us;
 static int g_ntorch;
 static epf_error_record_t *g_rec_h, *g_rec_d;
 
+/* room for n more rows: a function that keeps pointers to its new rows reserves them first, so
+ * no zoo_row_new in between moves the array */
+static void zoo_rows_reserve(int n) {
+  if (g_nrows + n <= g_caprows) return;
+  while (g_nrows + n > g_caprows) g_caprows = g_caprows ? 2 * g_caprows : 256;
+  g_rows = (zoo_row_t*)realloc(g_rows, sizeof(zoo_row_t) * (size_t)g_caprows);
+  if (g_rows == NULL) {
+    fprintf(stderr, "bench_zoo: out of host memory\n");
+    exit(1);
+  }
+}
+
 static zoo_row_t* zoo_row_new(const zoo_model_t* m, int R, int T, const char* mode, int payload, const char* stage) {
   zoo_row_t* r;
-  if (g_nrows == g_caprows) {
-    g_caprows = g_caprows ? 2 * g_caprows : 256;
-    g_rows = (zoo_row_t*)realloc(g_rows, sizeof(zoo_row_t) * (size_t)g_caprows);
-    if (g_rows == NULL) {
-      fprintf(stderr, "bench_zoo: out of host memory\n");
-      exit(1);
-    }
-  }
+  zoo_rows_reserve(1);
   r = &g_rows[g_nrows++];
   memset(r, 0, sizeof(*r));
   snprintf(r->name, sizeof(r->name), "%s/R%d/%s/T%d/%s/%s", m->name, R, mode, T, zoo_payload_name(payload), stage);
@@ -418,6 +423,7 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
   crow = plan.combine_row_bytes;
   rows = (double)(rm ? s->rm_rows : s->em_rows);
   link = (double)(rm ? s->rm_link : s->em_link);
+  zoo_rows_reserve(6); /* rd, re, rde, rc[] stay valid to the end of this function */
   /* the combine variants of this plan: expert_out NULL (in place) or the separate buffer */
   if (cpayload == EPF_PAYLOAD_BF16 && !rm && payload == EPF_PAYLOAD_BF16) var_eo[nvar++] = 0;
   var_eo[nvar++] = 1;
@@ -475,7 +481,6 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
   }
 
   {
-    const int EL = plan.experts_per_rank;
     const int64_t expert_rows = zoo_ht_expert_rows(&plan, s);
     const int total = o->iters + 3;
     char* win = (char*)zoo_malloc((size_t)R * plan.total_bytes);
@@ -493,7 +498,6 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     int nd = 0, ne = 0, nc[2] = {0, 0}, i;
     const char* problem = "";
     char why[48] = "";
-    (void)EL;
     tc[0] = (float*)malloc(sizeof(float) * (size_t)total);
     tc[1] = (float*)malloc(sizeof(float) * (size_t)total);
     EPF_BENCH_CUDA(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
@@ -711,6 +715,7 @@ static void zoo_ll_case(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
   }
   row = (double)plan.row_bytes + plan.scale_bytes_per_row;
   crow = plan.combine_row_bytes;
+  zoo_rows_reserve(2); /* rd, rc stay valid to the end of this function */
   first = g_nrows;
   if (own_dispatch_row) {
     rd = zoo_row_new(m, R, T, "ll", payload, "dispatch");
