@@ -753,8 +753,11 @@ static void zoo_ll_case(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
       zoo_target_str(&g_rows[i], tgt, sizeof(tgt));
       printf("%-60s HBM %8.3f GB  target %-7s\n", g_rows[i].name, g_rows[i].hbm_b / 1e9, tgt);
     }
-    printf("    plan: window %.2f GB x %d ranks, device memory %.2f GB%s\n", plan.total_bytes / 1e9, R, bytes / 1e9,
-           bytes > g_budget ? "  ** over the memory budget: skipped **" : "");
+    const size_t smem = epf_ll_smem_bytes(&plan, EPF_LL_DEFAULT_THREADS);
+    printf("    plan: window %.2f GB x %d ranks, device memory %.2f GB, %.1f KiB shared memory per block%s%s\n",
+           plan.total_bytes / 1e9, R, bytes / 1e9, smem / 1024.0,
+           bytes > g_budget ? "  ** over the memory budget: skipped **" : "",
+           smem > 227u * 1024u ? "  ** over an H200 block's 227 KiB: the launcher will refuse **" : "");
     /* rough: set-up + memset, graph capture, replays at ~15 us + bytes at ~40 % of 4 TB/s */
     g_est_s += 0.05 + bytes / 2.0e12 +
                (o->reps + 11) * (2 * 15e-6 + (rc->hbm_b + (rd ? rd->hbm_b : rc->hbm_b)) / (0.4 * 4.0e12));
