@@ -5,7 +5,9 @@
  *                       zeroes it, writes each buffer's header, checks co-residency. Outside graph
  *                       capture (it may memset).
  *   - epf_route_update  one kernel launch per step: counts + slots + count exchange + wait +
- *                       offsets (route.cuh: epf_route_update_block). CUDA-graph capturable: every
+ *                       offsets (route.cuh's phases, as epf_route_update_block composes them;
+ *                       for 2 or 3 blocks and a few entries the kernel arranges them differently,
+ *                       a private choice, epf__route_split). CUDA-graph capturable: every
  *                       argument is captured by value (topk_idx address, T, K, index type), the
  *                       epoch lives in device memory and the update advances it itself, so a
  *                       graph replay needs no host work. T may instead come from device memory
@@ -81,7 +83,6 @@ EPF_BEGIN_DECLS
 #ifndef EPF_ROUTE_BLOCK_THREADS
 #define EPF_ROUTE_BLOCK_THREADS 512
 #endif
-#define EPF__ROUTE_SMEM_LIMIT (48u * 1024u)
 
 /* Per-step operands of epf_route_update (captured by value when the launch is captured). */
 typedef struct epf_route_step {
@@ -123,22 +124,20 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
 
 /* (token, k) entries per token-walking block that epf_route_blocks_per_rank aims for: one batch
  * per warp of a 512-thread block (16 warps x 32 x EPF__ROUTE_STEPS entries = 2560; 2304 leaves
- * room for uneven shares). Every phase of a block is a few dependent round trips per batch, so
- * more blocks mean fewer batches on the critical path; past ~15 token blocks the control block's
- * merge of their rows costs more than it saves (the measurements: docs/performance.md, Routing). */
+ * room for uneven shares). Why this many: docs/performance.md, Routing. */
 #define EPF__ROUTE_ENTRIES_PER_BLOCK 2304
 
-/* epf_route_blocks_per_rank — the default number of blocks per rank: one token-walking block
- *   per 2304 (token, k) entries, plus block 0, the control block (merge, publish, offsets; no
- *   tokens: epf_route_block_tokens) when there are two or more; for 1 to EPF_ROUTE_SPLIT_ENTRIES
- *   entries a SPLIT update (route.cuh: every block walks the few entries itself): 3 blocks when
- *   the route exchanges counts (control, slots, offsets side by side), else 2; within
- *   [1, layout.max_blocks] and within what the device holds co-resident. Pure. */
+/* epf_route_blocks_per_rank — the default number of blocks per rank of epf_route_update: one
+ *   token-walking block per 2304 (token, k) entries, plus block 0, the control block (merge,
+ *   publish, offsets; no tokens: epf_route_block_tokens) when there are two or more; for a few
+ *   entries (1 to 2304) 3 blocks when the route exchanges counts, else 2 (the kernel's private
+ *   small-update arrangement: control, slots, offsets side by side); within [1, layout.max_blocks]
+ *   and within what the device holds co-resident. Scope: any thread, host or device. Pure. */
 EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   const int64_t entries = (int64_t)num_tokens * route->layout.top_k;
   int b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
   const int fit = route->count > 0 ? route->resident_blocks / route->count : 1;
-  if (entries > 0 && entries <= EPF_ROUTE_SPLIT_ENTRIES)
+  if (entries > 0 && epf__route_split_small(num_tokens, route->layout.top_k))
     b = route->layout.exchange ? 3 : 2;
   else if (b > 1)
     b += 1;
@@ -147,16 +146,17 @@ EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   return b < 1 ? 1 : b;
 }
 
-/* epf_route_update_threads — threads of an update block for num_tokens tokens over
- *   blocks_per_rank blocks: one warp per batch of 160 (token, k) entries of a block's share, at
- *   least 256 (the offsets' block scan covers E = 256 in one step) and at most
- *   epf_route_block_threads(&route->layout). Fewer warps on an SM are fewer instructions per
- *   scheduler: the update's phases are issue-bound (bench_route's count-phase probes). Pure. */
+/* epf_route_update_threads — threads of an update block of epf_route_update for num_tokens
+ *   tokens over blocks_per_rank blocks: one warp per batch of 160 (token, k) entries of a
+ *   token-walking block's share, at least 256 (the offsets' block scan covers E = 256 in one
+ *   step) and at most epf_route_block_threads(&route->layout). Scope: any thread, host or
+ *   device. Pure. */
 EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, int blocks_per_rank) {
   const int most = epf_route_block_threads(&route->layout);
   const int64_t all = (int64_t)num_tokens * route->layout.top_k;
-  const bool split = (blocks_per_rank == 2 || blocks_per_rank == 3) && all <= EPF_ROUTE_SPLIT_ENTRIES;
-  /* block 0 walks no tokens when B > 1, except in a SPLIT update, where every block walks all */
+  const bool split = epf__route_split(blocks_per_rank, num_tokens, route->layout.top_k) != 0;
+  /* block 0 walks no tokens when B > 1, except in the kernel's SPLIT arrangement, where every
+   * block walks all */
   const int workers = blocks_per_rank > 1 && !split ? blocks_per_rank - 1 : 1;
   const int64_t entries = (all + workers - 1) / workers;
   int64_t t = 32 * ((entries + EPF__ROUTE_BATCH - 1) / EPF__ROUTE_BATCH);
@@ -166,7 +166,9 @@ EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, in
 
 /* The update kernel: grid = (blocks_per_rank, route.count): blockIdx.x is the block of the rank,
  * blockIdx.y the buffer of the group (the virtual rank; 0 for a real rank), so no block divides
- * its index; epf_route_update_threads threads, epf_route_smem_bytes dynamic shared memory. */
+ * its index; epf_route_update_threads threads, epf_route_smem_bytes dynamic shared memory. It
+ * owns the whole topk_idx before it starts, so it may pick the private SPLIT arrangement
+ * (epf__route_split; epf__route_update_block) where that is faster. */
 static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
                                                 epf_route_step_t step, int virtual_ranks) {
   extern __shared__ uint4 epf__route_kernel_smem[];
@@ -184,9 +186,10 @@ static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_
       epf_error_report(step.wait.record, EPF_ERR_TOKENS, me.rank, -1, step.num_tokens_dev + index,
                        (uint64_t)route.layout.max_tokens, (uint64_t)(int64_t)want, 0);
   }
-  epf_route_update_block(&route, index, me, &plan, topk, T, block_index, blocks_per_rank, step.wait,
-                         step.recv_total_mapped != NULL ? step.recv_total_mapped + index : NULL,
-                         (void*)epf__route_kernel_smem);
+  epf__route_update_block(&route, index, me, &plan, topk, T, block_index, blocks_per_rank,
+                          epf__route_split(blocks_per_rank, T, route.layout.top_k), step.wait,
+                          step.recv_total_mapped != NULL ? step.recv_total_mapped + index : NULL,
+                          (void*)epf__route_kernel_smem);
 }
 
 /* Writes the header of each of the route group's buffers (thread i: buffer i). */

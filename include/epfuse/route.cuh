@@ -15,7 +15,10 @@
  *     receive segments (per local expert begin / count / padded count, aligned to
  *     plan.expert_alignment), per-(local expert, source) starts, rank-major per-source starts, the
  *     total receive rows (also stored to host-mapped memory) and the pad rows' metadata.
- * epf_route_update_block composes all of it; the phases are public for fused kernels. Expert ids
+ * epf_route_update_block composes all of it; the phases are public for fused kernels, with one
+ * contract in every case (block 0 is the control block, block b >= 1 reads topk_idx of the
+ * tokens epf_route_block_tokens gives it only). The ready-made kernel may arrange the same phases
+ * differently for small updates (a private choice: kernels_route.cuh). Expert ids
  * outside [-1, E) are dropped: treated as -1, counted (route header and the error record's
  * dropped_routes), never used as an index. A token that names one expert more than once is
  * routed to it once: the first occurrence (lowest k) gets the slot, later ones (REPEATS) are
@@ -53,12 +56,12 @@
  *   epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t*, epf_team_t, const epf_plan_t*, epf_wait_t)
  *   epf_status_t epf_route_offsets_block(epf_route_ctx_t*, epf_team_t, const epf_plan_t*, epf_wait_t) [collective:block]
  *   void epf_route_mark_pad_rows_block(epf_team_t, const epf_plan_t*, const epf_route_segment_t*, int num_local)
- *   epf_status_t epf_route_epoch_ack_wait_block(const epf_route_ctx_t*, epf_wait_t)      [collective:block]
  *   void epf_route_finish_block(const epf_route_ctx_t*, epf_status_t)                   [collective:block]
  *   epf_status_t epf_route_update_block(const epf_route_t*, int index, epf_team_t, const epf_plan_t*,
  *                       const void* topk_idx, int num_tokens, int block_index, int num_blocks,
  *                       epf_wait_t, int64_t* recv_total_mapped, void* smem)              [collective:block]
  *   int  epf_route_rows_em(const epf_route_segment_t*, int num_local)  (host/device helper)
+ *   void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) [EPF_HD]
  *
  * Requirements: CUDA, sm_70+ (warp votes and shuffles with masks); sm_90 / sm_100 compiled. blockDim.x a multiple
  * of 32, at most 1024. CUB from the CUDA toolkit (CCCL).

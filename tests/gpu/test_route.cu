@@ -15,7 +15,10 @@
  *     captured input buffers between replays, checked every 50th replay and the last;
  *   - a real 1-rank NCCL window (when built with NCCL);
  *   - route import of a byte copy (and every rejection), bad input statuses on the host, a device
- *     T out of range (clamped, reported).
+ *     T out of range (clamped, reported);
+ *   - the public blocks composed by a kernel of the test (epf_route_update_block), 1..4 blocks,
+ *     few entries and many: every block sees real ids only in the tokens epf_route_block_tokens
+ *     gives it (garbage elsewhere), so a block that read another's tokens would fail the check.
  * Every output is poisoned before every run; rows >= T must keep the poison. */
 #include <stddef.h>
 #include <stdint.h>
@@ -552,6 +555,83 @@ static void test_count_paths(void** state) {
   EPF_CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
+/* The public composition: one rank-block per CTA, grid (B, R), each block with its OWN copy of
+ * topk_idx in which only its tokens (epf_route_block_tokens) hold the real ids. */
+__global__ void public_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, const char* topk,
+                                     size_t block_bytes, int T, epf_wait_t w, int64_t* total) {
+  extern __shared__ uint4 smem[];
+  const int index = (int)blockIdx.y, b = (int)blockIdx.x, B = (int)gridDim.x;
+  epf_team_t me = team;
+  me.rank = index;
+  (void)epf_route_update_block(&route, index, me, &plan, topk + ((size_t)index * B + b) * block_bytes, T, b, B, w,
+                               total + index, (void*)smem);
+}
+
+static void test_public_blocks(void** state) {
+  static const int ranks[] = {1, 2, 4}, Ts[] = {1, 37, 200, 700};
+  int runs = 0;
+  cudaStream_t stream;
+  (void)state;
+  EPF_CHECK_CUDA(cudaStreamCreate(&stream));
+  for (int ri = 0; ri < 3; ++ri)
+    for (int ti = 0; ti < 4; ++ti) {
+      const int R = ranks[ri], E = 64, K = 8, T = Ts[ti], Tmax = T + 3;
+      const int layout = (ri + ti) % 2 ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
+      const int A = ti % 2 ? 16 : 1, idx64 = ri % 2;
+      const size_t elems = (size_t)Tmax * K, esz = idx64 ? 8 : 4;
+      Team tm;
+      uint32_t dropped = 0;
+      team_init(tm, R, E, K, Tmax, A, layout, 0, idx64, 0u, 8, 0u);
+      for (int B = 1; B <= 4; ++B) {
+        const int pattern = (B + ti) % PAT_COUNT, skew = (int)rand_in(0, E - 1);
+        const int threads = 256;
+        const size_t smem = epf_route_smem_bytes(&tm.route.layout, threads);
+        std::vector<std::vector<int64_t>> ids(R), copies((size_t)R * B);
+        std::vector<int> Tv(R, T);
+        std::vector<RefRank> ref;
+        void* d_copies;
+        for (int r = 0; r < R; ++r) {
+          make_topk(pattern, E, K, Tmax, T, idx64, skew, ids[r]);
+          for (int b = 0; b < B; ++b) {
+            std::vector<int64_t>& c = copies[(size_t)r * B + b];
+            int t0, t1;
+            epf_route_block_tokens(T, b, B, &t0, &t1);
+            c = ids[r];
+            for (int t = 0; t < T; ++t) /* another block's token: a different, valid expert */
+              if (t < t0 || t >= t1)
+                for (int k = 0; k < K; ++k) {
+                  int64_t& e = c[(size_t)t * K + k];
+                  e = e >= 0 && e < E ? (e + 1) % E : (int64_t)((t + k) % E);
+                }
+          }
+        }
+        EPF_CHECK_CUDA(cudaMalloc(&d_copies, copies.size() * elems * esz));
+        upload_topk(d_copies, copies, idx64, elems, stream);
+        poison(tm, stream);
+        snprintf(g_case, sizeof(g_case), "public blocks R=%d T=%d E=%d K=%d %s %s A=%d B=%d %s", R, T, E, K,
+                 idx64 ? "int64" : "int32", layout == EPF_LAYOUT_RANK_MAJOR ? "RM" : "EM", A, B, pat_name[pattern]);
+        public_update_kernel<<<dim3((unsigned)B, (unsigned)R), threads, smem, stream>>>(
+            tm.route, virtual_team(tm), tm.plan, (const char*)d_copies, elems * esz, T,
+            epf_wait_make(tm.plan.timeout_ns, tm.rec_dev, NULL, 0), tm.total_dev);
+        EPF_CHECK_CUDA(cudaGetLastError());
+        EPF_CHECK_CUDA(cudaStreamSynchronize(stream));
+        EPF_CHECK_CUDA(cudaFree(d_copies));
+        reference(tm.shape, ids, Tv, ref);
+        for (int r = 0; r < R; ++r) {
+          check_rank(tm, tm.route, r, r, T, ref[r], (uint32_t)B, tm.window + (size_t)r * tm.plan.total_bytes,
+                     tm.shape.exchange ? tm.total_host + r : NULL);
+          dropped += ref[r].dropped;
+        }
+        ++runs;
+      }
+      assert_int_equal(tm.rec_host->dropped_routes, dropped);
+      assert_int_equal(tm.rec_host->count, 0);
+      team_free(tm);
+    }
+  printf("public blocks: %d updates (R 1/2/4, T 1..700, 1..4 blocks, each block its own tokens only) bit-exact\n", runs);
+  EPF_CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 /* T = 65536. */
 static void test_large_T(void** state) {
   struct { int R, E, K, idx64, layout, B; } cases[] = {
@@ -898,7 +978,7 @@ int main(void) {
       cmocka_unit_test(test_virtual_ranks), cmocka_unit_test(test_count_paths),
       cmocka_unit_test(test_local_only),
       cmocka_unit_test(test_large_T),       cmocka_unit_test(test_graph_replay),
-      cmocka_unit_test(test_import),
+      cmocka_unit_test(test_import),        cmocka_unit_test(test_public_blocks),
 #ifdef EPF_TEST_WITH_NCCL
       cmocka_unit_test(test_nccl_one_rank),
 #endif

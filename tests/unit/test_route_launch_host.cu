@@ -1,9 +1,12 @@
 /* test_route_launch_host — the EPF_HD launch arithmetic of route.cuh / kernels_route.cuh on the CPU
  * (no GPU): the token partition of the blocks (epf_route_block_tokens), the default blocks per rank
- * (SPLIT: 3 blocks when the route exchanges counts, 2 when it is local-only; one token block per
- * 2304 entries plus the control block above that; within max_blocks and co-residency), the block
- * size (epf_route_update_threads) and the shared memory (epf_route_smem_bytes: within 48 KiB at the
- * default block size, the slot pass's tag rows counted exactly when they fit), for random plans. */
+ * (few entries: 3 blocks when the route exchanges counts, 2 when it is local-only; one token block
+ * per 2304 entries plus the control block above that; within max_blocks and co-residency), the
+ * block size (epf_route_update_threads, with the kernel's SPLIT rule asked of its one owner,
+ * epf__route_split) and the shared memory (epf__route_smem_carve, the one owner of sizes and
+ * offsets: regions in order, 16-byte aligned, within 48 KiB at the default block size, the slot
+ * pass's tag rows counted exactly when they fit; epf_route_smem_bytes is its total), for random
+ * plans. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,7 +75,7 @@ static void test_blocks_per_rank(void** state) {
     const epf_route_t r = make_route(R, E, K, Tmax, mb, flags, count, resident);
     const int64_t entries = (int64_t)T * K;
     int want;
-    if (entries > 0 && entries <= EPF_ROUTE_SPLIT_ENTRIES)
+    if (entries > 0 && epf__route_split_small(T, K))
       want = r.layout.exchange ? 3 : 2;
     else {
       want = (int)((entries + 2303) / 2304);
@@ -103,7 +106,7 @@ static void test_threads_and_smem(void** state) {
     const int most = epf_route_block_threads(&r.layout), B = rnd_in(1, 32);
     const int th = epf_route_update_threads(&r, T, B);
     const int64_t all = (int64_t)T * K;
-    const int split = (B == 2 || B == 3) && all <= EPF_ROUTE_SPLIT_ENTRIES;
+    const int split = epf__route_split(B, T, K);
     const int64_t share = split || B == 1 ? all : (all + B - 2) / (B - 1);
     int64_t want = 32 * ((share + 159) / 160);
     if (want < 256) want = 256;
@@ -112,16 +115,26 @@ static void test_threads_and_smem(void** state) {
     assert_int_equal(th, (int)want);
     assert_true(epf_route_smem_bytes(&r.layout, most) <= 48u * 1024u || most == 32);
     for (int W = 1; W <= most / 32; ++W) {
-      const size_t core = epf__route_smem_core(&r.layout, (size_t)W), tags = 4u * (size_t)W * (size_t)E;
+      const epf__route_smem_t s = epf__route_smem_carve(&r.layout, (size_t)W);
+      const size_t core = s.tags, tags = 4u * (size_t)W * (size_t)E, row = (size_t)(E + R);
       const size_t got = epf_route_smem_bytes(&r.layout, 32 * W);
       assert_int_equal(got, core + tags <= 48u * 1024u ? core + tags : core);
-      assert_int_equal(epf__route_tags_fit(&r.layout, (size_t)W), core + tags <= 48u * 1024u);
+      assert_int_equal(s.has_tags, core + tags <= 48u * 1024u);
+      assert_int_equal(s.bytes, got);
+      /* the regions in order, each 16-byte aligned and as large as the ctx uses */
+      assert_int_equal(s.hist, 0);
+      assert_true(s.tot >= s.hist + 4u * (size_t)W * row && s.misc >= s.tot + 4u * (row + 1u));
+      assert_true(s.stage >= s.misc + 4u * EPF__ROUTE_MISC_INTS && s.cub >= s.stage + 4u * (size_t)W * EPF__ROUTE_BATCH);
+      assert_true(s.tags >= s.cub + 32u * EPF__ROUTE_CUB_BYTES_PER_WARP);
+      assert_true(s.tot % 16u == 0 && s.misc % 16u == 0 && s.stage % 16u == 0 && s.cub % 16u == 0 && s.tags % 16u == 0);
+      /* the size a launcher passes is what the ctx carves: the documented formula */
+      assert_int_equal(core, 4u * (((size_t)W * row + 3u) / 4u * 4u + (row + 1u + 3u) / 4u * 4u + 64u + (size_t)W * 160u) + 512u);
     }
   }
   /* E = 256: the tags fit at every block size up to 512 threads */
   {
     const epf_route_t r = make_route(8, 256, 8, 4096, 0, 0u, 1, 132);
-    for (int W = 1; W <= 16; ++W) assert_true(epf__route_tags_fit(&r.layout, (size_t)W));
+    for (int W = 1; W <= 16; ++W) assert_true(epf__route_smem_carve(&r.layout, (size_t)W).has_tags);
   }
 }
 

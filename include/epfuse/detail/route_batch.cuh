@@ -52,8 +52,9 @@ EPF_DEVICE_INLINE int epf__route_dest(const epf_route_ctx_t* c, int e) {
   return c->el_inv == 0u ? e : (int)__umulhi((uint32_t)e, c->el_inv);
 }
 
-/* the offsets block's epoch acknowledgement in a 3-block SPLIT update: word 0 of scratch row 2
- * (no scratch row is used otherwise in a SPLIT update), a count word carrying the epoch it read */
+/* the offsets block's epoch acknowledgement in the private 3-block SPLIT arrangement
+ * (epf__route_ctx_init): word 0 of scratch row 2 (no scratch row is used otherwise there), a count
+ * word carrying the epoch it read */
 EPF_DEVICE_INLINE uint64_t* epf__route_epoch_ack(const epf_route_ctx_t* c) {
   return EPF__ROUTE_ARR(c, EPF_ROUTE_SCRATCH, uint64_t) + 2 * (int64_t)(c->num_experts + c->nranks + 1);
 }
@@ -182,9 +183,8 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, cons
 
 /* epf__route_match — for each step u, the mask of the warp's lanes whose v[u] equals this lane's
  * (among lanes with v[u] >= 0; meaningless for a lane with v[u] < 0): one ballot of the valid lanes,
- * then one ballot per bit of v (v < 2^nbits), ANDed as equal / complemented. Deterministic, and
- * plain votes: __match_any_sync is a MIO instruction whose queue throttled the slot pass
- * (docs/performance.md, Routing). [collective:warp] */
+ * then one ballot per bit of v (v < 2^nbits), ANDed as equal / complemented. Deterministic;
+ * plain votes, not __match_any_sync (why: docs/performance.md, Routing). [collective:warp] */
 EPF_DEVICE_INLINE void epf__route_match(const int* v, int nbits, uint32_t* m) {
   int u, bit;
 #pragma unroll
@@ -340,10 +340,8 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
  * keep (may be NULL): the first min(n, EPF__ROUTE_KEEP) counts. Word `self` (-1: none) is not
  * loaded: its count is self_count (the rank's own published word, which the caller holds in
  * shared memory: one memory round trip less). n == 1 with self == 0 (a team of one) returns
- * self_count at once: no load, no check, none of the batch loop's code to fetch (the offsets'
- * time is mostly instruction fetch: docs/performance.md, v5). Loads up to EPF__ROUTE_ROWS words
- * per round trip (4 when n <= 4: the common one- to four-rank case does not execute 16 predicated
- * loads and checks per word) with ld.relaxed.sys (peers' words, or the rank's own scratch); while
+ * self_count at once: no load, no check. Loads up to EPF__ROUTE_ROWS words per round trip (4
+ * when n <= 4) with ld.relaxed.sys (peers' words, or the rank's own scratch); while
  * a word does not carry the epoch yet, loads the whole batch again (up to EPF__ROUTE_QUICK_SPINS
  * times, a few tens of us), then waits for that word with the bounded wait (epf__route_wait_word:
  * deadline, abort, diagnostic) and loads the batch again. After a failure (kept in *st; later

@@ -37,10 +37,8 @@ EPF_BEGIN_DECLS
  *             the batch's is_token_in_rank rows are written whole. Then c->hist columns
  *             become exclusive prefixes over warps and the block totals [E counts, R counts,
  *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
- *             num_blocks == 1 to c->tot instead: they are the rank's totals). SPLIT update: the
- *             control block counts every entry into c->tot (the rank's totals) and writes every
- *             is_token_in_rank row; the token block counts only what its slots need (expert
- *             columns, and rank columns for RANK_MAJOR). Block 0 also resets header->status.
+ *             num_blocks == 1 to c->tot instead: they are the rank's totals). Block 0 also resets
+ *             header->status.
  *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
  *             scratch row (st.relaxed.gpu, each word carries the epoch: no fence, no flag).
  *             Smem: c->hist, c->stage, c->misc.
@@ -51,12 +49,13 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   EPF_STATIC_ASSERT(sizeof(epf__warp_reduce_temp_t) <= EPF__ROUTE_CUB_BYTES_PER_WARP, "cub temp storage");
   const int lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
-  /* SPLIT update: the control block's warps add into the block's totals c->tot directly (no
-   * per-warp rows to zero and prefix: nothing reads them) and it writes the is_token_in_rank
-   * rows; so do the offsets block's (block 2 of 3: expert columns; rank columns for RANK_MAJOR's
-   * own receive count). The token block's totals are not the rank's, so it needs no first-entry
-   * test (unless RANK_MAJOR: its rank columns give the rank-major slots) and no dropped count —
-   * the blocks' paths are balanced that way (v5) */
+  /* the private SPLIT arrangement (epf__route_ctx_init): the control block's warps add into the
+   * block's totals c->tot directly (no per-warp rows to zero and prefix: nothing reads them) and
+   * it writes the is_token_in_rank rows; so do the offsets block's (block 2 of 3: expert columns;
+   * rank columns for RANK_MAJOR's own receive count). The token block's totals are not the
+   * rank's, so it needs no first-entry test (unless RANK_MAJOR: its rank columns give the
+   * rank-major slots) and no dropped count. With a ctx from epf_route_ctx_make all three are
+   * the plain path: rows, totals and rank columns. */
   const bool ctrl = c->split && c->block_index == 0, offs = c->split && c->block_index == 2;
   const bool rows = !(ctrl || offs), totals = !c->split || ctrl, rank_cols = totals || c->rank_major;
   int32_t* H = rows ? c->hist + warp * row : c->tot;
@@ -76,8 +75,8 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     /* the offsets block has read the epoch: block 0 may store the next one (epf_route_finish_block) */
     if (offs) epf_st_relaxed_gpu_u64(epf__route_epoch_ack(c), epf_count_word_pack(c->epoch, 0u));
   }
-  /* strided loops stay rolled (#pragma unroll 1) here and below: unrolled, each needs its trip
-   * count, a 32-bit division (~20 instructions per warp) before the first iteration */
+  /* strided loops stay rolled (#pragma unroll 1) here and below: unrolled, each would need its
+   * trip count, a 32-bit division, before the first iteration */
   if (rows) {
 #pragma unroll 1
     for (x = lane; x < row; x += 32) H[x] = 0;
@@ -87,22 +86,17 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   }
   c->ids_cached = c->t1 - c->t0 <= c->batch_tokens;
   __syncthreads();
-  EPF__ROUTE_PROBE(0);
 
   for (tb = c->t0; tb < c->t1; tb += c->batch_tokens) {
     const int nt = c->t1 - tb < c->batch_tokens ? c->t1 - tb : c->batch_tokens;
     uint32_t first;
     if (tb != c->t0) epf__route_batch_load(c, (int64_t)tb * K, nt * K, ev, &dropped);
-    EPF__ROUTE_PROBE(1);
     if (!rank_cols) {
       first = 0u;
-      EPF__ROUTE_PROBE(2);
     } else if (c->shfl_first) {
       first = epf__route_batch_first_shfl(c, ev, tir, tb, nt * K); /* rows written too */
-      EPF__ROUTE_PROBE(2);
     } else {
       first = epf__route_batch_first(c, ev);
-      EPF__ROUTE_PROBE(2);
       if (tir != NULL) {
         epf__route_fill_warp(tir + (int64_t)tb * R, (int64_t)nt * R, 0); /* ends with __syncwarp */
 #pragma unroll
@@ -110,7 +104,6 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
           if ((first >> u) & 1u) tir[(int64_t)(tb + (32 * u + lane) / K) * R + epf__route_dest(c, ev[u])] = 1;
       }
     }
-    EPF__ROUTE_PROBE(3);
     /* counts: shared-memory atomics on the warp's own row (the totals do not depend on the order
      * of the adds; the slots pass, which needs an order, uses epf__route_match) */
 #pragma unroll
@@ -119,7 +112,6 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
       atomicAdd(e >= 0 ? &H[e] : sink, 1);
       atomicAdd((first >> u) & 1u ? &H[E + d] : sink, 1);
     }
-    EPF__ROUTE_PROBE(4);
     if (c->ids_cached) {
 #pragma unroll
       for (u = 0; u < EPF__ROUTE_STEPS; ++u) c->ids[u] = ev[u];
@@ -132,7 +124,6 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
     if (lane == 0 && n != 0) atomicAdd(&c->misc[EPF__ROUTE_MISC_DROPPED], n);
   }
   __syncthreads();
-  EPF__ROUTE_PROBE(5);
 
   /* per-warp counts -> exclusive prefixes over warps; block totals -> scratch row, or with one
    * block per rank straight into c->tot (they are the rank's totals, no merge needed) */
@@ -209,8 +200,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
       return st;
     }
   }
-  /* B == 1 or SPLIT: the __syncthreads above made epf_route_count_block's c->tot visible (in a
-   * SPLIT update both blocks counted every token: block 0's totals are the rank's) */
+  /* B == 1 (or the private SPLIT arrangement, where block 0 counted every token: its totals are
+   * the rank's): the __syncthreads above made epf_route_count_block's c->tot visible */
   if (c->block_index == 0) {
     int32_t* const expert_count = EPF__ROUTE_ARR(c, EPF_ROUTE_EXPERT_COUNT, int32_t);
     int32_t* const rank_count = EPF__ROUTE_ARR(c, EPF_ROUTE_RANK_COUNT, int32_t);

@@ -1,8 +1,10 @@
 /* epfuse/detail/route_ctx.cuh — the route update context: shared memory, constants, epf_route_ctx_make — part of epfuse v0.1
  *
  * What it is: one rank-block's view of a route update (epf_route_ctx_t), the shared-memory carve-up it
- * uses, the batch constants of the passes, and epf_route_block_tokens. Include epfuse/route.cuh, not this file (it stands alone too, for the
- * compile tests).
+ * uses (epf__route_smem_carve: the one owner, sizes and pointers), the batch constants of the
+ * passes, epf_route_block_tokens, and the rule of the ready-made kernel's private SPLIT
+ * arrangement (epf__route_split). Include epfuse/route.cuh, not this file (it stands alone too,
+ * for the compile tests).
  *
  * Contents: see route.cuh.
  *
@@ -27,12 +29,6 @@
 
 EPF_BEGIN_DECLS
 
-/* EPF__ROUTE_PROBE(i): private instrumentation hook (bench_route defines it to stamp clock64 at
- * points inside the phases); empty by default. */
-#ifndef EPF__ROUTE_PROBE
-#define EPF__ROUTE_PROBE(i) ((void)0)
-#endif
-
 /* misc shared-memory slots (int32) */
 #define EPF__ROUTE_MISC_SINK 0 /* [32]: per-lane target of the count pass's branch-free atomics */
 #define EPF__ROUTE_MISC_DROPPED 40
@@ -48,12 +44,14 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
 #define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
 #define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
-/* SPLIT update: with 2 or 3 blocks per rank and at most this many (token, k) entries, every
- * block walks all the tokens itself and none waits for another's counts: the control block
- * (0) counts, writes the is_token_in_rank rows and publishes; block 1 counts per warp and writes
- * the slots; with 3 blocks, block 2 counts the expert columns and computes the offsets (with 2,
- * block 0 does). No scratch rows, no merge wait. */
-#define EPF_ROUTE_SPLIT_ENTRIES 2304
+/* Shared memory a block gets without the opt-in attribute: the slot pass's tag rows are kept
+ * within it (epf__route_smem_carve), and so is the ready-made kernel's block (kernels_route.cuh). */
+#define EPF__ROUTE_SMEM_LIMIT (48u * 1024u)
+/* The ready-made kernel's SPLIT arrangement of an update (private; epf__route_split says when):
+ * with 2 or 3 blocks per rank and at most this many (token, k) entries, every block walks all the
+ * tokens itself and none waits for another's counts. The public blocks never see it: a ctx from
+ * epf_route_ctx_make is never SPLIT. */
+#define EPF__ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
  * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
@@ -61,9 +59,7 @@ EPF_BEGIN_DECLS
 typedef struct epf_route_ctx {
   /* this rank's route buffer and its layout (route->layout: with epf_route_update's kernel, the
    * kernel's by-value parameter, so the array offsets are constant-bank operands). The arrays'
-   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx: pointers
-   * computed in every warp's setup and kept live through every phase cost more than forming them
-   * where used (docs/performance.md, Routing v5) */
+   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx */
   char* buf;
   const epf_route_layout_t* layout;
   uint32_t* epoch_word;       /* the route's epoch word for this rank */
@@ -73,10 +69,10 @@ typedef struct epf_route_ctx {
   int32_t rank_major, exchange, alignment, mark_pads;
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
-  int32_t split;              /* a SPLIT update (num_blocks 2 or 3, T K <= EPF_ROUTE_SPLIT_ENTRIES):
-                                 no scratch; block 0 counts [0, T), writes the rows and publishes,
-                                 block 1 does the slots of [0, T), block 2 (3 blocks) the offsets */
-  int32_t offsets_block;      /* the block that computes the offsets: 2 in a 3-block SPLIT, else 0 */
+  int32_t split;              /* private: 0 from epf_route_ctx_make; 1 only in the ready-made
+                                 kernel's SPLIT arrangement (epf__route_update_block) */
+  int32_t offsets_block;      /* the block that computes the offsets: 0 (private: 2 in a 3-block
+                                 SPLIT arrangement) */
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
   int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
@@ -105,35 +101,48 @@ typedef struct epf_route_ctx {
 
 EPF_HD size_t epf__route_align4(size_t n) { return (n + 3u) & ~(size_t)3u; }
 
-/* ints of the hist region for W warps: the count and slot passes' per-warp rows [W][E + R]
- * (the offsets reuse its first R), rounded up to 4 (16 bytes) */
-EPF_HD size_t epf__route_hist_ints(const epf_route_layout_t* layout, size_t W) {
-  return epf__route_align4(W * ((size_t)layout->num_experts + (size_t)layout->nranks));
-}
+/* epf__route_smem_t — THE carve-up of the route blocks' shared memory for a block of W warps:
+ * byte offsets of each region from the start of the caller's buffer (each a multiple of 16),
+ * and the total. E = num_experts, R = nranks.
+ *   hist   int32 [W][E + R] per-warp counts, then running slots (the offsets reuse its first R)
+ *   tot    int32 [E + R + 1] the rank's totals (+ dropped)
+ *   misc   int32 [EPF__ROUTE_MISC_INTS]
+ *   stage  int32 [W][EPF__ROUTE_BATCH] a batch's destination ranks / match words
+ *   cub    [32][EPF__ROUTE_CUB_BYTES_PER_WARP] CUB warp temp storage
+ *   tags   int32 [W][E] the slot pass's expert tags (epf__route_match_tags), only when the whole
+ *          carve-up stays within EPF__ROUTE_SMEM_LIMIT; otherwise has_tags = 0 and the slot pass
+ *          matches by ballots
+ * Computed by epf__route_smem_carve only: epf_route_smem_bytes (the launchers' size) and
+ * epf_route_ctx_make (the pointers) both read it. */
+typedef struct epf__route_smem {
+  size_t hist, tot, misc, stage, cub, tags; /* byte offsets */
+  size_t bytes;                             /* total: epf_route_smem_bytes */
+  int has_tags;
+} epf__route_smem_t;
 
-/* bytes of everything but the tag rows: hist, totals, misc, stage, cub temp storage */
-EPF_HD size_t epf__route_smem_core(const epf_route_layout_t* layout, size_t W) {
+/* epf__route_smem_carve — the carve-up above for W warps. Scope: any thread, host or device. Pure. */
+EPF_HD epf__route_smem_t epf__route_smem_carve(const epf_route_layout_t* layout, size_t W) {
   const size_t row = (size_t)layout->num_experts + (size_t)layout->nranks;
-  return 4u * (epf__route_hist_ints(layout, W) + epf__route_align4(row + 1u) + EPF__ROUTE_MISC_INTS +
-               W * EPF__ROUTE_BATCH) +
-         32u * EPF__ROUTE_CUB_BYTES_PER_WARP;
-}
-
-/* whether the slot pass's per-warp expert tag rows [W][E] (epf__route_match_tags) fit beside the
- * rest within EPF__ROUTE_TAGS_SMEM_LIMIT; when they do not, the slot pass matches by ballots */
-#define EPF__ROUTE_TAGS_SMEM_LIMIT (48u * 1024u)
-EPF_HD int epf__route_tags_fit(const epf_route_layout_t* layout, size_t W) {
-  return epf__route_smem_core(layout, W) + 4u * W * (size_t)layout->num_experts <= EPF__ROUTE_TAGS_SMEM_LIMIT;
+  const size_t tag_bytes = 4u * W * (size_t)layout->num_experts;
+  epf__route_smem_t s;
+  s.hist = 0u;
+  s.tot = s.hist + 4u * epf__route_align4(W * row);
+  s.misc = s.tot + 4u * epf__route_align4(row + 1u);
+  s.stage = s.misc + 4u * EPF__ROUTE_MISC_INTS;
+  s.cub = s.stage + 4u * W * EPF__ROUTE_BATCH;
+  s.tags = s.cub + 32u * EPF__ROUTE_CUB_BYTES_PER_WARP;
+  s.has_tags = s.tags + tag_bytes <= EPF__ROUTE_SMEM_LIMIT;
+  s.bytes = s.tags + (s.has_tags ? tag_bytes : 0u);
+  return s;
 }
 
 /* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads: 4 * (W * (E + R) + (E + R + 1) + 64 + W * 160) + 512 bytes (rounded),
- *   W = block_threads / 32, plus 4 W E for the slot pass's tag rows when the total stays within
- *   48 KiB (E = 256: up to 16 warps). Scope: any thread, host or device. Pure. */
+ *   `block_threads` threads (W = block_threads / 32 warps): 4 * (W * (E + R) + (E + R + 1) + 64 +
+ *   W * 160) + 512 bytes (each part rounded up to 16 bytes), plus 4 W E for the slot pass's tag
+ *   rows when the total stays within 48 KiB (E = 256: up to 16 warps).
+ *   Scope: any thread, host or device. Pure. */
 EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
-  const size_t W = (size_t)(block_threads / 32);
-  return epf__route_smem_core(layout, W) +
-         (epf__route_tags_fit(layout, W) ? 4u * W * (size_t)layout->num_experts : 0u);
+  return epf__route_smem_carve(layout, (size_t)(block_threads / 32)).bytes;
 }
 
 /* epf_route_rows_em — rows of an expert-major receive layout: end of the last segment. */
@@ -142,21 +151,21 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
 }
 
 /* x / d for x >= 0, d >= 1 on the device: a shift when d is a power of two (the common K, W and
- * block counts), else the 32-bit division (a chain of ~15 dependent instructions, which every
- * warp of every block would otherwise run in its setup) */
+ * block counts), else the 32-bit division */
 EPF_DEVICE_INLINE int epf__route_div(int x, int d) {
   return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d;
 }
 
-/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) block b of B owns in an update (count
- *   and slot passes; a fused kernel that produces topk_idx per block uses the same partition,
- *   examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's CONTROL
- *   block and owns no tokens (it merges the counts, publishes them and computes the offsets while
- *   the others walk the tokens); block b >= 1 owns [T (b - 1) / (B - 1), T b / (B - 1)).
+/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) block b of B owns in an update (the
+ *   count and slot passes of a ctx from epf_route_ctx_make, and so epf_route_update_block, read
+ *   topk_idx of those tokens only; a fused kernel that produces topk_idx per block uses the same
+ *   partition, examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's
+ *   CONTROL block and owns no tokens (it merges the counts, publishes them and computes the
+ *   offsets while the others walk the tokens); block b >= 1 owns [T (b - 1) / (B - 1),
+ *   T b / (B - 1)). The same for every T and B.
  *   On the device T * B must stay below 2^31 (what the route's limits give: T <= 2^24,
- *   B <= EPF_ROUTE_MAX_BLOCKS), which keeps the arithmetic in 32 bits (a 64-bit division here was
- *   if-converted into every update's path); on the host any int. Scope: any thread, host or
- *   device. Pure. */
+ *   B <= EPF_ROUTE_MAX_BLOCKS): the arithmetic is 32-bit there; on the host any int.
+ *   Scope: any thread, host or device. Pure. */
 EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) {
   const int W = num_blocks > 1 ? num_blocks - 1 : 1, b = num_blocks > 1 ? block_index - 1 : block_index;
   if (b < 0) {
@@ -164,7 +173,7 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
     return;
   }
 #if defined(__CUDA_ARCH__)
-  *out_t0 = epf__route_div(num_tokens * b, W); /* the SPLIT update's 1, 16 + 1 blocks: shifts */
+  *out_t0 = epf__route_div(num_tokens * b, W); /* W a power of two: shifts */
   *out_t1 = epf__route_div(num_tokens * (b + 1), W);
 #else
   *out_t0 = (int)((int64_t)num_tokens * b / W);
@@ -172,26 +181,33 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
 #endif
 }
 
-/* epf_route_ctx_make — this block's view of one rank's update.
- *   Scope: any thread (every thread of the block calls it with uniform arguments).
- *   index: the buffer of the route group (0 for a real rank, the virtual rank otherwise); rank:
- *   the team rank the block plays; topk_idx: this rank's [num_tokens][K] ids; block_index in
- *   [0, num_blocks), num_blocks <= route->layout.max_blocks; smem: epf_route_smem_bytes bytes,
- *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
- *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
- *   every block's scratch row, which is what makes that store safe; in a SPLIT update block 1
- *   uses no epoch and block 2 acknowledges reading it: epf_route_epoch_ack_wait_block).
- *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
- *   block's warps in order; a fused kernel may rely on it (examples/03_fused_moe_layer) except
- *   in a SPLIT update (B == 2 or 3, T K <= EPF_ROUTE_SPLIT_ENTRIES): there EVERY block walks
- *   all of [0, T) (block 1 writes every slot), so a kernel that produces topk_idx per block
- *   must make all of it visible to the rank's blocks first (a rank rendezvous), or use B >= 4. */
-EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
-                                                     const void* topk_idx, int num_tokens, int block_index,
-                                                     int num_blocks, int64_t* recv_total_mapped, void* smem) {
+/* epf__route_split_small — a few enough (token, k) entries for the ready-made kernel's SPLIT
+ * arrangement: T K <= EPF__ROUTE_SPLIT_ENTRIES. Scope: any thread, host or device. Pure. */
+EPF_HD int epf__route_split_small(int num_tokens, int top_k) {
+  return (int64_t)num_tokens * top_k <= EPF__ROUTE_SPLIT_ENTRIES;
+}
+
+/* epf__route_split — THE rule for the ready-made kernel's SPLIT arrangement of an update: 2 or 3
+ * blocks per rank and epf__route_split_small. The kernel (epf__route_update_kernel), the
+ * launcher's block size (epf_route_update_threads) and the tests all ask this function. Scope:
+ * any thread, host or device. Pure. */
+EPF_HD int epf__route_split(int num_blocks, int num_tokens, int top_k) {
+  return (num_blocks == 2 || num_blocks == 3) && epf__route_split_small(num_tokens, top_k);
+}
+
+/* epf__route_ctx_init — epf_route_ctx_make with the arrangement chosen: split = 0 is the public
+ *   one (epf_route_ctx_make); split = 1 (only where epf__route_split says so; the ready-made
+ *   kernel's private SPLIT arrangement, epf__route_update_block) makes every block walk all of
+ *   [0, T): block 0 counts them, writes the is_token_in_rank rows and publishes; block 1 writes
+ *   every slot; block 2 (3 blocks) counts the expert columns and computes the offsets (with 2,
+ *   block 0 does); no scratch row, no merge wait; block 0 stores the next epoch only after block
+ *   2's acknowledgement (epf__route_epoch_ack_wait_block). */
+EPF_DEVICE_INLINE epf_route_ctx_t epf__route_ctx_init(const epf_route_t* route, int index, int rank,
+                                                      const void* topk_idx, int num_tokens, int block_index,
+                                                      int num_blocks, int split, int64_t* recv_total_mapped,
+                                                      void* smem) {
   epf_route_ctx_t c;
   const epf_route_layout_t* L = &route->layout;
-  const size_t row = (size_t)L->num_experts + (size_t)L->nranks;
   /* epf_route_ptr's arithmetic with the buffer's base computed once (block-uniform) */
   c.buf = (char*)route->base + (uint64_t)index * L->total_bytes;
   c.layout = L;
@@ -221,8 +237,8 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.ebits = L->num_experts > 1 ? 32 - __clz(L->num_experts - 1) : 0;
   c.rbits = L->nranks > 1 ? 32 - __clz(L->nranks - 1) : 0;
   c.shfl_first = L->top_k <= 32 && (L->top_k & (L->top_k - 1)) == 0 && L->nranks <= 32;
-  c.split = (num_blocks == 2 || num_blocks == 3) && num_tokens * L->top_k <= EPF_ROUTE_SPLIT_ENTRIES;
-  c.offsets_block = c.split && num_blocks == 3 ? 2 : 0;
+  c.split = split;
+  c.offsets_block = split && num_blocks == 3 ? 2 : 0;
   epf_route_block_tokens(num_tokens, c.split ? 1 : block_index, c.split ? 2 : num_blocks, &c.t0, &c.t1);
   {
     /* warp w of W: [n w / W, n (w + 1) / W) of the block's n tokens (n W < 2^31: n <= 2^24,
@@ -244,17 +260,37 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
   c.epoch = *c.epoch_word + 1u;
   c.status = EPF_OK;
   c.recv_capacity = L->recv_capacity;
-  c.hist = (int32_t*)smem;
-  c.tot = c.hist + epf__route_hist_ints(L, (size_t)c.num_warps);
-  c.misc = c.tot + epf__route_align4(row + 1u);
-  c.stage = c.misc + EPF__ROUTE_MISC_INTS;
-  c.cub_temp = (void*)(c.stage + (size_t)c.num_warps * EPF__ROUTE_BATCH);
-  c.tags = epf__route_tags_fit(L, (size_t)c.num_warps)
-               ? (int32_t*)((char*)c.cub_temp + 32u * EPF__ROUTE_CUB_BYTES_PER_WARP)
-               : NULL;
+  {
+    const epf__route_smem_t s = epf__route_smem_carve(L, (size_t)c.num_warps);
+    c.hist = (int32_t*)((char*)smem + s.hist);
+    c.tot = (int32_t*)((char*)smem + s.tot);
+    c.misc = (int32_t*)((char*)smem + s.misc);
+    c.stage = (int32_t*)((char*)smem + s.stage);
+    c.cub_temp = (void*)((char*)smem + s.cub);
+    c.tags = s.has_tags ? (int32_t*)((char*)smem + s.tags) : NULL;
+  }
   c.ids_cached = 0;
   c.first = 0u;
   return c;
+}
+
+/* epf_route_ctx_make — this block's view of one rank's update.
+ *   Scope: any thread (every thread of the block calls it with uniform arguments).
+ *   index: the buffer of the route group (0 for a real rank, the virtual rank otherwise); rank:
+ *   the team rank the block plays; topk_idx: this rank's [num_tokens][K] ids; block_index in
+ *   [0, num_blocks), num_blocks <= route->layout.max_blocks; smem: epf_route_smem_bytes bytes,
+ *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
+ *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
+ *   every block's scratch row, which is what makes that store safe).
+ *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
+ *   block's warps in order, for every T and B; the count and slot passes read topk_idx of the
+ *   block's own tokens only, so a fused kernel may produce them in the same block
+ *   (examples/03_fused_moe_layer). */
+EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
+                                                     const void* topk_idx, int num_tokens, int block_index,
+                                                     int num_blocks, int64_t* recv_total_mapped, void* smem) {
+  return epf__route_ctx_init(route, index, rank, topk_idx, num_tokens, block_index, num_blocks, 0,
+                             recv_total_mapped, smem);
 }
 
 EPF_END_DECLS

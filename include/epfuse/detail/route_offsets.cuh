@@ -163,8 +163,7 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
 
 /* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
  *   Scope:    [collective:block] [uniform-args] [blocking] after pass 2 (it reuses c->hist), in
- *             block c->offsets_block of the rank (one block computes every destination: block 0,
- *             or block 2 of a 3-block SPLIT update).
+ *             block 0 of the rank only (c->offsets_block: one block computes every destination).
  *   Does:     thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for words
  *             that do not carry this epoch yet (bounded by w); d = e / EL, j = e % EL:
  *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
@@ -289,24 +288,23 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
   return EPF_OK;
 }
 
-/* epf_route_epoch_ack_wait_block — before epf_route_finish_block: in a 3-block SPLIT update,
- *   block 0 waits (bounded by w) until block 2 has acknowledged reading this update's epoch
- *   (block 2 writes the acknowledgement at the start of its epf_route_count_block), so block 0's
- *   epoch store cannot reach a block that has not read the epoch yet. Every other block, and
- *   every other kind of update, returns EPF_OK at once (the merge gives that order there).
- *   Scope:    [collective:block] [uniform-args] [blocking] in every block of the rank.
- *   Result:   [result:all] EPF_OK or the wait's failure.
- *   Memory:   ld.relaxed.sys / the bounded wait on one word of the route's SCRATCH. */
-EPF_DEVICE_INLINE epf_status_t epf_route_epoch_ack_wait_block(const epf_route_ctx_t* c, epf_wait_t w) {
+/* epf__route_epoch_ack_wait_block — the private SPLIT arrangement with 3 blocks: before
+ * epf_route_finish_block, block 0 waits (bounded by w) until block 2 has acknowledged reading this
+ * update's epoch (block 2 writes the acknowledgement at the start of its epf_route_count_block),
+ * so block 0's epoch store cannot reach a block that has not read the epoch yet. Every other
+ * block, and every other arrangement, returns EPF_OK at once (the merge gives that order there).
+ * [collective:block] [uniform-args] [blocking] in every block of the rank; [result:all]. Memory:
+ * the bounded wait on one word of the route's SCRATCH. */
+EPF_DEVICE_INLINE epf_status_t epf__route_epoch_ack_wait_block(const epf_route_ctx_t* c, epf_wait_t w) {
   epf_status_t st = EPF_OK;
   if (!(c->split && c->offsets_block == 2 && c->block_index == 0)) return EPF_OK;
   if (threadIdx.x == 0) st = epf_count_word_wait_sys(epf__route_epoch_ack(c), c->epoch, w, -1, NULL);
   return epf__route_block_status(st);
 }
 
-/* epf_route_finish_block — end of an update: the offsets block records a failure (recv_rows =
- *   -1, *recv_total_mapped = -status), any block's failure goes to the header status, and block
- *   0 stores the new epoch.
+/* epf_route_finish_block — end of an update: block 0 (the offsets block) records a failure
+ *   (recv_rows = -1, *recv_total_mapped = -status), any block's failure goes to the header
+ *   status, and block 0 stores the new epoch.
  *   Scope:    [collective:block] [uniform-args] last phase, in every block of the rank.
  *   Memory:   plain stores; the epoch store needs no ordering inside the update (every block of
  *             the rank read the epoch before its scratch row, and block 0 has read every row; the
@@ -328,13 +326,41 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
   }
 }
 
+/* epf__route_update_block — epf_route_update_block with the arrangement chosen: split = 0 is the
+ * public one; split = 1 (only where epf__route_split says so) is the ready-made kernel's private
+ * SPLIT arrangement (epf__route_ctx_init): every block walks all the tokens, block 1 writes the
+ * slots, block 2 (or 0 with 2 blocks) the offsets, and block 0 stores the next epoch after block
+ * 2's acknowledgement. Same inputs, results and memory contract as epf_route_update_block; the
+ * blocks' token ownership differs, which is why only the ready-made kernel (which owns the whole
+ * topk_idx before it starts) uses it. */
+EPF_DEVICE_INLINE epf_status_t epf__route_update_block(const epf_route_t* route, int index, epf_team_t team,
+                                                       const epf_plan_t* plan, const void* topk_idx, int num_tokens,
+                                                       int block_index, int num_blocks, int split, epf_wait_t w,
+                                                       int64_t* recv_total_mapped, void* smem) {
+  epf_route_ctx_t c = epf__route_ctx_init(route, index, team.rank, topk_idx, num_tokens, block_index, num_blocks,
+                                          split, recv_total_mapped, smem);
+  epf_status_t st;
+  w.rank = team.rank;
+  epf_route_count_block(&c);
+  st = epf_route_merge_block(&c, w);
+  if (st == EPF_OK) {
+    if (c.exchange) epf_route_publish_block(&c, team, plan);
+    if (!c.split || block_index == 1) epf_route_slots_block(&c);
+    if (c.exchange && block_index == c.offsets_block) st = epf_route_offsets_block(&c, team, plan, w);
+  }
+  {
+    const epf_status_t a = epf__route_epoch_ack_wait_block(&c, w);
+    if (st == EPF_OK) st = a;
+  }
+  c.status = st;
+  epf_route_finish_block(&c, st);
+  return st;
+}
+
 /* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, offsets
  *   (block 0, which waits for the peers' counts word by word), finish — the phases above, in
- *   that order. In a SPLIT update (2 or 3 blocks, T K <= EPF_ROUTE_SPLIT_ENTRIES) block 0
- *   counts, writes the is_token_in_rank rows and publishes, block 1 counts per warp and writes
- *   the slots, and the offsets are computed by block 2 (3 blocks: it counts the expert columns
- *   itself) or block 0 (2 blocks): no scratch row, no merge wait between them; block 0 stores
- *   the next epoch only after block 2's acknowledgement (epf_route_epoch_ack_wait_block).
+ *   that order, on a ctx from epf_route_ctx_make: block b reads topk_idx of the tokens
+ *   epf_route_block_tokens gives it only, for every T and num_blocks.
  *   Scope:    [collective:block] [uniform-args] every thread of each of the rank's num_blocks
  *             blocks (block_index 0 .. num_blocks - 1), converged; with virtual ranks every rank's
  *             blocks in one grid, all co-resident [needs-co-residency] [blocking].
@@ -357,24 +383,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
                                                       const epf_plan_t* plan, const void* topk_idx, int num_tokens,
                                                       int block_index, int num_blocks, epf_wait_t w,
                                                       int64_t* recv_total_mapped, void* smem) {
-  epf_route_ctx_t c = epf_route_ctx_make(route, index, team.rank, topk_idx, num_tokens, block_index, num_blocks,
-                                         recv_total_mapped, smem);
-  epf_status_t st;
-  w.rank = team.rank;
-  epf_route_count_block(&c);
-  st = epf_route_merge_block(&c, w);
-  if (st == EPF_OK) {
-    if (c.exchange) epf_route_publish_block(&c, team, plan);
-    if (!c.split || block_index == 1) epf_route_slots_block(&c);
-    if (c.exchange && block_index == c.offsets_block) st = epf_route_offsets_block(&c, team, plan, w);
-  }
-  {
-    const epf_status_t a = epf_route_epoch_ack_wait_block(&c, w);
-    if (st == EPF_OK) st = a;
-  }
-  c.status = st;
-  epf_route_finish_block(&c, st);
-  return st;
+  return epf__route_update_block(route, index, team, plan, topk_idx, num_tokens, block_index, num_blocks, 0, w,
+                                 recv_total_mapped, smem);
 }
 
 EPF_END_DECLS
