@@ -12,6 +12,9 @@
  *     every received row and metadata row, counts per (expert, source) and per expert, the packed
  *     copy, the dropped-route counter, and the combine output against an FP32 k-order fmaf
  *     reference;
+ *   - the public slot pass alone (epf_ll_slots_block + epf_ll_slot, one block of 32 to 1024
+ *     threads): every (token, k)'s slot and expert, the per-expert counts and the dropped ids,
+ *     against the reference, the same for every block size;
  *   - refusals with a clear status (mode, layout, tokens, payloads, hidden alignment of per-128
  *     FP8, co-residency);
  *   - 1000 CUDA-graph replays of dispatch -> experts -> combine with fresh routing, weights and
@@ -393,6 +396,113 @@ static void test_matrix(void** state) {
 /* ============================================================================================ */
 /* refusals                                                                                      */
 /* ============================================================================================ */
+
+/* the public slot pass alone: one block of blockDim.x threads over one source's topk_idx (int64) */
+static __global__ void slots_kernel(epf_plan_t plan, const int64_t* topk, int T, int32_t* out_slot,
+                                    int32_t* out_expert, int32_t* out_count, uint32_t* dropped) {
+  extern __shared__ uint4 smem[];
+  const epf_ll_smem_layout_t l = epf_ll_smem_layout(&plan, (int)blockDim.x);
+  const epf_ll_slots_t s = epf_ll_slots_at(&plan, smem, l.send_slots, T, (int)blockDim.x);
+  int i;
+  epf_ll_slots_block(&plan, topk, EPF_INDEX_INT64, T, s, dropped);
+  for (i = (int)threadIdx.x; i < T * plan.top_k; i += (int)blockDim.x) {
+    int e = -2;
+    const uint32_t slot = epf_ll_slot(&plan, s, i, &e);
+    out_slot[i] = slot == EPF_LL_SLOT_NONE ? -1 : (int32_t)slot;
+    out_expert[i] = e;
+  }
+  for (i = (int)threadIdx.x; i < plan.num_experts; i += (int)blockDim.x) out_count[i] = (int32_t)s.count[i];
+}
+
+/* epf_ll_slots_block is a public block: its table (source 0 of R) against the reference's slots
+ * (llref_dispatch: where the GPU tests require each row to land), for block sizes 32 to 1024, with
+ * -1 entries, repeated experts and ids outside [-1, E) */
+static void test_slots_block(void** state) {
+  static const int Ts[] = {1, 7, 128, 256};
+  static const int threads[] = {32, 64, 96, 256, 512, 1024};
+  uint64_t seed = g_seed ^ 0x51075107ull;
+  (void)state;
+  for (int ci = 0; ci < 32; ++ci) {
+    const int R = ci & 1 ? 4 : 1, K = ci & 2 ? 8 : 1, E = ci & 4 ? 256 : 64, Tmax = Ts[(ci >> 3) & 3];
+    const int EL = E / R, T = ci & 16 ? Tmax : epf_rng_in(&seed, 0, Tmax);
+    const size_t n = (size_t)R * Tmax * K;
+    epf_plan_t plan;
+    llref_in_t in;
+    llref_t ll;
+    int32_t *want_slot = (int32_t*)malloc((size_t)Tmax * K * 4), *want_e = (int32_t*)malloc((size_t)Tmax * K * 4);
+    int32_t *got_slot = (int32_t*)malloc((size_t)Tmax * K * 4), *got_e = (int32_t*)malloc((size_t)Tmax * K * 4);
+    int32_t* got_count = (int32_t*)malloc((size_t)E * 4);
+    int64_t* d_topk = NULL;
+    int32_t *d_slot = NULL, *d_e = NULL, *d_count = NULL;
+    uint32_t* d_dropped = NULL;
+    assert_int_equal(make_plan(R, Tmax, 2880, K, E, EPF_PAYLOAD_BF16, 0u, 0u, &plan), EPF_OK);
+    memset(&in, 0, sizeof(in));
+    in.R = R;
+    in.Tmax = Tmax;
+    in.T = T;
+    in.K = K;
+    in.E = E;
+    in.EL = EL;
+    in.htopk = (int64_t*)malloc(n * sizeof(int64_t));
+    assert_true(in.htopk != NULL && want_slot != NULL && want_e != NULL && got_slot != NULL && got_e != NULL &&
+                got_count != NULL);
+    for (size_t i = 0; i < n; ++i) { /* mostly valid ids, many repeats, some -1, some outside [-1, E) */
+      const int c = epf_rng_in(&seed, 0, 19);
+      in.htopk[i] = c < 14 ? (int64_t)(epf_rng_in(&seed, 0, E - 1) % (c < 7 ? 3 : E)) : c < 17 ? -1 : c == 17 ? E : -5;
+    }
+    llref_dispatch(&in, 0u, &ll);
+    for (int i = 0; i < Tmax * K; ++i) want_slot[i] = want_e[i] = -1;
+    for (int e = 0; e < E; ++e) {
+      const size_t g = ((size_t)(e / EL) * EL + e % EL) * R; /* source 0 */
+      for (int j = 0; j < ll.counts[g]; ++j) {
+        const int pr = ll.row_t[g * Tmax + j] * K + ll.row_k[g * Tmax + j];
+        want_slot[pr] = j;
+        want_e[pr] = e;
+      }
+    }
+    EPF_CHECK_CUDA(cudaMalloc(&d_topk, n * sizeof(int64_t)));
+    EPF_CHECK_CUDA(cudaMalloc(&d_slot, (size_t)Tmax * K * 4));
+    EPF_CHECK_CUDA(cudaMalloc(&d_e, (size_t)Tmax * K * 4));
+    EPF_CHECK_CUDA(cudaMalloc(&d_count, (size_t)E * 4));
+    EPF_CHECK_CUDA(cudaMalloc(&d_dropped, 4));
+    EPF_CHECK_CUDA(cudaMemcpy(d_topk, in.htopk, n * sizeof(int64_t), cudaMemcpyHostToDevice));
+    for (int ti = 0; ti < (int)(sizeof(threads) / sizeof(threads[0])); ++ti) {
+      const int th = threads[ti];
+      const size_t smem = epf_ll_smem_layout(&plan, th).dispatch_bytes;
+      uint32_t dropped = 0;
+      EPF_CHECK_CUDA(cudaMemset(d_slot, 0x7f, (size_t)Tmax * K * 4));
+      EPF_CHECK_CUDA(cudaMemset(d_e, 0x7f, (size_t)Tmax * K * 4));
+      EPF_CHECK_CUDA(cudaMemset(d_dropped, 0, 4));
+      slots_kernel<<<1, th, smem>>>(plan, d_topk, T, d_slot, d_e, d_count, d_dropped);
+      EPF_CHECK_LAUNCH();
+      EPF_CHECK_CUDA(cudaMemcpy(got_slot, d_slot, (size_t)T * K * 4, cudaMemcpyDeviceToHost));
+      EPF_CHECK_CUDA(cudaMemcpy(got_e, d_e, (size_t)T * K * 4, cudaMemcpyDeviceToHost));
+      EPF_CHECK_CUDA(cudaMemcpy(got_count, d_count, (size_t)E * 4, cudaMemcpyDeviceToHost));
+      EPF_CHECK_CUDA(cudaMemcpy(&dropped, d_dropped, 4, cudaMemcpyDeviceToHost));
+      for (int i = 0; i < T * K; ++i)
+        if (got_slot[i] != want_slot[i] || got_e[i] != want_e[i])
+          fail_msg("slots R=%d T=%d/%d K=%d E=%d threads=%d: pair (%d, %d): slot %d expert %d, want %d %d", R, T, Tmax, K,
+                   E, th, i / K, i % K, got_slot[i], got_e[i], want_slot[i], want_e[i]);
+      for (int e = 0; e < E; ++e)
+        if (got_count[e] != ll.counts[((size_t)(e / EL) * EL + e % EL) * R])
+          fail_msg("slots R=%d T=%d K=%d E=%d threads=%d: expert %d count %d, want %d", R, T, K, E, th, e, got_count[e],
+                   ll.counts[((size_t)(e / EL) * EL + e % EL) * R]);
+      assert_int_equal(dropped, ll.dropped_src[0]);
+    }
+    cudaFree(d_topk);
+    cudaFree(d_slot);
+    cudaFree(d_e);
+    cudaFree(d_count);
+    cudaFree(d_dropped);
+    llref_free(&ll);
+    free(in.htopk);
+    free(want_slot);
+    free(want_e);
+    free(got_slot);
+    free(got_e);
+    free(got_count);
+  }
+}
 
 static void test_refusals(void** state) {
   epf_plan_t plan;
@@ -819,6 +929,7 @@ static void test_nccl_one_rank(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_slots_block),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_graph_replays),
