@@ -150,12 +150,12 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
     for (xpad = lane; xpad < npad; xpad += 32) {
       const int64_t r = (int64_t)s.begin + s.count + xpad;
       if (r < cap) {
-        uint4 v;
-        v.x = 0xffffffffu;
-        v.y = 0xffffffffu;
-        v.z = (uint32_t)j;
-        v.w = 0u;
-        epf_st_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, r)), v);
+        union {
+          epf_recv_meta_em_t m;
+          uint4 v;
+        } pad; /* registers only: one 16-byte store */
+        pad.m = epf_recv_meta_em_make(-1, -1, -1, j, 0.0f);
+        epf_st_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, r)), pad.v);
       }
     }
   }
