@@ -77,33 +77,60 @@ EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-/* epf__combine_acc8 — acc += w_u * row_u[vector i] for u < m (m <= 8), in ascending u: the m
- * rows' vectors are loaded first (all in flight), then the fmas run in order. Rows are BF16
- * (16 bytes per vector) or MXFP8 combine rows (8 E4M3 bytes per vector, the row's E8M0 scales
- * after its `hidden` element bytes). on == false: nothing is loaded (a lane past the row end). */
-EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, int m, int i, bool on, int mxfp8,
-                                         int hidden, float* acc) {
-  int u;
+/* epf__combine_acc8 — acc[c] += w_u * row_u[vector i + 32 c] for u < m and c < C (m * C <= 8), in
+ * ascending u for every c: the m rows' vectors of the C chunks are loaded first (all in flight),
+ * then the fmas run in order. Rows are BF16 (16 bytes per vector) or MXFP8 combine rows (8 E4M3
+ * bytes per vector, the row's E8M0 scales after its `hidden` element bytes). Vectors at or past
+ * nvec are not loaded (lanes past the row end). C is a constant at every call (1, 2 or 4): each
+ * call site compiles to its own straight-line code. */
+EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, int m, int C, int i, int nvec, int mxfp8,
+                                         int hidden, float (*acc)[8]) {
+  int u, c;
   if (!mxfp8) {
     uint4 v[8];
 #pragma unroll
-    for (u = 0; u < 8; ++u)
-      if (u < m && on) v[u] = epf_ld_v4_u32((const uint4*)p[u] + i);
+    for (c = 0; c < 4; ++c)
 #pragma unroll
-    for (u = 0; u < 8; ++u)
-      if (u < m && on) epf_bf16x8_fma(acc, v[u], w[u]);
+      for (u = 0; u < 8; ++u)
+        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec) v[u * C + c] = epf_ld_v4_u32((const uint4*)p[u] + i + 32 * c);
+#pragma unroll
+    for (c = 0; c < 4; ++c)
+#pragma unroll
+      for (u = 0; u < 8; ++u)
+        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec) epf_bf16x8_fma(acc[c], v[u * C + c], w[u]);
   } else {
     uint2 q[8];
     uint8_t sc[8];
 #pragma unroll
-    for (u = 0; u < 8; ++u)
-      if (u < m && on) {
-        q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
-        sc[u] = (uint8_t)p[u][hidden + (i >> 2)];
-      }
+    for (c = 0; c < 4; ++c)
 #pragma unroll
-    for (u = 0; u < 8; ++u)
-      if (u < m && on) epf_mxfp8_dequantize_accumulate8(q[u], sc[u], w[u], acc);
+      for (u = 0; u < 8; ++u)
+        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec) {
+          q[u * C + c] = *(const uint2*)(p[u] + (uint64_t)(i + 32 * c) * 8u);
+          sc[u * C + c] = (uint8_t)p[u][hidden + ((i + 32 * c) >> 2)];
+        }
+#pragma unroll
+    for (c = 0; c < 4; ++c)
+#pragma unroll
+      for (u = 0; u < 8; ++u)
+        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec)
+          epf_mxfp8_dequantize_accumulate8(q[u * C + c], sc[u * C + c], w[u], acc[c]);
+  }
+}
+
+/* epf__combine_out_warp — store chunk c's accumulators: BF16 (RNE) or an MXFP8 combine row.
+ * Warp-uniform call (the quantizer's collectives see the whole warp); lanes past nvec store nothing. */
+EPF_DEVICE_INLINE void epf__combine_out_warp(const float* acc, int i, int nvec, int hidden, int out_mxfp8, int mx_rule,
+                                             void* out_row) {
+  if (!out_mxfp8) {
+    if (i < nvec) epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));
+  } else {
+    uint8_t sb;
+    const uint2 q = epf_mxfp8_quantize_lane8_warp(acc, mx_rule, &sb); /* lanes past the end: zeros */
+    if (i < nvec) {
+      *(uint2*)((char*)out_row + (uint64_t)i * 8u) = q;
+      if ((epf_lane_id() & 3) == 0) ((char*)out_row)[hidden + (i >> 2)] = (char)sb;
+    }
   }
 }
 
@@ -116,6 +143,11 @@ EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, i
  *             number, up to 32). Rows: BF16 [hidden] (in_mxfp8 == 0) or MXFP8 combine rows.
  *   Does:     out_mxfp8 == 0: out_row is BF16 [hidden], RNE. out_mxfp8 != 0: out_row is an MXFP8
  *             combine row (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule mx_rule).
+ *   Loads:    8 vectors per lane in flight before the fmas: 8 rows of one 32-vector chunk, or, for
+ *             fewer rows, 2 chunks of up to 4 rows or 4 chunks of up to 2 (one or two rows — a
+ *             rank-major partial, top-1 / top-2 models — would otherwise leave one or two loads
+ *             in flight and the combine latency-bound). The order of every element's fmas is the
+ *             same in every case.
  *   Loops:    every loop is warp-uniform — its trip count is the same in every lane, lanes past
  *             the row end are predicated off — so the shuffles inside and the quantizer's
  *             collectives always see the whole warp (a lane-strided loop around a shuffle is
@@ -131,18 +163,36 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
   const float w_j = __shfl_sync(0xffffffffu, my_w, src);
   const char* p[8]; /* top-k <= 8: every row's address in registers, loaded once */
   float wv[8];
-  int base, u;
+  int base, u, c;
 #pragma unroll
   for (u = 0; u < 8; ++u) {
     p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
     wv[u] = __shfl_sync(0xffffffffu, w_j, u);
   }
+  if (n <= 2) { /* warp-uniform: 4 chunks per step */
+    for (base = 0; base < nvec; base += 128) {
+      float acc[4][8] = {{0.f}};
+      epf__combine_acc8(p, wv, n, 4, base + lane, nvec, in_mxfp8, hidden, acc);
+#pragma unroll
+      for (c = 0; c < 4; ++c)
+        if (base + 32 * c < nvec) epf__combine_out_warp(acc[c], base + 32 * c + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
+    }
+    return;
+  }
+  if (n <= 4) { /* warp-uniform: 2 chunks per step */
+    for (base = 0; base < nvec; base += 64) {
+      float acc[2][8] = {{0.f}};
+      epf__combine_acc8(p, wv, n, 2, base + lane, nvec, in_mxfp8, hidden, acc);
+#pragma unroll
+      for (c = 0; c < 2; ++c)
+        if (base + 32 * c < nvec) epf__combine_out_warp(acc[c], base + 32 * c + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
+    }
+    return;
+  }
   for (base = 0; base < nvec; base += 32) { /* warp-uniform */
-    const int i = base + lane;
-    const bool on = i < nvec;
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float acc[1][8] = {{0.f}};
     int j0;
-    for (j0 = 0; j0 < n || j0 == 0; j0 += 8) { /* warp-uniform: 8 rows at a time, in order */
+    for (j0 = 0; j0 < n; j0 += 8) { /* warp-uniform: 8 rows at a time, in order */
       if (n > 8) { /* top-k > 8: this group's addresses (one set of registers for all groups) */
 #pragma unroll
         for (u = 0; u < 8; ++u) {
@@ -150,18 +200,9 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
           wv[u] = __shfl_sync(0xffffffffu, w_j, (j0 + u) & 31);
         }
       }
-      epf__combine_acc8(p, wv, n - j0 < 8 ? n - j0 : 8, i, on, in_mxfp8, hidden, acc);
+      epf__combine_acc8(p, wv, n - j0 < 8 ? n - j0 : 8, 1, base + lane, nvec, in_mxfp8, hidden, acc);
     }
-    if (!out_mxfp8) {
-      if (on) epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));
-    } else {
-      uint8_t sb;
-      const uint2 q = epf_mxfp8_quantize_lane8_warp(acc, mx_rule, &sb); /* lanes past the end: zeros */
-      if (on) {
-        *(uint2*)((char*)out_row + (uint64_t)i * 8u) = q;
-        if ((lane & 3) == 0) ((char*)out_row)[hidden + (i >> 2)] = (char)sb;
-      }
-    }
+    epf__combine_out_warp(acc[0], base + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
   }
 }
 
@@ -206,18 +247,29 @@ EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan
  *   window, 16-byte aligned. Memory: plain loads and stores, nothing published. */
 EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst) {
   const int nvec = plan->hidden >> 3, lane = epf_lane_id();
-  int i;
+  const int rule = epf_mx_rule_from_flags(plan->flags);
+  int base;
   if (plan->combine_payload == EPF_PAYLOAD_BF16) {
-    for (i = lane; i < nvec; i += 32) epf_st_v4_u32((uint4*)dst + i, epf_ld_v4_u32((const uint4*)src_bf16 + i));
-  } else {
-    const int rule = epf_mx_rule_from_flags(plan->flags);
-    int chunk;
-    for (chunk = 0; chunk * 32 < nvec; ++chunk) {
+    epf_copy_row_warp(dst, src_bf16, (uint32_t)nvec * 16u);
+    return;
+  }
+  /* MXFP8: EPF_COPY_UNROLL 256-element chunks per step, their loads all in flight before the
+   * first quantization (one load at a time leaves the warp latency-bound) */
+  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) { /* warp-uniform */
+    uint4 v[EPF_COPY_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
       uint8_t sb;
       uint2 q;
-      i = chunk * 32 + lane;
-      q = epf_mxfp8_quantize_lane8_bf16_warp(i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u),
-                                             rule, &sb);
+      if (base + u * 32 >= nvec) break; /* warp-uniform: the quantizer's shuffles see the whole warp */
+      q = epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb);
       if (i < nvec) {
         *(uint2*)(dst + (uint64_t)i * 8u) = q;
         if ((lane & 3) == 0) dst[plan->hidden + (i >> 2)] = (char)sb;

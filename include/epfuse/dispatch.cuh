@@ -71,14 +71,24 @@ EPF_BEGIN_DECLS
 #define EPF_COPY_UNROLL 4
 #endif
 
-/* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses.
+/* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
+ *   EPF_COPY_UNROLL loads per lane in flight before the first store.
  *   Scope: [collective:warp] [uniform-args]. Memory: plain loads and stores, no ordering. */
 EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t bytes) {
   const uint4* s = (const uint4*)src;
   uint4* d = (uint4*)dst;
-  const int nvec = (int)(bytes >> 4);
-  int i;
-  for (i = epf_lane_id(); i < nvec; i += 32) epf_st_v4_u32(d + i, epf_ld_v4_u32(s + i));
+  const int nvec = (int)(bytes >> 4), lane = epf_lane_id();
+  int base;
+  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
+    uint4 v[EPF_COPY_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) v[u] = epf_ld_v4_u32(s + base + u * 32 + lane);
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) epf_st_v4_u32(d + base + u * 32 + lane, v[u]);
+  }
 }
 
 /* epf__row_dst — this lane's destination row pointer in `region`, or NULL when the copy is absent

@@ -57,6 +57,10 @@
 EPF_BEGIN_DECLS
 
 #define EPF_HT_THREADS 512 /* threads of every ready-made HT block */
+/* Blocks per SM the dispatch kernel is compiled for (its register budget: 2 -> 64 registers). */
+#ifndef EPF_HT_DISPATCH_MIN_BLOCKS
+#define EPF_HT_DISPATCH_MIN_BLOCKS 2
+#endif
 
 /* Per-rank counters the ready-made kernels keep in device memory (zero at start; caller-owned:
  * cudaMemset once, then never touched by the host). One per rank, or per virtual rank. */
@@ -118,7 +122,7 @@ EPF_DEVICE_INLINE epf_ht_view_t epf__ht_view_for_block(const epf_route_t* route,
 
 /* epf_ht_dispatch_kernel — grid = ranks_in_launch * bpr blocks of EPF_HT_THREADS; `halves` as
  *   epf_ht_dispatch. */
-static __global__ void __launch_bounds__(EPF_HT_THREADS, 2)
+static __global__ void __launch_bounds__(EPF_HT_THREADS, EPF_HT_DISPATCH_MIN_BLOCKS)
     epf_ht_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf_ht_step_t step, const void* topk_idx,
                            int virtual_ranks, int bpr, int halves) {
   epf_wait_t w;
