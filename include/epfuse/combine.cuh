@@ -134,6 +134,24 @@ EPF_DEVICE_INLINE void epf__combine_out_warp(const float* acc, int i, int nvec, 
   }
 }
 
+/* epf__combine_chunks_warp — the reduction of n <= 8 / C rows, C (2 or 4) 32-vector chunks per
+ * step: n * C loads per lane in flight. [collective:warp], warp-uniform arguments. */
+EPF_DEVICE_INLINE void epf__combine_chunks_warp(const char* const* p, const float* wv, int n, int C, int nvec, int hidden,
+                                                int in_mxfp8, int out_mxfp8, int mx_rule, void* out_row) {
+  const int lane = epf_lane_id();
+  int base, c;
+  for (base = 0; base < nvec; base += 32 * C) { /* warp-uniform */
+    float acc[4][8] = {{0.f}};
+    if (C == 4)
+      epf__combine_acc8(p, wv, n, 4, base + lane, nvec, in_mxfp8, hidden, acc);
+    else
+      epf__combine_acc8(p, wv, n, 2, base + lane, nvec, in_mxfp8, hidden, acc);
+#pragma unroll
+    for (c = 0; c < 4; ++c)
+      if (c < C && base + 32 * c < nvec) epf__combine_out_warp(acc[c], base + 32 * c + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
+  }
+}
+
 /* epf__combine_reduce_warp — THE k-order reduction of epfuse (the source's combine, the
  *   rank-major pre-reduce and epf_combine_pull_row_warp all call it): out = round(fma chain over a
  *   lane-held list of rows, in ascending lane order, from acc = 0, in FP32).
@@ -169,24 +187,8 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
     p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
     wv[u] = __shfl_sync(0xffffffffu, w_j, u);
   }
-  if (n <= 2) { /* warp-uniform: 4 chunks per step */
-    for (base = 0; base < nvec; base += 128) {
-      float acc[4][8] = {{0.f}};
-      epf__combine_acc8(p, wv, n, 4, base + lane, nvec, in_mxfp8, hidden, acc);
-#pragma unroll
-      for (c = 0; c < 4; ++c)
-        if (base + 32 * c < nvec) epf__combine_out_warp(acc[c], base + 32 * c + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
-    }
-    return;
-  }
-  if (n <= 4) { /* warp-uniform: 2 chunks per step */
-    for (base = 0; base < nvec; base += 64) {
-      float acc[2][8] = {{0.f}};
-      epf__combine_acc8(p, wv, n, 2, base + lane, nvec, in_mxfp8, hidden, acc);
-#pragma unroll
-      for (c = 0; c < 2; ++c)
-        if (base + 32 * c < nvec) epf__combine_out_warp(acc[c], base + 32 * c + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
-    }
+  if (n <= 4) { /* warp-uniform: 4 chunks of up to 2 rows, or 2 chunks of up to 4, per step */
+    epf__combine_chunks_warp(p, wv, n, n <= 2 ? 4 : 2, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
     return;
   }
   for (base = 0; base < nvec; base += 32) { /* warp-uniform */

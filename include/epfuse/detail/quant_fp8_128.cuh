@@ -184,14 +184,7 @@ EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_f32_warp(const float* x, int hid
       if (base + 32 * u < nvec) {
         float s, v[8];
         uint2 q;
-        v[0] = in[2 * u].x;
-        v[1] = in[2 * u].y;
-        v[2] = in[2 * u].z;
-        v[3] = in[2 * u].w;
-        v[4] = in[2 * u + 1].x;
-        v[5] = in[2 * u + 1].y;
-        v[6] = in[2 * u + 1].z;
-        v[7] = in[2 * u + 1].w;
+        epf__f32x8_unpack(in[2 * u], in[2 * u + 1], v);
         q = epf_fp8_128_quantize_lane8_warp(v, ue8m0, &s);
         if (i < nvec) epf__fp8_128_store(q, s, i, lane, scale_stride, out_q, out_scales);
       }

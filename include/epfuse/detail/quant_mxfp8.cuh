@@ -46,6 +46,20 @@ EPF_BEGIN_DECLS
 /* Private lane helpers                                                                          */
 /* ============================================================================================ */
 
+
+/* epf__f32x8_unpack — a lane's 8 consecutive floats (two 16-byte vectors) as an array: the FP32
+ * row quantizers of both formats load their inputs this way. */
+EPF_DEVICE_INLINE void epf__f32x8_unpack(float4 a, float4 b, float* v) {
+  v[0] = a.x;
+  v[1] = a.y;
+  v[2] = a.z;
+  v[3] = a.w;
+  v[4] = b.x;
+  v[5] = b.y;
+  v[6] = b.z;
+  v[7] = b.w;
+}
+
 /* four floats -> four E4M3 bytes, element i in byte i (little endian: memory order) */
 EPF_DEVICE_INLINE uint32_t epf__e4m3x4(float v0, float v1, float v2, float v3) {
 #if EPF__QUANT_HAS_E4M3_CVT
@@ -318,14 +332,7 @@ EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_f32_warp(const float* x, int hidde
         uint8_t scale;
         float v[8];
         uint2 q;
-        v[0] = in[2 * u].x;
-        v[1] = in[2 * u].y;
-        v[2] = in[2 * u].z;
-        v[3] = in[2 * u].w;
-        v[4] = in[2 * u + 1].x;
-        v[5] = in[2 * u + 1].y;
-        v[6] = in[2 * u + 1].z;
-        v[7] = in[2 * u + 1].w;
+        epf__f32x8_unpack(in[2 * u], in[2 * u + 1], v);
         q = epf_mxfp8_quantize_lane8_warp(v, rule, &scale);
         if (i < nvec) epf__mxfp8_store(q, scale, i, lane, swizzled, out_q, sf_row);
       }
