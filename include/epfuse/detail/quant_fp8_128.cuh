@@ -171,13 +171,7 @@ EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_f32_warp(const float* x, int hid
   for (base = 0; base < nvec; base += 32 * EPF_QUANT_UNROLL) {
     float4 in[2 * EPF_QUANT_UNROLL];
     int u;
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      in[2 * u] = i < nvec ? xv[2 * i] : z;
-      in[2 * u + 1] = i < nvec ? xv[2 * i + 1] : z;
-    }
+    epf__f32_chunk_load(xv, base, nvec, in);
 #pragma unroll
     for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
       const int i = base + 32 * u + lane;

@@ -47,6 +47,20 @@ EPF_BEGIN_DECLS
 /* ============================================================================================ */
 
 
+/* epf__f32_chunk_load — the FP32 row quantizers' chunk load: lane's vector base + 32 u (u <
+ * EPF_QUANT_UNROLL) as two float4 each, zeros past nvec; every load in flight before the first use. */
+EPF_DEVICE_INLINE void epf__f32_chunk_load(const float4* xv, int base, int nvec, float4* in) {
+  const int lane = (int)(threadIdx.x & 31u);
+  int u;
+#pragma unroll
+  for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
+    const int i = base + 32 * u + lane;
+    const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    in[2 * u] = i < nvec ? xv[2 * i] : z;
+    in[2 * u + 1] = i < nvec ? xv[2 * i + 1] : z;
+  }
+}
+
 /* epf__f32x8_unpack — a lane's 8 consecutive floats (two 16-byte vectors) as an array: the FP32
  * row quantizers of both formats load their inputs this way. */
 EPF_DEVICE_INLINE void epf__f32x8_unpack(float4 a, float4 b, float* v) {
@@ -318,13 +332,7 @@ EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_f32_warp(const float* x, int hidde
   for (base = 0; base < nvec; base += 32 * EPF_QUANT_UNROLL) {
     float4 in[2 * EPF_QUANT_UNROLL];
     int u;
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      in[2 * u] = i < nvec ? xv[2 * i] : z;
-      in[2 * u + 1] = i < nvec ? xv[2 * i + 1] : z;
-    }
+    epf__f32_chunk_load(xv, base, nvec, in);
 #pragma unroll
     for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
       const int i = base + 32 * u + lane;
