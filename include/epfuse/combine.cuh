@@ -181,7 +181,7 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
   const float w_j = __shfl_sync(0xffffffffu, my_w, src);
   const char* p[8]; /* top-k <= 8: every row's address in registers, loaded once */
   float wv[8];
-  int base, u, c;
+  int base, u;
 #pragma unroll
   for (u = 0; u < 8; ++u) {
     p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
