@@ -33,10 +33,16 @@
  *   uint32_t epf_dispatch_send_row_warp(team, plan, const void* src_row, int dst_rank, int64_t dst_row, int ncopies)
  *   uint32_t epf_dispatch_send_row_quant_warp(team, plan, const void* src_bf16_row, int dst_rank, int64_t dst_row,
  *                                             int ncopies)                       quantized on the way
+ *   uint32_t epf_dispatch_send_row_quant_seg_warp(..., ncopies, int seg_begin, int seg_rows)  + copies' segments
  *   void     epf_dispatch_send_scales_warp(team, plan, const uint8_t* src_scales, int dst_rank, int64_t dst_row,
  *                                          int ncopies)                          caller-quantized rows
- *   uint64_t epf_recv_scale_col_offset(plan, int64_t row, int col)     [EPF_HD] a receive scale's position
- *   uint32_t epf_dispatch_send_token_warp(team, plan, src_row, src_scales, int quantize, dst_rank, dst_row, ncopies)
+ *   void     epf_dispatch_send_scales_seg_warp(..., ncopies, int seg_begin, int seg_rows)     + copies' segments
+ *   uint64_t epf_recv_scale_offset(plan, int64_t row, int col, int64_t seg_begin, int64_t seg_rows)
+ *                                                                        [EPF_HD] a receive scale's position
+ *   bool     epf_recv_scale_seg_fits(plan, int64_t row, int64_t seg_begin, int64_t seg_rows)  [EPF_HD]
+ *   uint64_t epf_recv_scale_col_offset(plan, int64_t row, int col)     [EPF_HD] the same, no segment
+ *   uint32_t epf_dispatch_send_token_warp(team, plan, src_row, src_scales, int quantize, dst_rank, dst_row, ncopies,
+ *                                         int seg_begin, int seg_rows)
  *                                                                        any payload, either way
  *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
  *   void     epf_dispatch_meta_rm_warp(team, plan, src_token, dst_rank, dst_row, ncopies,
@@ -157,31 +163,65 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
   return dropped;
 }
 
-/* epf_recv_scale_col_offset — where the scale of receive row `row`, scale column `col` lives, as a
- *   byte offset in the rank's window slice: the ONE owner of the receive-scale position (compact:
- *   row-major [rows][cols]; swizzled 128x4: epf_scale_swizzle_offset from the region's start).
- *   MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
- *   (cols = hidden / 128). Scope: any thread. Pure. */
-EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, int col) {
+/* epf_recv_scale_offset — where the scale of receive row `row`, scale column `col` lives, as a
+ *   byte offset in the rank's window slice: THE owner of a receive scale's position, for every
+ *   scale layout (the dispatch writes through it, readers and the tests' references read through
+ *   it). MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
+ *   (cols = hidden / 128).
+ *     COMPACT           row-major [rows][cols] from the RECV_SCALES start
+ *     SWIZZLED_128X4    epf_scale_swizzle_offset(row, col, cols) from the RECV_SCALES start
+ *     SEGMENT_MN_MAJOR  row's expert segment [seg_begin, seg_begin + seg_rows) (the route's
+ *                       segment: begin, padded_count) holds the FP32 matrix [cols][seg_rows],
+ *                       row index contiguous, at scale element seg_begin * cols:
+ *                       (seg_begin * cols + col * seg_rows + (row - seg_begin)) * 4
+ *   seg_begin / seg_rows are read by SEGMENT_MN_MAJOR only (pass anything, e.g. 0, otherwise);
+ *   there the position is meaningful only where epf_recv_scale_seg_fits says so.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD uint64_t epf_recv_scale_offset(const epf_plan_t* plan, int64_t row, int col, int64_t seg_begin, int64_t seg_rows) {
   const int ncols = plan->payload == EPF_PAYLOAD_MXFP8 ? plan->hidden / 32 : plan->hidden / 128;
   if (plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4)
     return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)epf_scale_swizzle_offset(row, col, ncols);
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR)
+    return plan->region[EPF_REGION_RECV_SCALES].offset +
+           ((uint64_t)seg_begin * (uint64_t)ncols + (uint64_t)col * (uint64_t)seg_rows + (uint64_t)(row - seg_begin)) * 4u;
   return epf_plan_recv_scale_offset(plan, row) +
          (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
 }
 
-/* epf_dispatch_send_row_quant_warp — the quantizing send: one BF16 row, quantized on the way to
+/* epf_recv_scale_seg_fits — may row `row`'s scales be written at (read from) epf_recv_scale_offset
+ *   with this segment? Always for COMPACT and SWIZZLED_128X4. SEGMENT_MN_MAJOR: the row lies in
+ *   the segment and the whole segment lies below recv_capacity (a segment cut by the capacity is
+ *   no GEMM operand: its rows past the capacity were dropped and counted as recv_overflow, and
+ *   its scales are not written at all, so nothing lands outside RECV_SCALES).
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD bool epf_recv_scale_seg_fits(const epf_plan_t* plan, int64_t row, int64_t seg_begin, int64_t seg_rows) {
+  if (plan->scale_layout != EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR) return true;
+  return seg_begin >= 0 && row >= seg_begin && row < seg_begin + seg_rows && seg_begin + seg_rows <= plan->recv_capacity;
+}
+
+/* epf_recv_scale_col_offset — epf_recv_scale_offset for the layouts without segments (COMPACT,
+ *   SWIZZLED_128X4; a SEGMENT_MN_MAJOR plan needs the segment: use epf_recv_scale_offset).
+ *   Scope: any thread. Pure. */
+EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, int col) {
+  return epf_recv_scale_offset(plan, row, col, 0, 0);
+}
+
+/* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
  *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
  *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
- *   scale layout (epf_recv_scale_col_offset). Copies are lane-held exactly as for
+ *   scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's destination segment
+ *   seg_begin / seg_rows, read by a SEGMENT_MN_MAJOR plan only: the route's SEND_SEGMENT begin and
+ *   padded_count of the copy's expert; that layout takes the general loop below, never the
+ *   register-held COMPACT path). Copies are lane-held exactly as for
  *   epf_dispatch_send_row_warp (lane j < ncopies: copy j, dst_rank < 0 = none, dst_row at or past
  *   recv_capacity = dropped). Returns the dropped copies (the same value in every lane): the caller
  *   counts them (epf_error_count_add(&rec->recv_overflow, n) from lane 0). Each element is
  *   quantized once, whatever the number of copies. Memory: plain 8-byte stores of the payload and
  *   1-byte / 4-byte scale stores to the peers; the caller publishes them (epf_dispatch_signal_block).
  *   [collective:warp] Requirements: src_row 16-byte aligned, hidden % (32 | 128) == 0. */
-EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
-                                                   int dst_rank, int64_t dst_row, int ncopies) {
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                                int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
+                                                                int seg_rows) {
   const int lane = epf_lane_id();
   const int nvec = plan->hidden >> 3;
   const uint4* src = (const uint4*)src_row;
@@ -268,11 +308,14 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, con
         const int j = __ffs((int)m) - 1;
         const int r = __shfl_sync(0xffffffffu, dst_rank, j);
         const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+        const int sgb = __shfl_sync(0xffffffffu, seg_begin, j);
+        const int sgr = __shfl_sync(0xffffffffu, seg_rows, j);
         char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
         if (i < nvec) {
           *(uint2*)(d + (uint64_t)i * 8u) = q;
           if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, i >> 2), r) = sb;
-          if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, i >> 4), r) = sf;
+          if (!mx && (lane & 15) == 0 && epf_recv_scale_seg_fits(plan, row, sgb, sgr))
+            *(float*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, i >> 4, sgb, sgr), r) = sf;
         }
       }
     }
@@ -280,29 +323,50 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, con
   return dropped;
 }
 
-/* epf_dispatch_send_scales_warp — forward a caller-quantized row's compact scales (MXFP8: hidden
- *   / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy's scale position in the
- *   plan's scale layout; copies as for epf_dispatch_send_row_warp (send the row itself with that).
- *   [collective:warp] */
-EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
-                                                int dst_rank, int64_t dst_row, int ncopies) {
+/* epf_dispatch_send_row_quant_warp — epf_dispatch_send_row_quant_seg_warp without segments: for
+ *   plans whose scale layout is COMPACT or SWIZZLED_128X4 (a SEGMENT_MN_MAJOR plan gets no scales
+ *   from it: use the _seg form with each copy's segment). [collective:warp], as the _seg form. */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                            int dst_rank, int64_t dst_row, int ncopies) {
+  return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, 0, 0);
+}
+
+/* epf_dispatch_send_scales_seg_warp — forward a caller-quantized row's compact scales (MXFP8:
+ *   hidden / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy's scale position in
+ *   the plan's scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's
+ *   destination segment seg_begin / seg_rows, read by SEGMENT_MN_MAJOR only: the route's
+ *   SEND_SEGMENT begin and padded_count of the copy's expert); copies as for
+ *   epf_dispatch_send_row_warp (send the row itself with that). [collective:warp] */
+EPF_DEVICE_INLINE void epf_dispatch_send_scales_seg_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
+                                                         int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
+                                                         int seg_rows) {
   const int lane = epf_lane_id();
   const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
   const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
-  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL;
+  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL &&
+                  epf_recv_scale_seg_fits(plan, dst_row, seg_begin, seg_rows);
   uint32_t m;
   for (m = __ballot_sync(0xffffffffu, ok); m != 0u; m &= m - 1u) {
     const int j = __ffs((int)m) - 1;
     const int r = __shfl_sync(0xffffffffu, dst_rank, j);
     const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+    const int sgb = __shfl_sync(0xffffffffu, seg_begin, j);
+    const int sgr = __shfl_sync(0xffffffffu, seg_rows, j);
     int c;
     for (c = lane; c < ncols; c += 32) {
       if (mx)
-        *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, c), r) = src_scales[c];
+        *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, c, sgb, sgr), r) = src_scales[c];
       else
-        *(float*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, c), r) = ((const float*)src_scales)[c];
+        *(float*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, c, sgb, sgr), r) = ((const float*)src_scales)[c];
     }
   }
+}
+
+/* epf_dispatch_send_scales_warp — epf_dispatch_send_scales_seg_warp without segments (COMPACT and
+ *   SWIZZLED_128X4 plans; a SEGMENT_MN_MAJOR plan gets no scales from it). [collective:warp] */
+EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
+                                                     int dst_rank, int64_t dst_row, int ncopies) {
+  epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, 0, 0);
 }
 
 /* epf_dispatch_meta_em — write one EXPERT_MAJOR metadata row (epf_recv_meta_em_t) beside a copy.
@@ -325,16 +389,19 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* p
  *   in plan.payload format and its compact scales (quantize == 0: epf_dispatch_send_row_warp +
  *   epf_dispatch_send_scales_warp; src_scales NULL: no scales are sent).
  *   Scope: [collective:warp] every lane, converged; src_row, src_scales, quantize, ncopies uniform.
- *   Copies lane-held as for epf_dispatch_send_row_warp. Result: [result:all] the dropped copies. */
+ *   Copies lane-held as for epf_dispatch_send_row_warp; lane j also holds copy j's destination
+ *   segment (seg_begin, seg_rows: the route's SEND_SEGMENT begin and padded_count of its expert),
+ *   read only by a SEGMENT_MN_MAJOR plan (pass 0, 0 otherwise).
+ *   Result: [result:all] the dropped copies. */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                         const uint8_t* src_scales, int quantize, int dst_rank,
-                                                        int64_t dst_row, int ncopies) {
+                                                        int64_t dst_row, int ncopies, int seg_begin, int seg_rows) {
   uint32_t dropped;
   if (quantize && plan->payload != EPF_PAYLOAD_BF16)
-    return epf_dispatch_send_row_quant_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
+    return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
   dropped = epf_dispatch_send_row_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
   if (plan->payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
-    epf_dispatch_send_scales_warp(team, plan, src_scales, dst_rank, dst_row, ncopies);
+    epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
   return dropped;
 }
 

@@ -70,6 +70,7 @@ typedef struct epf_ht_view {
   const int32_t* send_offset;     /* [E] */
   const int32_t* send_rm_offset;  /* [R] */
   const epf_route_segment_t* seg; /* [EL] */
+  const epf_route_segment_t* send_seg; /* [E]: each expert's segment at its destination */
   const int32_t* src_offset;      /* [EL][R + 1] */
   const int32_t* rm_offset;       /* [R + 1] */
   const void* topk;               /* this rank's topk_idx [T][K] */
@@ -99,6 +100,7 @@ EPF_DEVICE_INLINE epf_ht_view_t epf_ht_view(const epf_route_t* route, epf_team_t
   v.send_offset = (const int32_t*)epf_route_ptr(route, index, EPF_ROUTE_SEND_OFFSET);
   v.send_rm_offset = (const int32_t*)epf_route_ptr(route, index, EPF_ROUTE_SEND_RM_OFFSET);
   v.seg = (const epf_route_segment_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_SEGMENT);
+  v.send_seg = (const epf_route_segment_t*)epf_route_ptr(route, index, EPF_ROUTE_SEND_SEGMENT);
   v.src_offset = (const int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_SRC_OFFSET);
   v.rm_offset = (const int32_t*)epf_route_ptr(route, index, EPF_ROUTE_RECV_RM_OFFSET);
   v.topk = topk_idx;
@@ -172,7 +174,8 @@ EPF_DEVICE_INLINE void epf_ht_report_stale_warp(const epf_ht_view_t* v, const ep
  *             quantized plan.payload), else a plan.payload row with its compact scales in
  *             x_scales_row (NULL for BF16); the view's topk_weights are read.
  *   Does:     ids that no longer match the route are reported (EPF_ERR_ROUTE_STALE) and sent
- *             nowhere; copies past the receive capacity are dropped.
+ *             nowhere; copies past the receive capacity are dropped. SEGMENT_MN_MAJOR scales go
+ *             to each copy's segment (the route's SEND_SEGMENT of its expert).
  *   Result:   [result:all] the dropped copies (count them: recv_overflow).
  *   Memory:   plain stores to the peers; publish as the ready-made kernel does. */
 EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* x_row,
@@ -180,7 +183,7 @@ EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, co
                                                       const epf_wait_t* w) {
   const int lane = epf_lane_id();
   const int64_t i = (int64_t)t * v->K + lane;
-  int e, dst, n;
+  int e, dst, n, seg_begin = 0, seg_rows = 0;
   int64_t row;
   bool stale;
   const int d_lane = epf_ht_copy_em_lane(v, t, &e, &stale);
@@ -189,6 +192,10 @@ EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, co
     dst = d_lane;
     row = dst >= 0 ? (int64_t)v->send_offset[e] + v->slot[i] : -1;
     n = v->K;
+    if (dst >= 0 && plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR) { /* the copy's segment */
+      seg_begin = v->send_seg[e].begin;
+      seg_rows = v->send_seg[e].padded_count;
+    }
     if (dst >= 0) epf_dispatch_meta_em(v->team, plan, dst, row, t, lane, e - dst * v->EL, v->topk_weights[i]);
   } else { /* lane j: the copy to the j-th distinct rank; entry k lists k's rank, expert, weight, slot */
     const int first = epf_topk_first_lane_warp(e);
@@ -199,7 +206,7 @@ EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, co
     epf_dispatch_meta_rm_warp(v->team, plan, t, dst, row, n, dk, dk >= 0 ? e - dk * v->EL : -1,
                               dk >= 0 ? v->topk_weights[i] : 0.f, s_first);
   }
-  return epf_dispatch_send_token_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n);
+  return epf_dispatch_send_token_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n, seg_begin, seg_rows);
 }
 
 /* epf_ht_combine_expert_warp — the expert side of the combine, this warp's share: `warp` of the

@@ -285,6 +285,8 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
     if (!epf__mul_ok(epf__align_up_u64(rows, 128u), scale_cols, &sizes[EPF_REGION_RECV_SCALES]))
       return EPF_ERR_SIZE_OVERFLOW;
   } else if (!epf__mul_ok(rows, p.scale_bytes_per_row, &sizes[EPF_REGION_RECV_SCALES])) {
+    /* compact, and SEGMENT_MN_MAJOR: the segments' [hidden / 128][padded_count] matrices tile
+     * the rows [0, recv_capacity) back to back, the same bytes as the compact rows */
     return EPF_ERR_SIZE_OVERFLOW;
   }
   if (!epf__mul_ok(rows, p.meta_bytes_per_row, &sizes[EPF_REGION_RECV_META])) return EPF_ERR_SIZE_OVERFLOW;
@@ -342,8 +344,8 @@ EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int s
 }
 
 /* epf_plan_recv_token_offset / _scale_offset / _meta_offset — row `row` of the receive region
- * (row in [0, rows of RECV_TOKENS)). The compact scale layout only; swizzled scales use
- * epf_scale_swizzle_offset (quant.cuh) relative to the RECV_SCALES base. */
+ * (row in [0, rows of RECV_TOKENS)). The compact scale layout only; every layout's scale position
+ * (compact, swizzled, segment MN-major) is epf_recv_scale_offset's (dispatch.cuh). */
 EPF_HD uint64_t epf_plan_recv_token_offset(const epf_plan_t* plan, int64_t row) {
   return plan->region[EPF_REGION_RECV_TOKENS].offset + (uint64_t)row * plan->row_bytes;
 }

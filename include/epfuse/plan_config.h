@@ -55,9 +55,15 @@ typedef enum epf_payload {
 } epf_payload_t;
 
 typedef enum epf_scale_layout {
-  EPF_SCALE_LAYOUT_DEFAULT = 0,      /* -> EPF_SCALE_LAYOUT_COMPACT */
-  EPF_SCALE_LAYOUT_COMPACT = 1,      /* row-major [rows, hidden / group] */
-  EPF_SCALE_LAYOUT_SWIZZLED_128X4 = 2 /* Blackwell block-scaled GEMM atoms (MXFP8 only) */
+  EPF_SCALE_LAYOUT_DEFAULT = 0,         /* -> EPF_SCALE_LAYOUT_COMPACT */
+  EPF_SCALE_LAYOUT_COMPACT = 1,         /* row-major [rows, hidden / group] */
+  EPF_SCALE_LAYOUT_SWIZZLED_128X4 = 2,  /* Blackwell block-scaled GEMM atoms (MXFP8 only) */
+  EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR = 3 /* per-128 FP8, HT EXPERT_MAJOR, expert_alignment >= 8:
+                                           each expert segment's scales as its own FP32 matrix
+                                           [hidden / 128][padded_count] (row index contiguous),
+                                           starting at scale element begin * hidden / 128 — the
+                                           per-128 activation scales a Hopper GEMM reads in place
+                                           (cuBLASLt VEC128_32F); docs/quant.md */
 } epf_scale_layout_t;
 
 /* flags */
@@ -167,6 +173,26 @@ EPF_HD epf_status_t epf__config_check_tokens(int max_tokens_per_rank) {
   return max_tokens_per_rank >= 1 && max_tokens_per_rank <= EPF_MAX_TOKENS_PER_RANK ? EPF_OK : EPF_ERR_TOKENS;
 }
 
+/* scale layout (payload, mode, layout resolved) -> EPF_ERR_SCALE_LAYOUT: COMPACT any payload;
+ * SWIZZLED_128X4 MXFP8 only; SEGMENT_MN_MAJOR FP8_128 only, HT EXPERT_MAJOR only, and an
+ * expert_alignment of at least 8 rows (a segment's rows are a GEMM operand's outer dimension,
+ * which cuBLASLt's per-128 block scaling wants a multiple of 8; it also puts every segment's
+ * scale matrix at a 16-byte boundary). An invalid alignment is left to the alignment rule. */
+EPF_HD epf_status_t epf__config_check_scale_layout(int scale_layout, int payload, int mode, int layout,
+                                                   int expert_alignment) {
+  switch (scale_layout) {
+    case EPF_SCALE_LAYOUT_COMPACT: return EPF_OK;
+    case EPF_SCALE_LAYOUT_SWIZZLED_128X4: return payload == EPF_PAYLOAD_MXFP8 ? EPF_OK : EPF_ERR_SCALE_LAYOUT;
+    case EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR:
+      if (payload != EPF_PAYLOAD_FP8_128 || mode != EPF_MODE_HT || layout != EPF_LAYOUT_EXPERT_MAJOR)
+        return EPF_ERR_SCALE_LAYOUT;
+      return expert_alignment >= 1 && expert_alignment < 8 && (expert_alignment & (expert_alignment - 1)) == 0
+                 ? EPF_ERR_SCALE_LAYOUT
+                 : EPF_OK;
+    default: return EPF_ERR_SCALE_LAYOUT;
+  }
+}
+
 /* expert_alignment a power of two in [1, 1024] -> EPF_ERR_ALIGNMENT */
 EPF_HD epf_status_t epf__config_check_alignment(int expert_alignment) {
   return expert_alignment >= 1 && expert_alignment <= 1024 && (expert_alignment & (expert_alignment - 1)) == 0
@@ -196,11 +222,9 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
   if (epf_payload_vector_width(c->payload) == 0) return EPF_ERR_PAYLOAD;
   if (c->combine_payload != EPF_PAYLOAD_BF16 && c->combine_payload != EPF_PAYLOAD_MXFP8)
     return EPF_ERR_PAYLOAD;
-  if (c->scale_layout != EPF_SCALE_LAYOUT_COMPACT &&
-      c->scale_layout != EPF_SCALE_LAYOUT_SWIZZLED_128X4)
-    return EPF_ERR_SCALE_LAYOUT;
-  if (c->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && c->payload != EPF_PAYLOAD_MXFP8)
-    return EPF_ERR_SCALE_LAYOUT;
+  if ((st = epf__config_check_scale_layout(c->scale_layout, c->payload, c->mode, c->layout,
+                                            c->expert_alignment)) != EPF_OK)
+    return st;
   if ((c->flags & ~EPF_FLAGS_ALL) != 0u) return EPF_ERR_FLAGS;
   if ((st = epf__config_check_team(c->nranks, c->num_experts)) != EPF_OK) return st;
   if ((st = epf__config_check_top_k(c->top_k)) != EPF_OK) return st;

@@ -113,7 +113,10 @@ typedef struct epf_route_config {
                      "[j][R] = segment end before padding (begin + count)")                        \
   X(RECV_RM_OFFSET, "exchange, RANK_MAJOR: [R + 1] row where source s's tokens start; [R] = total") \
   X(SCRATCH, "[max_blocks][E + R + 1] uint64 count words (epoch << 32 | 1 << 31 | count): "        \
-             "partial counts of the update's blocks")
+             "partial counts of the update's blocks")                                              \
+  X(SEND_SEGMENT, "exchange: [E] epf_route_segment_t of global expert e in its destination's "     \
+                  "expert-major receive layout (the whole segment, every source's rows): what a "  \
+                  "sender needs for segment-relative layouts (EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR)")
 
 #define EPF__ROUTE_ARRAY_ENUM_ITEM(name, comment) EPF_ROUTE_##name,
 typedef enum epf_route_array_id {
@@ -269,6 +272,7 @@ EPF_HD epf_status_t epf_route_layout_compute(const epf_plan_t* plan, const epf_r
     sizes[EPF_ROUTE_RECV_SEGMENT] = EL * sizeof(epf_route_segment_t);
     sizes[EPF_ROUTE_RECV_SRC_OFFSET] = EL * (R + 1u) * 4u;
     sizes[EPF_ROUTE_RECV_RM_OFFSET] = rm ? (R + 1u) * 4u : 0u;
+    sizes[EPF_ROUTE_SEND_SEGMENT] = E * sizeof(epf_route_segment_t);
   }
   sizes[EPF_ROUTE_SCRATCH] = B * (E + R + 1u) * 8u;
 

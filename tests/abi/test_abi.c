@@ -97,6 +97,12 @@ EPF_ABI(offsetof(epf_route_layout_t, version) == 8);
 EPF_ABI(offsetof(epf_route_t, size) == 0);
 EPF_ABI(offsetof(epf_route_t, magic) == 4);
 EPF_ABI(offsetof(epf_route_t, version) == 8);
+/* route array ids are ABI (append only): the appended SEND_SEGMENT, and the scale layouts */
+EPF_ABI(EPF_ROUTE_SCRATCH == 12);
+EPF_ABI(EPF_ROUTE_SEND_SEGMENT == 13);
+EPF_ABI(EPF_ROUTE_ARRAY_COUNT == 14);
+EPF_ABI(EPF_SCALE_LAYOUT_SWIZZLED_128X4 == 2);
+EPF_ABI(EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR == 3);
 
 /* status values are ABI: spot-check the ends of the list */
 EPF_ABI(EPF_OK == 0);

@@ -164,8 +164,12 @@ static epf_status_t want_validate(const epf_config_t* c, int skip_capacity) {
   if (c->layout != 1 && c->layout != 2) return EPF_ERR_LAYOUT;
   if (width_of(c->payload) == 0) return EPF_ERR_PAYLOAD;
   if (c->combine_payload != 1 && c->combine_payload != 2) return EPF_ERR_PAYLOAD;
-  if (c->scale_layout != 1 && c->scale_layout != 2) return EPF_ERR_SCALE_LAYOUT;
+  if (c->scale_layout < 1 || c->scale_layout > 3) return EPF_ERR_SCALE_LAYOUT;
   if (c->scale_layout == 2 && c->payload != 2) return EPF_ERR_SCALE_LAYOUT;
+  /* 3 = SEGMENT_MN_MAJOR: FP8_128, HT, EXPERT_MAJOR, a valid alignment of at least 8 */
+  if (c->scale_layout == 3 && (c->payload != 3 || c->mode != 1 || c->layout != 1)) return EPF_ERR_SCALE_LAYOUT;
+  if (c->scale_layout == 3 && (c->expert_alignment == 1 || c->expert_alignment == 2 || c->expert_alignment == 4))
+    return EPF_ERR_SCALE_LAYOUT;
   if (c->flags > 0xFu) return EPF_ERR_FLAGS;
   if (c->nranks < 1 || c->nranks > EPF_MAX_RANKS) return EPF_ERR_RANKS;
   if (c->num_experts < 1 || c->num_experts > EPF_MAX_EXPERTS) return EPF_ERR_EXPERTS;
@@ -361,7 +365,7 @@ static void read_config(rd_t* r, epf_config_t* c) {
   c->layout = enum_field(r, 2);
   c->payload = enum_field(r, 3);
   c->combine_payload = enum_field(r, 2);
-  c->scale_layout = enum_field(r, 2);
+  c->scale_layout = enum_field(r, 3);
   {
     const uint8_t a = u8(r);
     c->expert_alignment = a < 200 ? (a % 12 == 11 ? 0 : 1 << (a % 11)) : field(r, 1, 2048, 1, 1024);
@@ -697,6 +701,7 @@ static void want_route(const epf_plan_t* p, const epf_route_config_t* c, want_ro
     w->array[EPF_ROUTE_RECV_SEGMENT] = 16 * EL;
     w->array[EPF_ROUTE_RECV_SRC_OFFSET] = 4 * EL * (R + 1);
     w->array[EPF_ROUTE_RECV_RM_OFFSET] = rm ? 4 * (R + 1) : 0;
+    w->array[EPF_ROUTE_SEND_SEGMENT] = 16 * E;
   }
   w->array[EPF_ROUTE_SCRATCH] = 8 * B * (E + R + 1);
   {

@@ -53,6 +53,7 @@ static void expected_sizes(const epf_plan_t* p, int K, int T, int B, int exchang
     sz[EPF_ROUTE_RECV_SEGMENT] = 16 * EL;
     sz[EPF_ROUTE_RECV_SRC_OFFSET] = 4 * EL * (R + 1);
     sz[EPF_ROUTE_RECV_RM_OFFSET] = rm ? 4 * (R + 1) : 0;
+    sz[EPF_ROUTE_SEND_SEGMENT] = 16 * E;
   }
   sz[EPF_ROUTE_SCRATCH] = 8ull * (uint64_t)B * (E + R + 1);
 }

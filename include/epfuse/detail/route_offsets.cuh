@@ -169,7 +169,8 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
  *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
  *               begin_d[j] = sum_{j' < j} padded_d[j'] (one block scan over all e: warp scans and
  *               two barriers per blockDim experts, restarted at each destination by subtracting
- *               the scan's value at its first expert), send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e].
+ *               the scan's value at its first expert), send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e],
+ *               send_segment[e] = {begin_d[j], count_d[j], padded_d[j], 0}.
  *             This rank's segment: recv_segment[j] = {begin, count, padded, 0}, recv_src_offset[j][s]
  *             = begin + sum_{s' < s} C[s'][e] (s = 0..R). RANK_MAJOR (the block's last warp, warp
  *             scans over the sources): send_rm_offset[d] = sum_{s < rank} C[s][E + d],
@@ -215,6 +216,8 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
     if (valid) {
       const int begin = x - seg0[dd];
       send_offset[e] = begin + pre;
+      /* expert e's whole segment at its destination dd (an epf_route_segment_t, one 16-byte store) */
+      ((int4*)EPF__ROUTE_ARR(c, EPF_ROUTE_SEND_SEGMENT, epf_route_segment_t))[e] = make_int4(begin, tot, padded, 0);
       if (dd == me) {
         int32_t* const src = EPF__ROUTE_ARR(c, EPF_ROUTE_RECV_SRC_OFFSET, int32_t) + (int64_t)j * (R + 1);
         epf_route_segment_t sg;
