@@ -47,6 +47,7 @@ typedef struct {
   int64_t capacity; /* 0: exactly enough; > 0: this many rows (overflow test) */
   int in_place;     /* EM BF16/BF16 pull: experts write over the received rows */
   int swizzled;     /* MXFP8: swizzled receive scales */
+  int seg_mn;       /* FP8_128 EXPERT_MAJOR: EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR receive scales */
 } ht_case_t;
 
 /* ---- host numerics ---------------------------------------------------------------------------- */
@@ -75,6 +76,8 @@ typedef struct {
   int64_t* em_row;  /* [R][T][K] row in the destination's expert-major view (or -1) */
   int64_t* rows_total; /* [R] rows each rank receives (its layout, padded for EM) */
   int64_t* em_total;   /* [R] expert-major view rows */
+  int64_t* seg_begin;  /* [R][E / R] expert-major segment of each rank's local experts: first row */
+  int64_t* seg_rows;   /* [R][E / R] its padded row count */
 } model_t;
 
 static inline int sb_per_row(const ht_case_t* c) {
@@ -173,6 +176,7 @@ static inline void model_rows(const ht_case_t* c, model_t* m) {
       const int e = d * EL + le;
       int64_t tot = 0;
       begin = (begin + c->align - 1) / c->align * c->align;
+      m->seg_begin[(int64_t)d * EL + le] = begin;
       for (int s = 0; s < R; ++s) {
         for (int t = 0; t < T; ++t)
           for (int k = 0; k < K; ++k) {
@@ -182,6 +186,7 @@ static inline void model_rows(const ht_case_t* c, model_t* m) {
           }
         tot += cnt[(int64_t)s * E + e];
       }
+      m->seg_rows[(int64_t)d * EL + le] = (tot + c->align - 1) / c->align * c->align;
       begin += tot;
     }
     m->em_total[d] = (begin + c->align - 1) / c->align * c->align;
@@ -247,9 +252,10 @@ static __global__ void experts_kernel(epf_route_t route, epf_plan_t plan, char* 
             const int ncols = plan.payload == EPF_PAYLOAD_MXFP8 ? plan.hidden / 32 : plan.hidden / 128;
             const int col = plan.payload == EPF_PAYLOAD_MXFP8 ? h / 32 : h / 128;
             if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
-              const uint64_t off = plan.scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4
-                                       ? plan.region[EPF_REGION_RECV_SCALES].offset + (uint64_t)epf_scale_swizzle_offset(srow, col, ncols)
-                                       : epf_plan_recv_scale_offset(&plan, srow) + (uint64_t)col * (plan.payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
+              /* the one owner of a receive scale's position (every layout; the segment for
+               * SEGMENT_MN_MAJOR) */
+              const uint64_t off = epf_recv_scale_offset(&plan, srow, col, seg[le].begin, seg[le].padded_count);
+              (void)ncols;
               if (plan.payload == EPF_PAYLOAD_MXFP8) sc8 = *((const uint8_t*)base + off);
               else sc = *(const float*)((const uint8_t*)base + off);
             } else {
@@ -282,7 +288,7 @@ static inline epf_status_t make_plan(const ht_case_t* c, int64_t capacity, epf_p
   cfg.combine_payload = c->combine_payload;
   cfg.expert_alignment = c->align;
   cfg.recv_capacity = capacity;
-  cfg.scale_layout = c->swizzled ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : 0;
+  cfg.scale_layout = c->seg_mn ? EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR : c->swizzled ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : 0;
   cfg.flags = c->push ? EPF_FLAG_COMBINE_PUSH : 0u;
   cfg.timeout_ns = 10000000000ull;
   return epf_plan_compute(&cfg, plan);
@@ -299,6 +305,8 @@ static inline void model_alloc(const ht_case_t* c, model_t* m) {
   m->em_row = (int64_t*)malloc((size_t)n * c->K * 8);
   m->rows_total = (int64_t*)malloc((size_t)c->R * 8);
   m->em_total = (int64_t*)malloc((size_t)c->R * 8);
+  m->seg_begin = (int64_t*)malloc((size_t)c->E * 8); /* R * (E / R) */
+  m->seg_rows = (int64_t*)malloc((size_t)c->E * 8);
 }
 static inline void model_free(model_t* m) {
   free(m->x);
@@ -310,6 +318,8 @@ static inline void model_free(model_t* m) {
   free(m->em_row);
   free(m->rows_total);
   free(m->em_total);
+  free(m->seg_begin);
+  free(m->seg_rows);
 }
 
 /* capacity that fits every row of this routing exactly (0 = worst case would be huge) */
@@ -380,12 +390,30 @@ static inline int check_recv_rank(const ht_case_t* c, const model_t* m, const ep
         if (row < 0 || row >= cap) continue;
         if (memcmp(tok + (uint64_t)row * p->row_bytes, want, p->row_bytes) != 0)
           HT_REF_FAIL("rank %d row %lld: payload of (src %d, token %d, k %d) differs", dst, (long long)row, s, t, k);
-        if (sbr && !c->swizzled && memcmp(sc + (uint64_t)row * sbr, m->xs + st * sbr, sbr) != 0)
-          HT_REF_FAIL("rank %d row %lld: scales differ", dst, (long long)row);
-        if (sbr && c->swizzled)
-          for (int col = 0; col < H / 32; ++col)
-            if (sc[epf_scale_swizzle_offset(row, col, H / 32)] != m->xs[st * sbr + col])
-              HT_REF_FAIL("rank %d row %lld col %d: swizzled scale differs", dst, (long long)row, col);
+        if (sbr) {
+          /* every layout through the one owner of a receive scale's position (dispatch.cuh), the
+           * expert-major segment of the row's expert for SEGMENT_MN_MAJOR; the bytes must equal
+           * the reference's compact scales of the row */
+          const int esz = c->payload == EPF_PAYLOAD_MXFP8 ? 1 : 4, ncols = sbr / esz;
+          int64_t sb = 0, sr = 0;
+          if (c->layout == EPF_LAYOUT_EXPERT_MAJOR) {
+            const int le = m->topk[st * K + k] - dst * EL;
+            sb = m->seg_begin[(int64_t)dst * EL + le];
+            sr = m->seg_rows[(int64_t)dst * EL + le];
+          }
+          if (!epf_recv_scale_seg_fits(p, row, sb, sr)) {
+            if (sb + sr <= cap) HT_REF_FAIL("rank %d row %lld: outside its segment [%lld, +%lld)", dst, (long long)row, (long long)sb, (long long)sr);
+          } else {
+            for (int col = 0; col < ncols; ++col) {
+              const uint64_t off = epf_recv_scale_offset(p, row, col, sb, sr) - p->region[EPF_REGION_RECV_SCALES].offset;
+              if (off + (uint64_t)esz > p->region[EPF_REGION_RECV_SCALES].bytes)
+                HT_REF_FAIL("rank %d row %lld col %d: scale offset %llu past RECV_SCALES", dst, (long long)row, col, (unsigned long long)off);
+              if (memcmp(sc + off, m->xs + st * sbr + (int64_t)col * esz, (size_t)esz) != 0)
+                HT_REF_FAIL("rank %d row %lld col %d: scale differs (%s)", dst, (long long)row, col,
+                            c->seg_mn ? "segment MN-major" : c->swizzled ? "swizzled" : "compact");
+            }
+          }
+        }
         const int32_t* mt = (const int32_t*)(meta + (uint64_t)row * p->meta_bytes_per_row);
         if (c->layout == EPF_LAYOUT_EXPERT_MAJOR) {
           const epf_recv_meta_em_t* me = (const epf_recv_meta_em_t*)mt;

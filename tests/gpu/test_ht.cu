@@ -12,6 +12,8 @@
  *     two shapes among them); random, skewed and partly -1 routing;
  *     per-128 FP8 with H = 2880 refused with EPF_ERR_HIDDEN_ALIGNMENT; an overflow case (rows past
  *     recv_capacity dropped, counted, never written);
+ *   - per-128 FP8 receive scales in the GEMM-ready SEGMENT_MN_MAJOR layout (issue #18), mapped
+ *     through epf_recv_scale_offset, equal to the compact reference; its refusals;
  *   - 100 back-to-back rounds with new routing; a CUDA graph of route + dispatch + experts +
  *     combine replayed 1000 times with fresh topk_idx.
  * EPF_TEST_SMALL=1 runs one small case only (for compute-sanitizer). */
@@ -284,7 +286,8 @@ static void run_case(const ht_case_t* c, int rounds) {
          c->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major",
          c->payload == EPF_PAYLOAD_BF16 ? "bf16" : c->payload == EPF_PAYLOAD_MXFP8 ? "mxfp8" : "fp8-128",
          c->combine_payload == EPF_PAYLOAD_BF16 ? "bf16" : "mxfp8", c->push ? " push" : " pull",
-         c->x_quantized ? " prequantized" : "", c->swizzled ? " swizzled" : "", c->routing, (long long)cap, rounds);
+         c->x_quantized ? " prequantized" : "", c->swizzled ? " swizzled" : c->seg_mn ? " segment-mn-major" : "", c->routing,
+         (long long)cap, rounds);
   model_free(&m);
   dev_free(&d, 1);
 }
@@ -296,29 +299,37 @@ static void run_case(const ht_case_t* c, int rounds) {
 #define RM EPF_LAYOUT_RANK_MAJOR
 
 static const ht_case_t k_cases[] = {
-    /* R  T     H     K  E    layout payload combine routing push align xq cap inplace swz */
-    {1, 37, 2880, 2, 8, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
-    {2, 37, 4096, 8, 64, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 1, 0},
-    {4, 37, 7168, 8, 256, EM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0},
-    {8, 37, 2880, 8, 64, EM, MX, BF, ROUTE_PARTIAL, 0, 128, 0, 0, 0, 0},
-    {8, 1, 7168, 8, 256, EM, F8, MX, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
-    {8, 37, 4096, 2, 8, EM, BF, MX, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0},
-    {4, 37, 4096, 1, 8, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
-    {8, 37, 7168, 8, 256, RM, MX, BF, ROUTE_PARTIAL, 1, 1, 0, 0, 0, 0},
-    {8, 37, 2880, 8, 64, RM, BF, MX, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
-    {2, 37, 7168, 8, 64, RM, F8, BF, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0},
-    {4, 37, 4096, 8, 64, EM, MX, BF, ROUTE_RANDOM, 0, 1, 1, 0, 0, 0},  /* caller-quantized MXFP8 */
-    {4, 37, 4096, 8, 64, EM, F8, BF, ROUTE_RANDOM, 1, 1, 1, 0, 0, 0},  /* caller-quantized FP8 */
-    {4, 37, 4096, 8, 64, EM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 1},  /* swizzled scales */
-    {8, 37, 4096, 8, 64, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 200, 0, 0}, /* overflow: rows dropped */
-    {8, 37, 4096, 8, 64, RM, BF, BF, ROUTE_SKEWED, 1, 1, 0, 60, 0, 0},  /* overflow, rank-major */
-    {8, 4096, 7168, 8, 256, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0}, /* the standard shape */
+    /* R  T     H     K  E    layout payload combine routing push align xq cap inplace swz [seg_mn] */
+    {1, 37, 2880, 2, 8, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {2, 37, 4096, 8, 64, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 1, 0, 0},
+    {4, 37, 7168, 8, 256, EM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0},
+    {8, 37, 2880, 8, 64, EM, MX, BF, ROUTE_PARTIAL, 0, 128, 0, 0, 0, 0, 0},
+    {8, 1, 7168, 8, 256, EM, F8, MX, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {8, 37, 4096, 2, 8, EM, BF, MX, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0, 0},
+    {4, 37, 4096, 1, 8, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {8, 37, 7168, 8, 256, RM, MX, BF, ROUTE_PARTIAL, 1, 1, 0, 0, 0, 0, 0},
+    {8, 37, 2880, 8, 64, RM, BF, MX, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {2, 37, 7168, 8, 64, RM, F8, BF, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0, 0},
+    {4, 37, 4096, 8, 64, EM, MX, BF, ROUTE_RANDOM, 0, 1, 1, 0, 0, 0, 0},  /* caller-quantized MXFP8 */
+    {4, 37, 4096, 8, 64, EM, F8, BF, ROUTE_RANDOM, 1, 1, 1, 0, 0, 0, 0},  /* caller-quantized FP8 */
+    {4, 37, 4096, 8, 64, EM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 1, 0},  /* swizzled scales */
+    {8, 37, 4096, 8, 64, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 200, 0, 0, 0}, /* overflow: rows dropped */
+    {8, 37, 4096, 8, 64, RM, BF, BF, ROUTE_SKEWED, 1, 1, 0, 60, 0, 0, 0},  /* overflow, rank-major */
+    {8, 4096, 7168, 8, 256, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0}, /* the standard shape */
     /* issue #14 §1: hidden / 8 not a multiple of 32 with top-k > 8 (wild reads in the combine) and
      * rank-major BF16 (a hang in the pre-reduce) */
-    {6, 777, 2880, 22, 384, EM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0},
-    {5, 777, 2880, 22, 160, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0},
-    {3, 1000, 2880, 6, 384, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
-    {4, 1000, 2880, 8, 384, RM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0},
+    {6, 777, 2880, 22, 384, EM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0},
+    {5, 777, 2880, 22, 160, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0},
+    {3, 1000, 2880, 6, 384, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {4, 1000, 2880, 8, 384, RM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    /* issue #18: per-128 FP8 receive scales in EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR (each expert
+     * segment's [H/128][padded] matrix, what a cuBLASLt VEC128_32F GEMM reads): the payload bytes
+     * and, mapped through epf_recv_scale_offset, the scales equal the compact reference's; the
+     * experts read them back through the same owner, so the combine checks them too */
+    {8, 37, 7168, 8, 256, EM, F8, BF, ROUTE_PARTIAL, 0, 8, 0, 0, 0, 0, 1},    /* quantized on the way */
+    {8, 777, 4096, 8, 64, EM, F8, BF, ROUTE_RANDOM, 1, 128, 0, 0, 0, 0, 1},  /* long segments, push */
+    {4, 37, 4096, 22, 64, EM, F8, MX, ROUTE_SKEWED, 0, 16, 0, 0, 0, 0, 1},   /* > 8 copies, repeats */
+    {4, 37, 4096, 8, 64, EM, F8, BF, ROUTE_RANDOM, 0, 32, 1, 0, 0, 0, 1},    /* caller-quantized: forwarded */
 };
 
 static void test_cases(void** state) {
@@ -331,7 +342,7 @@ static void test_cases(void** state) {
 }
 
 static void test_refusals(void** state) {
-  ht_case_t c = {2, 8, 2880, 2, 8, EM, F8, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0};
+  ht_case_t c = {2, 8, 2880, 2, 8, EM, F8, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0};
   epf_plan_t p;
   (void)state;
   assert_int_equal(make_plan(&c, 64, &p), EPF_ERR_HIDDEN_ALIGNMENT); /* per-128 FP8 with H = 2880 */
@@ -339,11 +350,25 @@ static void test_refusals(void** state) {
   c.payload = BF;
   c.H = 2884;
   assert_int_equal(make_plan(&c, 64, &p), EPF_ERR_HIDDEN_ALIGNMENT);
+  /* SEGMENT_MN_MAJOR: per-128 FP8, expert-major, alignment >= 8 only */
+  c.H = 4096;
+  c.seg_mn = 1;
+  c.payload = F8;
+  c.align = 8;
+  assert_int_equal(make_plan(&c, 64, &p), EPF_OK);
+  c.align = 4;
+  assert_int_equal(make_plan(&c, 64, &p), EPF_ERR_SCALE_LAYOUT);
+  c.align = 8;
+  c.payload = MX;
+  assert_int_equal(make_plan(&c, 64, &p), EPF_ERR_SCALE_LAYOUT);
+  c.payload = F8;
+  c.layout = RM;
+  assert_int_equal(make_plan(&c, 64, &p), EPF_ERR_SCALE_LAYOUT);
 }
 
 static void test_back_to_back(void** state) {
-  const ht_case_t c = {4, 64, 1024, 4, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0};
-  const ht_case_t c2 = {4, 64, 1024, 4, 16, RM, MX, MX, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0};
+  const ht_case_t c = {4, 64, 1024, 4, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0};
+  const ht_case_t c2 = {4, 64, 1024, 4, 16, RM, MX, MX, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0};
   (void)state;
   if (getenv("EPF_TEST_SMALL")) return;
   run_case(&c, 100);
@@ -352,7 +377,7 @@ static void test_back_to_back(void** state) {
 
 /* a CUDA graph of route + dispatch + experts + combine, replayed 1000 times with fresh topk_idx */
 static void test_graph(void** state) {
-  const ht_case_t c = {4, 32, 512, 4, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0};
+  const ht_case_t c = {4, 32, 512, 4, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0};
   ht_dev_t d;
   model_t m;
   cudaStream_t s;
@@ -384,8 +409,8 @@ static void test_graph(void** state) {
 
 #if EPF_TEST_WITH_NCCL
 static void test_nccl_one_rank(void** state) {
-  const ht_case_t cases[2] = {{1, 37, 2880, 2, 8, EM, MX, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0},
-                              {1, 37, 4096, 8, 8, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0}};
+  const ht_case_t cases[2] = {{1, 37, 2880, 2, 8, EM, MX, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0},
+                              {1, 37, 4096, 8, 8, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0}};
   (void)state;
   if (getenv("EPF_TEST_SMALL")) return;
   for (int ci = 0; ci < 2; ++ci) {

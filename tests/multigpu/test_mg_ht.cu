@@ -64,15 +64,15 @@ typedef struct {
 
 static const mg_case_t k_mg_cases[] = {
     /*  R  T    H     K  E    layout payload combine routing push align xq cap inplace swz   idx64 */
-    {{0, 256, 2048, 4, 32, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0}, 0, "expert-major bf16 pull"},
-    {{0, 256, 2048, 4, 32, EM, MX, BF, ROUTE_PARTIAL, 0, 128, 0, 0, 0, 0}, 1, "expert-major mxfp8 pull, align 128, int64 ids"},
-    {{0, 256, 2048, 4, 32, EM, F8, MX, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0}, 0, "expert-major fp8-128 pull, mxfp8 combine"},
-    {{0, 256, 2048, 4, 32, EM, MX, BF, ROUTE_RANDOM, 1, 1, 1, 0, 0, 0}, 0, "expert-major caller-quantized mxfp8 push"},
-    {{0, 256, 2048, 4, 32, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 0, 1, 0}, 1, "expert-major bf16 in place, skewed, int64 ids"},
-    {{0, 256, 2048, 4, 32, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0}, 0, "rank-major bf16 push"},
-    {{0, 256, 2048, 4, 32, RM, MX, MX, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0}, 0, "rank-major mxfp8 pull, mxfp8 combine"},
-    {{0, 512, 7168, 8, 256, EM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0}, 0, "DeepSeek-like expert-major mxfp8 pull"},
-    {{0, 512, 7168, 8, 256, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0}, 1, "DeepSeek-like rank-major bf16 push, int64 ids"},
+    {{0, 256, 2048, 4, 32, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0}, 0, "expert-major bf16 pull"},
+    {{0, 256, 2048, 4, 32, EM, MX, BF, ROUTE_PARTIAL, 0, 128, 0, 0, 0, 0, 0}, 1, "expert-major mxfp8 pull, align 128, int64 ids"},
+    {{0, 256, 2048, 4, 32, EM, F8, MX, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0}, 0, "expert-major fp8-128 pull, mxfp8 combine"},
+    {{0, 256, 2048, 4, 32, EM, MX, BF, ROUTE_RANDOM, 1, 1, 1, 0, 0, 0, 0}, 0, "expert-major caller-quantized mxfp8 push"},
+    {{0, 256, 2048, 4, 32, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 0, 1, 0, 0}, 1, "expert-major bf16 in place, skewed, int64 ids"},
+    {{0, 256, 2048, 4, 32, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0}, 0, "rank-major bf16 push"},
+    {{0, 256, 2048, 4, 32, RM, MX, MX, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0}, 0, "rank-major mxfp8 pull, mxfp8 combine"},
+    {{0, 512, 7168, 8, 256, EM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0}, 0, "DeepSeek-like expert-major mxfp8 pull"},
+    {{0, 512, 7168, 8, 256, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0}, 1, "DeepSeek-like rank-major bf16 push, int64 ids"},
 };
 #define MG_NCASES ((int)(sizeof(k_mg_cases) / sizeof(k_mg_cases[0])))
 
