@@ -221,11 +221,12 @@ EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, co
 EPF_DEVICE_INLINE void epf_ht_combine_expert_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* expert_out,
                                                   int64_t expert_rows, int warp, int nwarps, const epf_wait_t* w) {
   if (plan->layout == EPF_LAYOUT_EXPERT_MAJOR) {
+    int64_t o = warp, i = warp;
+    int le;
+    if (expert_out == NULL && !(plan->flags & EPF_FLAG_COMBINE_PUSH)) return; /* pull in place: nothing moves */
     /* the received rows of all local experts form one sequence dealt round-robin over the rank's
      * warps: o is this warp's next position relative to the current expert's first row (restarting
      * at warp 0 for every expert would leave most warps idle) */
-    int64_t o = warp, i = warp;
-    int le;
     for (le = 0; le < v->EL; ++le) {
       const int64_t begin = v->seg[le].begin;
       const int64_t end = begin + v->seg[le].count < plan->recv_capacity ? begin + v->seg[le].count : plan->recv_capacity;
