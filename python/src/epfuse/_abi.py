@@ -35,7 +35,7 @@ lib = ctypes.CDLL(LIBRARY_PATH)
 MODE = {"ht": 1, "ll": 2}
 LAYOUT = {"expert_major": 1, "rank_major": 2, "em": 1, "rm": 2}
 PAYLOAD = {"bf16": 1, "mxfp8": 2, "fp8_128": 3, "fp8": 3}
-SCALE_LAYOUT = {"compact": 1, "swizzled": 2, "swizzled_128x4": 2}
+SCALE_LAYOUT = {"compact": 1, "swizzled": 2, "swizzled_128x4": 2, "segment_mn_major": 3}
 INDEX_TYPE = {"default": 0, "int32": 1, "int64": 2}
 Y_LAYOUT = {"fixed": 0, "packed": 1, "in_place": 2, "in_place_pull": 3}
 LL_BUFFER = {"x": 0, "topk_idx": 1, "topk_weights": 2, "recv_counts": 3, "expert_counts": 4, "packed_x": 5,
@@ -46,7 +46,7 @@ _C_NAMES = [(MODE, "EPF_MODE_"), (LAYOUT, "EPF_LAYOUT_"), (PAYLOAD, "EPF_PAYLOAD
 _C_SPELLING = {"em": None, "rm": None, "fp8": None, "swizzled": None, "fp8_128": "FP8_128",
                "swizzled_128x4": "SWIZZLED_128X4"}
 REGION_COUNT = 13
-ROUTE_ARRAY_COUNT = 13
+ROUTE_ARRAY_COUNT = 14
 
 
 # ---- struct mirrors ---------------------------------------------------------------------------------
