@@ -77,44 +77,33 @@ EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-/* epf__combine_acc8 — acc[c] += w_u * row_u[vector i + 32 c] for u < m and c < C (m * C <= 8), in
- * ascending u for every c: the m rows' vectors of the C chunks are loaded first (all in flight),
- * then the fmas run in order. Rows are BF16 (16 bytes per vector) or MXFP8 combine rows (8 E4M3
- * bytes per vector, the row's E8M0 scales after its `hidden` element bytes). Vectors at or past
- * nvec are not loaded (lanes past the row end). C is a constant at every call (1, 2 or 4): each
- * call site compiles to its own straight-line code. */
-EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, int m, int C, int i, int nvec, int mxfp8,
-                                         int hidden, float (*acc)[8]) {
-  int u, c;
+/* epf__combine_acc8 — acc += w_u * row_u[vector i] for u < m (m <= 8), in ascending u: the m
+ * rows' vectors are loaded first (all in flight), then the fmas run in order. Rows are BF16 (16
+ * bytes per vector) or MXFP8 combine rows (8 E4M3 bytes per vector, the row's E8M0 scales after
+ * its `hidden` element bytes). on == false: nothing is loaded (a lane past the row end). */
+EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, int m, int i, bool on, int mxfp8,
+                                         int hidden, float* acc) {
+  int u;
   if (!mxfp8) {
     uint4 v[8];
 #pragma unroll
-    for (c = 0; c < 4; ++c)
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) v[u] = epf_ld_v4_u32((const uint4*)p[u] + i);
 #pragma unroll
-      for (u = 0; u < 8; ++u)
-        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec) v[u * C + c] = epf_ld_v4_u32((const uint4*)p[u] + i + 32 * c);
-#pragma unroll
-    for (c = 0; c < 4; ++c)
-#pragma unroll
-      for (u = 0; u < 8; ++u)
-        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec) epf_bf16x8_fma(acc[c], v[u * C + c], w[u]);
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) epf_bf16x8_fma(acc, v[u], w[u]);
   } else {
     uint2 q[8];
     uint8_t sc[8];
 #pragma unroll
-    for (c = 0; c < 4; ++c)
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) {
+        q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
+        sc[u] = (uint8_t)p[u][hidden + (i >> 2)];
+      }
 #pragma unroll
-      for (u = 0; u < 8; ++u)
-        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec) {
-          q[u * C + c] = *(const uint2*)(p[u] + (uint64_t)(i + 32 * c) * 8u);
-          sc[u * C + c] = (uint8_t)p[u][hidden + ((i + 32 * c) >> 2)];
-        }
-#pragma unroll
-    for (c = 0; c < 4; ++c)
-#pragma unroll
-      for (u = 0; u < 8; ++u)
-        if (c < C && u * C < 8 && u < m && i + 32 * c < nvec)
-          epf_mxfp8_dequantize_accumulate8(q[u * C + c], sc[u * C + c], w[u], acc[c]);
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) epf_mxfp8_dequantize_accumulate8(q[u], sc[u], w[u], acc);
   }
 }
 
@@ -134,21 +123,45 @@ EPF_DEVICE_INLINE void epf__combine_out_warp(const float* acc, int i, int nvec, 
   }
 }
 
-/* epf__combine_chunks_warp — the reduction of n <= 8 / C rows, C (2 or 4) 32-vector chunks per
- * step: n * C loads per lane in flight. [collective:warp], warp-uniform arguments. */
+/* epf__combine_chunks_warp — the reduction of n <= 8 / C rows, C (2, 4 or 8) 32-vector chunks per
+ * step: the n * C vectors of a step are loaded first (all in flight), then each chunk's fmas run
+ * in row order and its output is stored (one chunk's accumulators live at a time).
+ * [collective:warp], warp-uniform arguments; C a constant at each call. */
 EPF_DEVICE_INLINE void epf__combine_chunks_warp(const char* const* p, const float* wv, int n, int C, int nvec, int hidden,
                                                 int in_mxfp8, int out_mxfp8, int mx_rule, void* out_row) {
   const int lane = epf_lane_id();
-  int base, c;
+  int base, c, u;
   for (base = 0; base < nvec; base += 32 * C) { /* warp-uniform */
-    float acc[4][8] = {{0.f}};
-    if (C == 4)
-      epf__combine_acc8(p, wv, n, 4, base + lane, nvec, in_mxfp8, hidden, acc);
-    else
-      epf__combine_acc8(p, wv, n, 2, base + lane, nvec, in_mxfp8, hidden, acc);
+    const int i = base + lane;
+    uint4 v[8];    /* BF16 rows: vector (u, c) at u * C + c */
+    uint2 q[8];    /* MXFP8 rows */
+    uint8_t sc[8];
 #pragma unroll
-    for (c = 0; c < 4; ++c)
-      if (c < C && base + 32 * c < nvec) epf__combine_out_warp(acc[c], base + 32 * c + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
+    for (c = 0; c < 8; ++c)
+#pragma unroll
+      for (u = 0; u < 8; ++u)
+        if (c < C && u * C + c < 8 && u < n && i + 32 * c < nvec) {
+          if (!in_mxfp8) {
+            v[u * C + c] = epf_ld_v4_u32((const uint4*)p[u] + i + 32 * c);
+          } else {
+            q[u * C + c] = *(const uint2*)(p[u] + (uint64_t)(i + 32 * c) * 8u);
+            sc[u * C + c] = (uint8_t)p[u][hidden + ((i + 32 * c) >> 2)];
+          }
+        }
+#pragma unroll
+    for (c = 0; c < 8; ++c) {
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (c >= C || base + 32 * c >= nvec) continue; /* warp-uniform */
+#pragma unroll
+      for (u = 0; u < 8; ++u)
+        if (u * C + c < 8 && u < n && i + 32 * c < nvec) {
+          if (!in_mxfp8)
+            epf_bf16x8_fma(acc, v[u * C + c], wv[u]);
+          else
+            epf_mxfp8_dequantize_accumulate8(q[u * C + c], sc[u * C + c], wv[u], acc);
+        }
+      epf__combine_out_warp(acc, i + 32 * c, nvec, hidden, out_mxfp8, mx_rule, out_row);
+    }
   }
 }
 
@@ -162,9 +175,9 @@ EPF_DEVICE_INLINE void epf__combine_chunks_warp(const char* const* p, const floa
  *   Does:     out_mxfp8 == 0: out_row is BF16 [hidden], RNE. out_mxfp8 != 0: out_row is an MXFP8
  *             combine row (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule mx_rule).
  *   Loads:    8 vectors per lane in flight before the fmas: 8 rows of one 32-vector chunk, or, for
- *             fewer rows, 2 chunks of up to 4 rows or 4 chunks of up to 2 (one or two rows — a
- *             rank-major partial, top-1 / top-2 models — would otherwise leave one or two loads
- *             in flight and the combine latency-bound). The order of every element's fmas is the
+ *             fewer rows, 8 / n chunks of n rows (one or two rows — a rank-major partial, top-1 /
+ *             top-2 models — would otherwise leave one or two loads in flight and the combine
+ *             latency-bound). The order of every element's fmas is the
  *             same in every case.
  *   Loops:    every loop is warp-uniform — its trip count is the same in every lane, lanes past
  *             the row end are predicated off — so the shuffles inside and the quantizer's
@@ -187,12 +200,17 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
     p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
     wv[u] = __shfl_sync(0xffffffffu, w_j, u);
   }
-  if (n <= 4) { /* warp-uniform: 4 chunks of up to 2 rows, or 2 chunks of up to 4, per step */
-    epf__combine_chunks_warp(p, wv, n, n <= 2 ? 4 : 2, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
+  if (n <= 4) { /* warp-uniform: 8 / n chunks per step, so 8 loads per lane are in flight */
+    if (n <= 1)
+      epf__combine_chunks_warp(p, wv, n, 8, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
+    else if (n <= 2)
+      epf__combine_chunks_warp(p, wv, n, 4, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
+    else
+      epf__combine_chunks_warp(p, wv, n, 2, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
     return;
   }
   for (base = 0; base < nvec; base += 32) { /* warp-uniform */
-    float acc[1][8] = {{0.f}};
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     int j0;
     for (j0 = 0; j0 < n; j0 += 8) { /* warp-uniform: 8 rows at a time, in order */
       if (n > 8) { /* top-k > 8: this group's addresses (one set of registers for all groups) */
@@ -202,9 +220,9 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
           wv[u] = __shfl_sync(0xffffffffu, w_j, (j0 + u) & 31);
         }
       }
-      epf__combine_acc8(p, wv, n - j0 < 8 ? n - j0 : 8, 1, base + lane, nvec, in_mxfp8, hidden, acc);
+      epf__combine_acc8(p, wv, n - j0 < 8 ? n - j0 : 8, base + lane, base + lane < nvec, in_mxfp8, hidden, acc);
     }
-    epf__combine_out_warp(acc[0], base + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
+    epf__combine_out_warp(acc, base + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
   }
 }
 
@@ -252,21 +270,21 @@ EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const vo
   const int rule = epf_mx_rule_from_flags(plan->flags);
   int base;
   if (plan->combine_payload == EPF_PAYLOAD_BF16) {
-    epf_copy_row_warp(dst, src_bf16, (uint32_t)nvec * 16u);
+    epf__copy_row_send_warp(dst, src_bf16, nvec);
     return;
   }
-  /* MXFP8: EPF_COPY_UNROLL 256-element chunks per step, their loads all in flight before the
+  /* MXFP8: EPF_SEND_UNROLL 256-element chunks per step, their loads all in flight before the
    * first quantization (one load at a time leaves the warp latency-bound) */
-  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) { /* warp-uniform */
-    uint4 v[EPF_COPY_UNROLL];
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) { /* warp-uniform */
+    uint4 v[EPF_SEND_UNROLL];
     int u;
 #pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
       const int i = base + u * 32 + lane;
       v[u] = i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
       const int i = base + u * 32 + lane;
       uint8_t sb;
       uint2 q;

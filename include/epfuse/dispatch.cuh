@@ -76,6 +76,12 @@ EPF_BEGIN_DECLS
 #ifndef EPF_COPY_UNROLL
 #define EPF_COPY_UNROLL 4
 #endif
+/* The sends (epf_dispatch_send_row_warp, the quantizing send) and the combine's put / push keep
+ * more loads in flight: their kernels run 16 warps per SM (128 registers), and a token with one or
+ * two copies does little else between loads. */
+#ifndef EPF_SEND_UNROLL
+#define EPF_SEND_UNROLL 8
+#endif
 
 /* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
  *   EPF_COPY_UNROLL loads per lane in flight before the first store.
@@ -93,6 +99,24 @@ EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t by
       if (base + u * 32 + lane < nvec) v[u] = epf_ld_v4_u32(s + base + u * 32 + lane);
 #pragma unroll
     for (u = 0; u < EPF_COPY_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) epf_st_v4_u32(d + base + u * 32 + lane, v[u]);
+  }
+}
+
+/* epf__copy_row_send_warp — epf_copy_row_warp of nvec 16-byte vectors with EPF_SEND_UNROLL loads in
+ * flight (the combine's put and push, in a kernel of 16 warps per SM). [collective:warp] */
+EPF_DEVICE_INLINE void epf__copy_row_send_warp(void* dst, const void* src, int nvec) {
+  const uint4* s = (const uint4*)src;
+  uint4* d = (uint4*)dst;
+  const int lane = epf_lane_id();
+  int base, u;
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+    uint4 v[EPF_SEND_UNROLL];
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) v[u] = epf_ld_v4_u32(s + base + u * 32 + lane);
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u)
       if (base + u * 32 + lane < nvec) epf_st_v4_u32(d + base + u * 32 + lane, v[u]);
   }
 }
@@ -123,7 +147,7 @@ EPF_DEVICE_INLINE int epf_topk_first_lane_warp(int e) {
  *             destination's RECV_TOKENS region (dst_rank < 0: no copy). Lanes >= ncopies ignored.
  *             src_row: plan->row_bytes bytes, 16-byte aligned, local memory, not written during
  *             the call.
- *   Does:     reads the row once (EPF_COPY_UNROLL 16-byte vectors per lane in flight) and stores it
+ *   Does:     reads the row once (EPF_SEND_UNROLL 16-byte vectors per lane in flight) and stores it
  *             into every present copy. A copy whose dst_row is outside [0, recv_capacity) is
  *             dropped (never written).
  *   Result:   [result:all] the number of dropped copies (the caller counts them, e.g. with
@@ -141,12 +165,12 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
   const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
   int base;
   if (present == 0u) return dropped;
-  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
-    uint4 v[EPF_COPY_UNROLL];
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+    uint4 v[EPF_SEND_UNROLL];
     int u;
     uint32_t m;
 #pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
       const int i = base + u * 32 + lane;
       if (i < nvec) v[u] = epf_ld_nc_v4_u32(src + i);
     }
@@ -154,7 +178,7 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
       const int j = __ffs((int)m) - 1;
       uint4* d = (uint4*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
 #pragma unroll
-      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      for (u = 0; u < EPF_SEND_UNROLL; ++u) {
         const int i = base + u * 32 + lane;
         if (i < nvec) epf_st_v4_u32(d + i, v[u]);
       }
@@ -255,16 +279,16 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
       dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
       sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
     }
-    for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
-      uint4 v[EPF_COPY_UNROLL];
+    for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+      uint4 v[EPF_SEND_UNROLL];
       int u;
 #pragma unroll
-      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      for (u = 0; u < EPF_SEND_UNROLL; ++u) {
         const int i = base + u * 32 + lane;
         v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+      for (u = 0; u < EPF_SEND_UNROLL; ++u) {
         const int i = base + u * 32 + lane;
         uint8_t sb = 0;
         float sf = 0.f;
@@ -285,18 +309,18 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
     }
     return dropped;
   }
-  /* EPF_COPY_UNROLL 256-element chunks per step: their loads are all in flight before the first
+  /* EPF_SEND_UNROLL 256-element chunks per step: their loads are all in flight before the first
    * quantization (one load at a time left the warp latency-bound) */
-  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
-    uint4 v[EPF_COPY_UNROLL];
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+    uint4 v[EPF_SEND_UNROLL];
     int u;
 #pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
       const int i = base + u * 32 + lane;
       v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (u = 0; u < EPF_COPY_UNROLL; ++u) {
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
       const int i = base + u * 32 + lane;
       uint8_t sb = 0;
       float sf = 0.f;
