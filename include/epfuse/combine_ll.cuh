@@ -82,11 +82,6 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
  * rows; EPF__LL_COMBINE_PULL = read them from the peer's receive rows (EPF_LL_Y_IN_PLACE_PULL). */
 #define EPF__LL_COMBINE_PULL 1u
 
-/* 256-element chunks of one row that a warp of the combine push moves per unit (loads in flight
- * per lane before the stores). */
-#ifndef EPF_LL_SEND_CHUNKS
-#define EPF_LL_SEND_CHUNKS 4
-#endif
 
 /* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
 #ifndef EPF_LL_COMBINE_BATCH
@@ -164,12 +159,19 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
     const int le = gi / R, s = gi - le * R;
     const int j = (int)(r - pre[gi]);
     const int64_t wrow = epf_ll_recv_row(plan, epoch, le, s, j); /* this round's receive row */
-    const uint4 meta = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)));
-    const int t = (int)meta.x, src_rank = (int)(int16_t)(meta.y & 0xffffu), k = (int)(int16_t)(meta.y >> 16);
+    union {
+      uint4 v;
+      epf_recv_meta_em_t m;
+    } meta; /* one 16-byte load of the row's epf_recv_meta_em_t */
+    int t, src_rank, k;
     const char* src;
     char* dst;
     uint4 v[EPF_LL_SEND_CHUNKS];
     int ci;
+    meta.v = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)));
+    t = meta.m.src_token;
+    src_rank = meta.m.src_rank;
+    k = meta.m.k;
     if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
     if (in_place)
       src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, wrow));

@@ -147,6 +147,11 @@ typedef enum epf_ll_buffer {
  * EPF_LL_SCAN_SEGMENTS segments, one per warp. */
 #define EPF_LL_UNIT_ELEMS 256
 #define EPF_LL_SCAN_SEGMENTS 8
+/* 256-element chunks of one row that a warp moves per unit in the dispatch send and the combine
+ * push (loads in flight per lane before the stores; one slot / metadata lookup per unit). */
+#ifndef EPF_LL_SEND_CHUNKS
+#define EPF_LL_SEND_CHUNKS 4
+#endif
 #define EPF__LL_CODE_NONE 0xffffffffu
 /* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
 #define EPF_LL_SLOT_NONE 0xffffffffu
