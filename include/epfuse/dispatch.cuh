@@ -50,8 +50,8 @@
  *   epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(team, plan, int64_t row, const int32_t* src_offset)
  *   uint32_t epf_expand_row_warp(team, plan, row, src_offset, view, view_scales, expert_rows, const epf_wait_t*)
  *                                                                        RANK_MAJOR -> expert-major view
- *   bool     epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round)     [collective:block]
- *   bool     epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch)  [collective:block]
+ *   (epf_arrive_last_block / _epoch, which a rank's blocks use before epf_dispatch_signal_block, are
+ *    in signal.cuh)
  *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
  *   epf_status_t epf_dispatch_wait_block(team, plan, uint32_t epoch, epf_wait_t w)             [collective:block]
  *   void     epf_copy_row_warp(void* dst, const void* src, uint32_t bytes)                    [collective:warp]
@@ -546,65 +546,6 @@ EPF_DEVICE_INLINE uint32_t epf_expand_row_warp(epf_team_t team, const epf_plan_t
     }
   }
   return over;
-}
-
-/* epf_arrive_last_block — completion of a multi-block phase without a grid barrier.
- *   Scope:    [collective:block] every thread of each of the `nblocks` blocks that share `counter`
- *             calls it once per round, after its work.
- *   Result:   [result:all] true in exactly one block, the last to arrive; that block may publish
- *             the whole group's work: what every block wrote before its arrival (to local or
- *             peer memory) happens before anything the last block does after the call.
- *   Memory:   counter is a uint32 in device memory: round r completes when it reaches r * nblocks
- *             (start at 0 with round 1). Either keep counting rounds, or — what the ready-made
- *             kernels do — have the last block store 0 back (all blocks have arrived by then) and
- *             always pass round 1. __syncthreads, then thread 0's .sys acq_rel atomic add
- *             (cumulative over the block's writes).
- *   Limits:   the same nblocks every round; rounds of one counter must not overlap. */
-EPF_DEVICE_INLINE bool epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round) {
-  int last = 0;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t old = epf_atom_add_acq_rel_sys_u32(counter, 1u);
-    last = old + 1u == round * nblocks;
-  }
-  return __syncthreads_or(last) != 0;
-}
-
-/* epf_arrive_last_block_epoch — epf_arrive_last_block for rounds named by an epoch, robust to a
- *   round that failed part-way: the counter word carries the round's tag (the low 16 bits of
- *   `epoch`) beside its count (low 16 bits), and an arrival that finds another tag starts the
- *   count afresh, so blocks of an earlier round that never all arrived (a launch with a wrong
- *   grid, a killed kernel) cannot make a later round signal early (rounds of one word must still
- *   not overlap: an arrival of an older round during a newer one would restart the newer count).
- *   Scope:    [collective:block] every thread of each of the `nblocks` blocks that share `word`
- *             calls it once per round, after its work, with the same epoch.
- *   Result:   [result:all] true in exactly one block, the last to arrive; as epf_arrive_last_block,
- *             what every block wrote before its arrival happens before anything that block does
- *             after the call. That block resets the count (word = tag | 0) when it returns, so
- *             the same epoch may run again (e.g. a dispatch repeated for one route update).
- *   Memory:   word: a uint32 in device memory, zero at start. __syncthreads, then thread 0's .sys
- *             acq_rel compare-and-swap (retried only when another block's arrival won the race:
- *             at most nblocks times).
- *   Limits:   1 <= nblocks <= 65535; rounds of one word must not overlap. */
-EPF_DEVICE_INLINE bool epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch) {
-  int last = 0;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t tag = (epoch & 0xffffu) << 16;
-    uint32_t old = epf_ld_relaxed_sys_u32(word), n;
-    for (n = 0; n <= nblocks; ++n) { /* bounded: each failed CAS is another block's arrival */
-      uint32_t count, got;
-      count = (old & 0xffff0000u) == tag ? (old & 0xffffu) : 0u;
-      got = epf_atom_cas_acq_rel_sys_u32(word, old, tag | (count + 1u));
-      if (got == old) {
-        last = count + 1u == nblocks;
-        if (last) epf_st_relaxed_sys_u32(word, tag); /* all nblocks arrived: nobody else touches it now */
-        break;
-      }
-      old = got;
-    }
-  }
-  return __syncthreads_or(last) != 0;
 }
 
 /* epf_dispatch_signal_block — publish this rank's dispatch of `epoch` to every peer: thread p
