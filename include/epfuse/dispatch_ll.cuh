@@ -107,8 +107,7 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
   const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.send_slots, T, (int)blockDim.x);
   const uint32_t* cnt = slots.count;
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
-  const int64_t units = (int64_t)T * ngroups;
+  const int64_t units = (int64_t)T * nchunks;
   const int payload = plan->payload;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
@@ -118,34 +117,23 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
   epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots,
                      ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL);
 
-  /* one unit = (token, group of EPF_LL_SEND_CHUNKS 256-element chunks): the group's loads all in
-   * flight, each chunk quantized once, then one slot lookup per copy for the whole group */
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
-    const int t = (int)(u / ngroups), c0 = (int)(u - (int64_t)t * ngroups) * EPF_LL_SEND_CHUNKS;
-    uint4 v[EPF_LL_SEND_CHUNKS];
-    uint2 q[EPF_LL_SEND_CHUNKS];
-    uint32_t sbits[EPF_LL_SEND_CHUNKS]; /* a lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
-    int ci, kb;
-#pragma unroll
-    for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
-      const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
-      v[ci] = make_uint4(0u, 0u, 0u, 0u);
-      if (col < H) v[ci] = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
-    }
-#pragma unroll
-    for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
-      q[ci] = make_uint2(0u, 0u);
-      sbits[ci] = 0u;
-      if (c0 + ci >= nchunks) continue; /* warp-uniform; lanes past the row end quantize zeros */
-      if (payload == EPF_PAYLOAD_MXFP8) {
-        uint8_t sb = 0;
-        q[ci] = epf_mxfp8_quantize_lane8_bf16_warp(v[ci], mx_rule, &sb);
-        sbits[ci] = sb;
-      } else if (payload == EPF_PAYLOAD_FP8_128) {
-        float sf = 0.f;
-        q[ci] = epf_fp8_128_quantize_lane8_bf16_warp(v[ci], ue8m0, &sf);
-        sbits[ci] = __float_as_uint(sf);
-      }
+    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
+    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
+    const bool on = col < H;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    uint2 q = make_uint2(0u, 0u);
+    uint32_t sbits = 0u; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
+    int kb;
+    if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
+    if (payload == EPF_PAYLOAD_MXFP8) { /* warp-uniform; lanes past the row end quantize zeros */
+      uint8_t sb = 0;
+      q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb);
+      sbits = sb;
+    } else if (payload == EPF_PAYLOAD_FP8_128) {
+      float sf = 0.f;
+      q = epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
+      sbits = __float_as_uint(sf);
     }
     for (kb = 0; kb < K; kb += 32) {
       const int k = kb + lane;
@@ -171,24 +159,21 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
       while (present != 0u) {
         const int j = __ffs((int)present) - 1;
         char* dj = (char*)epf__ll_shfl_ptr(dst, j);
-        char* sj = (char*)epf__ll_shfl_ptr(sdst, j);
         present &= present - 1u;
-#pragma unroll
-        for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
-          const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
-          if (col >= H) continue;
-          if (payload == EPF_PAYLOAD_BF16) {
-            epf_st_v4_u32(dj + (int64_t)col * 2, v[ci]);
-          } else {
-            *(uint2*)(dj + col) = q[ci];
+        if (payload == EPF_PAYLOAD_BF16) {
+          if (on) epf_st_v4_u32(dj + (int64_t)col * 2, v);
+        } else {
+          char* sj = (char*)epf__ll_shfl_ptr(sdst, j);
+          if (on) {
+            *(uint2*)(dj + col) = q;
             if (payload == EPF_PAYLOAD_MXFP8 && (lane & 3) == 0)
-              ((uint8_t*)sj)[col / EPF_MXFP8_GROUP] = (uint8_t)sbits[ci];
+              ((uint8_t*)sj)[col / EPF_MXFP8_GROUP] = (uint8_t)sbits;
             else if (payload == EPF_PAYLOAD_FP8_128 && (lane & 15) == 0)
-              ((float*)sj)[col / EPF_FP8_128_GROUP] = __uint_as_float(sbits[ci]);
+              ((float*)sj)[col / EPF_FP8_128_GROUP] = __uint_as_float(sbits);
           }
         }
       }
-      if (c0 == 0 && dst != NULL) {
+      if (c == 0 && dst != NULL) {
         union {
           epf_recv_meta_em_t m;
           uint4 v;

@@ -147,8 +147,9 @@ typedef enum epf_ll_buffer {
  * EPF_LL_SCAN_SEGMENTS segments, one per warp. */
 #define EPF_LL_UNIT_ELEMS 256
 #define EPF_LL_SCAN_SEGMENTS 8
-/* 256-element chunks of one row that a warp moves per unit in the dispatch send and the combine
- * push (loads in flight per lane before the stores; one slot / metadata lookup per unit). */
+/* 256-element chunks of one row that a warp of the combine push moves per unit (loads in flight per
+ * lane before the stores; one metadata lookup per unit). The dispatch send moves one chunk per unit:
+ * grouping 4 there cost 1-2.5 us at T = 1 (docs/performance.md, LL v3). */
 #ifndef EPF_LL_SEND_CHUNKS
 #define EPF_LL_SEND_CHUNKS 4
 #endif
