@@ -42,15 +42,6 @@
 
 static uint64_t bl_rng = 0x5eed5eed12345678ull;
 
-static int bl_cmp(const void* a, const void* b) {
-  const float x = *(const float*)a, y = *(const float*)b;
-  return x < y ? -1 : x > y;
-}
-static float bl_median(float* v, int n) {
-  qsort(v, (size_t)n, sizeof(float), bl_cmp);
-  return v[n / 2];
-}
-
 /* BF16 values in about [-2, 2] */
 __global__ void bl_fill(uint16_t* x, int64_t n, uint32_t salt) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -60,33 +51,6 @@ __global__ void bl_fill(uint16_t* x, int64_t n, uint32_t salt) {
     h ^= h >> 12;
     x[i] = (uint16_t)(0x3f80u | ((h >> 8) & 0x807fu)) - (uint16_t)((h & 1u) << 7);
   }
-}
-
-/* median D2D copy time of `bytes` -> GB/s counting read + write */
-static double bl_copy_ceiling(size_t bytes, int reps) {
-  void *a, *b;
-  cudaEvent_t e0, e1;
-  float* t = (float*)malloc(sizeof(float) * (size_t)reps);
-  double gbs;
-  EPF_BENCH_CUDA(cudaMalloc(&a, bytes));
-  EPF_BENCH_CUDA(cudaMalloc(&b, bytes));
-  EPF_BENCH_CUDA(cudaMemset(a, 1, bytes));
-  EPF_BENCH_CUDA(cudaEventCreate(&e0));
-  EPF_BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = -3; i < reps; ++i) {
-    EPF_BENCH_CUDA(cudaEventRecord(e0, 0));
-    EPF_BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
-    EPF_BENCH_CUDA(cudaEventRecord(e1, 0));
-    EPF_BENCH_CUDA(cudaEventSynchronize(e1));
-    if (i >= 0) EPF_BENCH_CUDA(cudaEventElapsedTime(&t[i], e0, e1));
-  }
-  gbs = 2.0 * (double)bytes / (bl_median(t, reps) * 1e-3) / 1e9;
-  EPF_BENCH_CUDA(cudaFree(a));
-  EPF_BENCH_CUDA(cudaFree(b));
-  EPF_BENCH_CUDA(cudaEventDestroy(e0));
-  EPF_BENCH_CUDA(cudaEventDestroy(e1));
-  free(t);
-  return gbs;
 }
 
 typedef struct {
@@ -239,7 +203,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
              (long long)delivered, rec_h->count, epf_status_name((epf_status_t)rec_h->status));
   }
   {
-    const double us_d = bl_median(td, c->reps) * 1e3, us_c = bl_median(tc, c->reps) * 1e3;
+    const double us_d = epf_bench_median(td, c->reps) * 1e3, us_c = epf_bench_median(tc, c->reps) * 1e3;
     const double row = (double)plan.row_bytes + plan.scale_bytes_per_row;
     const double bf16_row = (double)H * 2.0;
     const double copy_d = 2.0 * (double)delivered * row, copy_c = 2.0 * (double)delivered * plan.combine_row_bytes;
@@ -326,7 +290,7 @@ int main(int argc, char** argv) {
     EPF_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("bench_ll on %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
   }
-  ceiling = bl_copy_ceiling((size_t)1 << 30, 20);
+  ceiling = epf_bench_copy_ceiling_gbs((size_t)1 << 30, 20);
   printf("copy ceiling: %.0f GB/s (cudaMemcpyAsync D2D of 1 GiB, read + write counted)\n", ceiling);
   printf("times: median of %d CUDA-graph replays, fused send+receive kernel per op, all %d virtual ranks "
          "in one launch\n",
