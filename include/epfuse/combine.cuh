@@ -99,7 +99,7 @@ EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, i
     for (u = 0; u < 8; ++u)
       if (u < m && on) {
         q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
-        sc[u] = (uint8_t)p[u][hidden + (i >> 2)];
+        sc[u] = (uint8_t)p[u][epf_combine_row_scale_at(hidden, 8 * i)];
       }
 #pragma unroll
     for (u = 0; u < 8; ++u)
@@ -118,7 +118,7 @@ EPF_DEVICE_INLINE void epf__combine_out_warp(const float* acc, int i, int nvec, 
     const uint2 q = epf_mxfp8_quantize_lane8_warp(acc, mx_rule, &sb); /* lanes past the end: zeros */
     if (i < nvec) {
       *(uint2*)((char*)out_row + (uint64_t)i * 8u) = q;
-      if ((epf_lane_id() & 3) == 0) ((char*)out_row)[hidden + (i >> 2)] = (char)sb;
+      if ((epf_lane_id() & 3) == 0) ((char*)out_row)[epf_combine_row_scale_at(hidden, 8 * i)] = (char)sb;
     }
   }
 }
@@ -145,7 +145,7 @@ EPF_DEVICE_INLINE void epf__combine_chunks_warp(const char* const* p, const floa
             v[u * C + c] = epf_ld_v4_u32((const uint4*)p[u] + i + 32 * c);
           } else {
             q[u * C + c] = *(const uint2*)(p[u] + (uint64_t)(i + 32 * c) * 8u);
-            sc[u * C + c] = (uint8_t)p[u][hidden + ((i + 32 * c) >> 2)];
+            sc[u * C + c] = (uint8_t)p[u][epf_combine_row_scale_at(hidden, 8 * (i + 32 * c))];
           }
         }
 #pragma unroll
@@ -292,7 +292,7 @@ EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const vo
       q = epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb);
       if (i < nvec) {
         *(uint2*)(dst + (uint64_t)i * 8u) = q;
-        if ((lane & 3) == 0) dst[plan->hidden + (i >> 2)] = (char)sb;
+        if ((lane & 3) == 0) dst[epf_combine_row_scale_at(plan->hidden, 8 * i)] = (char)sb;
       }
     }
   }

@@ -196,7 +196,7 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
         const uint2 q = epf_mxfp8_quantize_lane8_bf16_warp(v[ci], mx_rule, &sb); /* all lanes, converged */
         if (col < H) {
           *(uint2*)(dst + col) = q;
-          if ((lane & 3) == 0) ((uint8_t*)dst)[H + col / EPF_MXFP8_GROUP] = sb;
+          if ((lane & 3) == 0) ((uint8_t*)dst)[epf_combine_row_scale_at(H, col)] = sb;
         }
       }
     }
@@ -332,7 +332,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
                 v[b] = epf_ld_v4_u32(sj + (int64_t)col * 2);
               } else { /* x, y: the 8 E4M3 bytes; z: the group's E8M0 byte */
                 const uint2 q = *(const uint2*)(sj + col);
-                v[b] = make_uint4(q.x, q.y, (uint32_t)((const uint8_t*)sj)[H + col / EPF_MXFP8_GROUP], 0u);
+                v[b] = make_uint4(q.x, q.y, (uint32_t)((const uint8_t*)sj)[epf_combine_row_scale_at(H, col)], 0u);
               }
             }
             n = b + 1;

@@ -16,6 +16,7 @@
  *   epf_recv_meta_em_t, epf_recv_meta_rm_t                  receive metadata rows
  *   epf_recv_meta_em_t epf_recv_meta_em_make(src_token, src_rank, k, local_expert, weight)
  *   uint32_t     epf_recv_meta_rm_bytes / _expert_at / _weight_at / _slot_at(int top_k[, int j])
+ *   uint32_t     epf_combine_row_scale_at(int hidden, int elem)   an MXFP8 combine row's scale byte
  *   uint64_t     epf_build_signature(void)                 this build's compile-time configuration
  *   epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_plan)
  *   epf_status_t epf_plan_check(const epf_plan_t* plan)    prefix + build check (host or FFI)
@@ -137,6 +138,12 @@ EPF_HD epf_recv_meta_em_t epf_recv_meta_em_make(int src_token, int src_rank, int
   m.weight = weight;
   return m;
 }
+
+/* epf_combine_row_scale_at — THE MXFP8 combine row (combine_payload MXFP8, in COMBINE, EXPERT_OUT
+ *   and the rank-major partials): `hidden` E4M3 bytes, then one E8M0 scale byte per 32 elements,
+ *   padded to 16 bytes (plan.combine_row_bytes); this is the byte offset of element `elem`'s scale
+ *   in the row. Scope: any thread. Pure. */
+EPF_HD uint32_t epf_combine_row_scale_at(int hidden, int elem) { return (uint32_t)hidden + (uint32_t)elem / 32u; }
 
 /* The rank-major metadata row — THE owner of its layout (the plan sizes it, the dispatch writes it,
  *   the expand and the pre-reduce read it, the tests' references rebuild it, all through these):
