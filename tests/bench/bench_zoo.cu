@@ -353,14 +353,20 @@ static void zoo_ht_stats(const int32_t* topk, int R, int T, int K, int E, zoo_ht
   free(rm);
 }
 
-static epf_config_t zoo_ht_config(const zoo_model_t* m, int R, int T, int layout, int payload, int cpayload,
-                                  const zoo_ht_stats_t* s) {
+/* the model's shape at R ranks and T tokens per rank; everything else at its default */
+static epf_config_t zoo_config(const zoo_model_t* m, int R, int T) {
   epf_config_t cfg = EPF_CONFIG_INIT;
   cfg.nranks = R;
   cfg.num_experts = m->E;
   cfg.top_k = m->K;
   cfg.hidden = m->H;
   cfg.max_tokens_per_rank = T;
+  return cfg;
+}
+
+static epf_config_t zoo_ht_config(const zoo_model_t* m, int R, int T, int layout, int payload, int cpayload,
+                                  const zoo_ht_stats_t* s) {
+  epf_config_t cfg = zoo_config(m, R, T);
   cfg.layout = layout;
   cfg.payload = payload;
   cfg.combine_payload = cpayload;
@@ -693,17 +699,12 @@ static void zoo_ll_case(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
   const int own_dispatch_row = ci == 0 || payload != EPF_PAYLOAD_BF16; /* cases 1, 2 repeat case 0's dispatch */
   const int64_t delivered = (int64_t)R * T * m->K;
   const double H2 = 2.0 * m->H;
-  epf_config_t cfg = EPF_CONFIG_INIT;
+  epf_config_t cfg = zoo_config(m, R, T);
   epf_plan_t plan;
   epf_status_t st;
   zoo_row_t *rd = NULL, *rc;
   double row, crow;
   int first, nrows;
-  cfg.nranks = R;
-  cfg.num_experts = m->E;
-  cfg.top_k = m->K;
-  cfg.hidden = m->H;
-  cfg.max_tokens_per_rank = T;
   cfg.mode = EPF_MODE_LL;
   cfg.payload = payload;
   cfg.combine_payload = cpayload;
@@ -912,14 +913,9 @@ static void zoo_ll_group(const zoo_opts_t* o, const zoo_model_t* m, int R, int T
   int64_t local_rows = 0, i;
   int ci;
   { /* the library says whether this model fits these ranks at all (before E / R is divided) */
-    epf_config_t cfg = EPF_CONFIG_INIT;
+    epf_config_t cfg = zoo_config(m, R, T);
     epf_plan_t plan;
     epf_status_t st;
-    cfg.nranks = R;
-    cfg.num_experts = m->E;
-    cfg.top_k = m->K;
-    cfg.hidden = m->H;
-    cfg.max_tokens_per_rank = T;
     cfg.mode = EPF_MODE_LL;
     st = epf_plan_compute(&cfg, &plan);
     if (st != EPF_OK) {
