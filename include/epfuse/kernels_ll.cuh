@@ -16,6 +16,12 @@
  * needed). The epochs live in the device state, so a captured graph replays with no host work;
  * write new routing into the captured buffers between replays and launch the graph again.
  *
+ * Layouts: an EXPERT_MAJOR plan runs dispatch_ll.cuh / combine_ll.cuh, a RANK_MAJOR plan
+ * dispatch_ll_rm.cuh / combine_ll_rm.cuh (one copy per (token, rank); its receive half with packed
+ * outputs, or epf_ll_expand, writes the same expert-major view as an EXPERT_MAJOR packed receive);
+ * the launchers pick the kernels by plan.layout (separate kernels: neither carries the other's
+ * code).
+ *
  * What it does NOT do: allocate, synchronise, or create NCCL objects (host_nccl.h, nccl.cuh).
  *
  * Usage (8 virtual ranks on one GPU; tests/gpu/test_ll.cu has it whole):
@@ -34,6 +40,7 @@
  *   epf_ll_launch_t epf_ll_launch_make(const epf_plan_t*, epf_team_t, epf_ll_state_t*, epf_error_record_t*, int virtual_ranks)
  *   epf_status_t epf_ll_dispatch(const epf_ll_launch_t*, const epf_ll_dispatch_args_t*, int halves, cudaStream_t)
  *   epf_status_t epf_ll_combine(const epf_ll_launch_t*, const epf_ll_combine_args_t*, int halves, cudaStream_t)
+ *   epf_status_t epf_ll_expand(const epf_ll_launch_t*, const epf_ll_dispatch_args_t*, cudaStream_t)   RANK_MAJOR
  *   epf_status_t epf_ll_state_reset(const epf_ll_launch_t*, cudaStream_t)
  *   epf_status_t epf_ll_mask_query_async(const epf_ll_launch_t*, uint32_t* out_masks, cudaStream_t)
  *   epf_status_t epf_ll_mask_update(const epf_ll_launch_t*, const uint32_t* host_mask, cudaStream_t)
@@ -41,8 +48,9 @@
  *   epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cudaStream_t)
  *   int          epf_ll_blocks_per_rank(const epf_ll_launch_t*, int num_tokens, int is_combine)
  *   EPF_LL_BPR_COMBINE, EPF_LL_BPR_COMBINE_PULL             is_combine values
- *   kernels (static __global__): epf_ll_dispatch_kernel, epf_ll_combine_kernel, epf_ll_clean_kernel,
- *   epf_ll_state_kernel, epf_ll_error_clear_kernel
+ *   kernels (static __global__): epf_ll_dispatch_kernel, epf_ll_combine_kernel, epf_ll_rm_dispatch_kernel,
+ *   epf_ll_rm_combine_kernel, epf_ll_expand_kernel, epf_ll_clean_kernel, epf_ll_state_kernel,
+ *   epf_ll_error_clear_kernel
  *   Host-side error reading: epf_error_read (host.h) on the host-mapped record, no device sync.
  *
  * Requirements: CUDA runtime API, sm_80+ (sm_90 / sm_100 compiled (-Werror); tested on an H200).
@@ -55,8 +63,10 @@
 #endif
 
 #include "combine_ll.cuh"
+#include "combine_ll_rm.cuh"
 #include "config.h"
 #include "dispatch_ll.cuh"
+#include "dispatch_ll_rm.cuh"
 #include "host.h"
 #include "ll.cuh"
 #include "signal.cuh"
@@ -117,6 +127,42 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_kernel(epf_plan
   if (halves & EPF_LL_SEND) epf_ll_combine_send_block(&plan, ctx, &a, epf__ll_smem);
   if (halves == EPF_LL_BOTH) __syncthreads();
   if (halves & EPF_LL_RECV) (void)epf_ll_combine_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+/* epf_ll_rm_dispatch_kernel / epf_ll_rm_combine_kernel — the same kernels for a RANK_MAJOR plan
+ * (dispatch_ll_rm.cuh, combine_ll_rm.cuh): kept apart from the EXPERT_MAJOR kernels so that neither
+ * carries the other's code (registers, occupancy). The launchers pick by plan.layout. */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                                 epf_error_record_t* record, const uint32_t* abort_word,
+                                                 int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                                epf_error_record_t* record, const uint32_t* abort_word,
+                                                int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_rm_combine_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_combine_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+/* epf_ll_expand_kernel — RANK_MAJOR: epf_ll_rm_expand_block on every block of every rank of the
+ * launch (no waits: any grid). */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_expand_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                            epf_error_record_t* record, const uint32_t* abort_word, int virtual_ranks,
+                                            int bpr, epf_ll_dispatch_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  epf_ll_rm_expand_block(&plan, ctx, &a, epf__ll_smem);
 }
 
 /* epf_ll_clean_kernel — one block per rank of the launch. */
@@ -232,11 +278,16 @@ EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t
 EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
   const int threads = epf__ll_threads(L);
   const size_t smem = epf_ll_smem_bytes(&L->plan, threads);
-  const void* kernel = is_combine ? (const void*)epf_ll_combine_kernel : (const void*)epf_ll_dispatch_kernel;
+  const bool rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
+  const void* kernel = is_combine ? (rm ? (const void*)epf_ll_rm_combine_kernel : (const void*)epf_ll_combine_kernel)
+                                  : (rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel);
   const int64_t nchunks = (L->plan.hidden + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int64_t ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
   const int64_t tokens = num_tokens > 0 ? num_tokens : 1;
-  const int64_t push = tokens * L->plan.top_k * ngroups; /* the push's (row, chunk group) units */
+  /* the push's units: EXPERT_MAJOR (row, chunk group) over T * K rows; RANK_MAJOR (row, chunk)
+   * over at most T * min(K, R) rows (the pre-reduce) */
+  const int64_t push = rm ? tokens * (L->plan.top_k < L->plan.nranks ? L->plan.top_k : L->plan.nranks) * nchunks
+                          : tokens * L->plan.top_k * ngroups;
   const int64_t units = is_combine == EPF_LL_BPR_COMBINE ? (push > tokens * nchunks ? push : tokens * nchunks)
                                                          : tokens * nchunks;
   const int64_t want = (units + threads / 32 - 1) / (threads / 32);
@@ -278,7 +329,9 @@ EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_com
 
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
- *   plan, EPF_ERR_LAYOUT for RANK_MAJOR; EPF_ERR_RANKS / EPF_ERR_RANK for the team), halves,
+ *   plan; EPF_ERR_RANKS / EPF_ERR_RANK for the team; a RANK_MAJOR plan runs the rank-major
+ *   kernel: one copy per (token, rank), and with packed outputs the receive half also expands
+ *   them into the expert-major view), halves,
  *   index type (EPF_ERR_INVALID_ARGUMENT unless epf_ll_index_type_ok), payload
  *   (EPF_ERR_NOT_SUPPORTED unless epf_ll_payload_supported), tokens (EPF_ERR_TOKENS), operands
  *   (EPF_ERR_INVALID_ARGUMENT: send needs x and topk_idx unless num_tokens == 0, receive needs
@@ -290,6 +343,7 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
                                         cudaStream_t stream) {
   int bpr = 0, grid = 0;
   size_t smem = 0;
+  const void* kernel;
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
@@ -305,11 +359,18 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
     if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
     if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
   }
-  st = epf__ll_grid(L, (const void*)epf_ll_dispatch_kernel, halves, args->num_tokens, 0, &bpr, &grid, &smem);
+  kernel = L->plan.layout == EPF_LAYOUT_RANK_MAJOR ? (const void*)epf_ll_rm_dispatch_kernel
+                                                    : (const void*)epf_ll_dispatch_kernel;
+  st = epf__ll_grid(L, kernel, halves, args->num_tokens, 0, &bpr, &grid, &smem);
   if (st != EPF_OK) return st;
-  epf_ll_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                      L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                      *args);
+  if (L->plan.layout == EPF_LAYOUT_RANK_MAJOR)
+    epf_ll_rm_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                           L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                           *args);
+  else
+    epf_ll_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                        L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                        *args);
   return epf__cuda_status(cudaGetLastError());
 }
 
@@ -317,20 +378,45 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
  *   Checks as epf_ll_dispatch, plus: combine_payload (EPF_ERR_NOT_SUPPORTED unless
  *   epf_ll_combine_payload_supported: BF16 or MXFP8); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
  *   payload: EPF_ERR_PAYLOAD) and a known y_layout; receive needs topk_idx (num_tokens > 0) and
- *   a 16-byte aligned out. Scope: host; stream-ordered; capturable. */
+ *   a 16-byte aligned out. A RANK_MAJOR plan runs the rank-major kernel (pre-reduce on the expert
+ *   side): its send needs recv_counts and a 16-byte aligned y in the expert-major view's order,
+ *   y_layout EPF_LL_Y_FIXED, EPF_LL_Y_PACKED or EPF_LL_Y_PACKED_PULL (the IN_PLACE layouts:
+ *   EPF_ERR_INVALID_ARGUMENT); an EXPERT_MAJOR plan refuses EPF_LL_Y_PACKED_PULL the same way.
+ *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
                                        cudaStream_t stream) {
   int bpr = 0, grid = 0;
   size_t smem = 0;
   const bool in_place =
       args != NULL && (args->y_layout == EPF_LL_Y_IN_PLACE || args->y_layout == EPF_LL_Y_IN_PLACE_PULL);
+  bool rm;
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
+  rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_combine_payload_supported(L->plan.combine_payload)) return EPF_ERR_NOT_SUPPORTED;
   st = epf_ll_tokens_check(&L->plan, args->num_tokens);
   if (st != EPF_OK) return st;
+  if (rm) { /* RANK_MAJOR: y in the expert-major view's order (FIXED, PACKED, PACKED_PULL), a buffer */
+    if (halves & EPF_LL_SEND) {
+      if (args->recv_counts == NULL || args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
+      if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && args->y_layout != EPF_LL_Y_PACKED_PULL)
+        return EPF_ERR_INVALID_ARGUMENT;
+      if (!epf__ll_aligned16(args->y)) return EPF_ERR_ALIGNMENT;
+    }
+    if (halves & EPF_LL_RECV) {
+      if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
+      if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
+    }
+    st = epf__ll_grid(L, (const void*)epf_ll_rm_combine_kernel, halves, args->num_tokens, EPF_LL_BPR_COMBINE, &bpr,
+                      &grid, &smem);
+    if (st != EPF_OK) return st;
+    epf_ll_rm_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                          L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                          *args);
+    return epf__cuda_status(cudaGetLastError());
+  }
   if (halves & EPF_LL_SEND) {
     if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
     if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && !in_place)
@@ -349,6 +435,43 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
   epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                      L->abort_word, L->virtual_ranks, bpr, halves,
                                                                      *args);
+  return epf__cuda_status(cudaGetLastError());
+}
+
+/* epf_ll_expand — RANK_MAJOR: launch epf_ll_rm_expand_block, the expand of the last dispatch round
+ *   each rank of the launch received into the expert-major view (args->packed_x / packed_scales /
+ *   packed_meta; args->recv_counts as the receive half wrote them). Use it when the receive half
+ *   ran without packed outputs (e.g. the counts first, the view later); a receive half with packed
+ *   outputs expands by itself. Checks: the launch, EPF_ERR_LAYOUT for an EXPERT_MAJOR plan (its
+ *   receive rows are the view already), EPF_ERR_INVALID_ARGUMENT (args NULL, recv_counts NULL, no
+ *   packed output), EPF_ERR_ALIGNMENT (packed_x, packed_meta not 16-byte aligned), EPF_ERR_TOKENS /
+ *   EPF_ERR_CUDA as the other launchers. Needs no co-residency (no waits). Scope: host;
+ *   stream-ordered, after the receive half and before the combine send of the round; capturable. */
+EPF_INLINE epf_status_t epf_ll_expand(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, cudaStream_t stream) {
+  int cap = 0, ranks, threads;
+  int64_t rows, want, bpr;
+  size_t smem;
+  epf_status_t st = epf__ll_launch_check(L);
+  if (st != EPF_OK) return st;
+  if (L->plan.layout != EPF_LAYOUT_RANK_MAJOR) return EPF_ERR_LAYOUT;
+  if (args == NULL || args->recv_counts == NULL ||
+      (args->packed_x == NULL && args->packed_scales == NULL && args->packed_meta == NULL))
+    return EPF_ERR_INVALID_ARGUMENT;
+  if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
+  threads = epf__ll_threads(L);
+  smem = epf_ll_smem_bytes(&L->plan, threads);
+  st = epf__ll_capacity((const void*)epf_ll_expand_kernel, threads, smem, L->device, &cap);
+  if (st != EPF_OK) return st;
+  ranks = epf__ll_ranks_in_launch(L);
+  /* one warp per (rank-major row, 512-byte chunk); at most T * min(K, R) rows per rank */
+  rows = (int64_t)L->plan.max_tokens_per_rank * (L->plan.top_k < L->plan.nranks ? L->plan.top_k : L->plan.nranks);
+  want = (rows * (int64_t)((L->plan.row_bytes + 511u) / 512u) + threads / 32 - 1) / (threads / 32);
+  bpr = L->blocks_per_rank > 0 ? L->blocks_per_rank : cap / ranks;
+  if (L->blocks_per_rank <= 0 && bpr > want) bpr = want;
+  if (bpr < 1) bpr = 1;
+  epf_ll_expand_kernel<<<(unsigned)(bpr * ranks), threads, smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                             L->abort_word, L->virtual_ranks, (int)bpr,
+                                                                             *args);
   return epf__cuda_status(cudaGetLastError());
 }
 

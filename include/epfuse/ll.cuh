@@ -32,9 +32,16 @@
  *   - Host-side checks of an LL plan and a call (epf_ll_plan_check, epf_ll_tokens_check) and the
  *     shared-memory carve-up of the blocks (epf_ll_smem_layout: sizes and offsets from one function).
  *
+   - The RANK_MAJOR LL layout (plan.layout == EPF_LAYOUT_RANK_MAJOR; detail/ll_rm.cuh): one copy
+ *     of a token per destination rank, receive rows RECV_TOKENS[2 parity][R source][T] with
+ *     rank-major metadata rows (plan.h's epf_recv_meta_rm_*), one signal word per (parity,
+ *     source) carrying (epoch << 32 | rows), the per-(expert, source) counts as count words in
+ *     COUNTS, combine landing rows COMBINE[2 parity][T][R] (one pre-reduced partial per (token,
+ *     expert rank)), and the per-rank slot pass (epf_ll_rm_slots_block). The blocks are in
+ *     dispatch_ll_rm.cuh and combine_ll_rm.cuh.
+ *
  * What it does NOT do: allocate, launch (kernels_ll.cuh does), move rows (dispatch_ll.cuh,
- * combine_ll.cuh), include nccl_device.h, trap or print. RANK_MAJOR LL is not implemented
- * (epf_ll_plan_check refuses it with EPF_ERR_LAYOUT).
+ * combine_ll.cuh, dispatch_ll_rm.cuh, combine_ll_rm.cuh), include nccl_device.h, trap or print.
  *
  * Usage (one rank's view, inside a kernel; kernels_ll.cuh composes the same calls):
  *   epf_ll_ctx_t ctx = epf_ll_ctx_make(team, state, err_record, NULL, block_in_rank, blocks_per_rank);
@@ -81,6 +88,16 @@
  *   void     epf_ll_slots_block(plan, const void* topk_idx, int index_type, int num_tokens,
  *                               epf_ll_slots_t, uint32_t* dropped_routes)           [collective:block]
  *   uint32_t epf_ll_slot(plan, epf_ll_slots_t, int pair, int* out_expert)             [device]
+ *   RANK_MAJOR (detail/ll_rm.cuh):
+ *   int64_t  epf_ll_rm_fixed_row(plan, int src, int slot)                              [EPF_HD]
+ *   int64_t  epf_ll_rm_recv_row(plan, uint32_t epoch, int src, int slot)               [EPF_HD]
+ *   int64_t  epf_ll_rm_dispatch_signal_index(plan, uint32_t epoch, int src)            [EPF_HD]
+ *   uint64_t epf_ll_rm_count_offset(plan, uint32_t epoch, int src, int expert)         [EPF_HD]
+ *   int64_t  epf_ll_rm_combine_row(plan, uint32_t epoch, int token, int rank)          [EPF_HD]
+ *   epf_ll_slots_t epf_ll_rm_slots_at(plan, void* smem, size_t offset, int num_tokens, int threads) [EPF_HD]
+ *   void     epf_ll_rm_slots_block(plan, const void* topk_idx, int index_type, int num_tokens,
+ *                                  epf_ll_slots_t)                                  [collective:block]
+ *   uint32_t epf_ll_rm_slot(plan, epf_ll_slots_t, int pair, int* out_rank)            [device]
  *
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); tested on an H200), CUB from the toolkit (cub::WarpScan).
  */
@@ -100,6 +117,7 @@
 #include "detail/ll_layout.cuh" /* EPF_HD: state init, checks, rows, buffers, shared memory */
 #include "detail/ll_phase.cuh"  /* device: waits, epochs, phase completion, mask, mask clean */
 #include "detail/ll_slots.cuh"  /* device: the slot pass, private block helpers */
+#include "detail/ll_rm.cuh"     /* RANK_MAJOR: rows, signal / count words, combine rows, per-rank slots */
 
 #endif /* EPF_LL_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -26,7 +26,14 @@
  *     at once; after epf_ll_mask_clean it is re-admitted and the next round is exact again.
  *     Then two pull-combine rounds (everybody; the rank silent again: masked, survivors exact).
  *     Without the flag: timeouts recorded, results as if absent, clean re-synchronises;
- *   - a real 1-rank NCCL window (when epfuse::nccl exists).
+ *   - a real 1-rank NCCL window (when epfuse::nccl exists);
+ *   - RANK_MAJOR (test_rm_*; the reference is tests/common/epf_ll_rm_ref.cuh): one copy per (token,
+ *     rank), the expand into the expert-major view (in the receive half or by epf_ll_expand), the
+ *     expert-side pre-reduce and the source's sum, push and pull; R in {1, 2, 3, 5, 7, 8, 13},
+ *     hidden 2880 / 1032 / 5120, top-k 1 / 8 / 22 / 32, equal and unequal T per rank (0 and 1
+ *     included), every payload, repeats and invalid ids; checked bit-exact: counts, rank-major
+ *     rows + scales + metadata, the view (rows, scales, metadata), the combine output (and rows
+ *     past each rank's T untouched); CUDA-graph replays; a masked rank; bad metadata reported.
  * Every output is poisoned before every round; every CUDA call is checked.
  * EPF_LL_QUICK=1 (environment) keeps only the small cases (T <= 7, R <= 4, 20 graph replays): for
  * compute-sanitizer memcheck / racecheck runs.
@@ -40,6 +47,8 @@
 #include "epf_cmocka.h"
 
 #include "epf_ll_ref.cuh"
+#include "epf_ll_rm_ref.cuh"
+#include "epf_rng.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_ll.cuh"
@@ -78,9 +87,14 @@ typedef struct {
   uint16_t* out;
 } fix_t;
 
+/* the layout of the plans make_plan_full makes (the rank-major tests set RANK_MAJOR around their
+ * fixtures) */
+static int g_fix_layout = EPF_LAYOUT_EXPERT_MAJOR;
+
 static epf_status_t make_plan_full(int R, int Tmax, int H, int K, int E, int payload, int cpayload, int scale_layout,
                                    uint32_t flags, uint64_t timeout_ns, epf_plan_t* out) {
   epf_config_t c = EPF_CONFIG_INIT;
+  c.layout = g_fix_layout;
   c.nranks = R;
   c.num_experts = E;
   c.top_k = K;
@@ -552,10 +566,12 @@ static void test_refusals(void** state) {
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_MODE);
     assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_MODE);
     assert_int_equal(epf_ll_mask_clean(&L, 0), EPF_ERR_MODE);
-    /* layout: LL rank-major is not implemented */
+    /* layout: LL rank-major is an LL plan (test_rm_* run it); an unknown layout is refused */
     c.mode = EPF_MODE_LL;
     c.layout = EPF_LAYOUT_RANK_MAJOR;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_plan_check(&L.plan), EPF_OK);
+    L.plan.layout = 7;
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
     /* payload rules, refused before anything is launched: per-128 FP8 never travels back, and
      * quantized dispatch rows cannot hold BF16 expert outputs in place */
@@ -876,6 +892,425 @@ static void test_not_fault_tolerant(void** state) {
 }
 
 /* ============================================================================================ */
+/* RANK_MAJOR (dispatch_ll_rm.cuh, combine_ll_rm.cuh): one copy per (token, rank), expand, pre-reduce */
+/* ============================================================================================ */
+
+/* the RANK_MAJOR blocks with a token count per rank (the launchers pass one num_tokens to every
+ * virtual rank) and one rank that does not take part (silent, -1: none) */
+__global__ void rm_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                   int bpr, epf_ll_dispatch_args_t args, const int* Ts, int silent, int halves) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts[t.rank];
+  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_send_block(&plan, ctx, &a, smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_dispatch_recv_block(&plan, ctx, &a, smem);
+}
+
+__global__ void rm_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                  int bpr, epf_ll_combine_args_t args, const int* Ts, int silent, int halves) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts[t.rank];
+  if (halves & EPF_LL_SEND) epf_ll_rm_combine_send_block(&plan, ctx, &a, smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_combine_recv_block(&plan, ctx, &a, smem);
+}
+
+static void fix_init_rm(fix_t* f, int R, int Tmax, int H, int K, int E, int topk64, uint32_t flags, uint64_t timeout_ns,
+                        int payload, int cpayload, int scale_layout) {
+  g_fix_layout = EPF_LAYOUT_RANK_MAJOR;
+  fix_init_q(f, R, Tmax, H, K, E, topk64, flags, timeout_ns, payload, cpayload, scale_layout);
+  g_fix_layout = EPF_LAYOUT_EXPERT_MAJOR;
+  assert_int_equal(f->plan.layout, EPF_LAYOUT_RANK_MAJOR);
+  assert_int_equal(epf_ll_plan_check(&f->plan), EPF_OK);
+}
+
+/* Poison every output of the coming round (the window rows of its parity, the view, y, out). */
+static void fix_poison_rm(fix_t* f, uint32_t epoch, cudaStream_t s) {
+  const epf_plan_t* p = &f->plan;
+  const int R = f->in.R;
+  for (int r = 0; r < R; ++r) EPF_CHECK_CUDA(llrm_poison_window(p, f->win + (size_t)r * p->total_bytes, epoch, s));
+#define POISON(ptr, which)                                                                                              \
+  EPF_CHECK_CUDA(cudaMemsetAsync(ptr, 0xEE,                                                                            \
+                                 (size_t)R * epf_ll_rank_bytes(p, which, f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32), s))
+  POISON(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
+  POISON(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
+  POISON(f->packed_x, EPF_LL_BUF_PACKED_X);
+  POISON(f->packed_meta, EPF_LL_BUF_PACKED_META);
+  if (f->packed_scales != NULL) POISON(f->packed_scales, EPF_LL_BUF_PACKED_SCALES);
+  POISON(f->round, EPF_LL_BUF_ROUND);
+  POISON(f->y, EPF_LL_BUF_Y);
+  POISON(f->out, EPF_LL_BUF_X);
+#undef POISON
+}
+
+/* rank r's outputs in the fixture's [R] buffers (epf_ll_rank_bytes strides: the expert-major view
+ * has EL * R * T rows in both layouts) */
+static llref_rank_bufs_t fix_rank_bufs_rm(const fix_t* f, int r) {
+  const epf_plan_t* p = &f->plan;
+  llref_rank_bufs_t b = fix_rank_bufs(f, r);
+  b.packed_x = (const char*)f->packed_x + (uint64_t)r * epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_X, 0);
+  b.packed_meta = (const epf_recv_meta_em_t*)((const char*)f->packed_meta +
+                                              (uint64_t)r * epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_META, 0));
+  return b;
+}
+
+/* How the view is made: in the receive half (packed outputs given), or by epf_ll_expand later. */
+enum { RM_EXPAND_IN_RECV = 0, RM_EXPAND_LATER = 1 };
+
+typedef struct {
+  const int* Ts_d; /* device [R] tokens per rank, or NULL: the launchers with f->in.T */
+  int silent;      /* a rank that takes no part, or -1 */
+  int split;       /* halves in separate launches (busy work between) */
+  int expand;      /* RM_EXPAND_* */
+  int y_layout;    /* EPF_LL_Y_FIXED / PACKED / PACKED_PULL */
+  int identity;
+} rm_round_t;
+
+/* one RANK_MAJOR round: poison, dispatch (+ expand), experts over the view, combine */
+static void run_round_rm(fix_t* f, uint32_t epoch, const rm_round_t* o, cudaStream_t s) {
+  epf_ll_dispatch_args_t da = fix_dargs(f, o->expand == RM_EXPAND_IN_RECV);
+  epf_ll_dispatch_args_t dv = fix_dargs(f, 1);
+  epf_ll_combine_args_t ca = fix_cargs(f, o->y_layout);
+  const int R = f->in.R, bpr = 2, threads = 256;
+  const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+  fix_poison_rm(f, epoch, s);
+  if (o->Ts_d == NULL) {
+    if (o->split) {
+      assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_SEND, s), EPF_OK);
+      busy_kernel<<<132, 128, 0, s>>>(g_sink, 2000);
+      EPF_CHECK_CUDA(cudaGetLastError());
+      assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_RECV, s), EPF_OK);
+    } else {
+      assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_BOTH, s), EPF_OK);
+    }
+  } else {
+    assert_int_equal(epf_virtual_grid_check((const void*)rm_dispatch_kernel, threads, smem, R * bpr, 0), EPF_OK);
+    if (o->split) {
+      rm_dispatch_kernel<<<R * bpr, threads, smem, s>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, o->Ts_d, o->silent, EPF_LL_SEND);
+      busy_kernel<<<132, 128, 0, s>>>(g_sink, 2000);
+      rm_dispatch_kernel<<<R * bpr, threads, smem, s>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, o->Ts_d, o->silent, EPF_LL_RECV);
+    } else {
+      rm_dispatch_kernel<<<R * bpr, threads, smem, s>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, o->Ts_d, o->silent, EPF_LL_BOTH);
+    }
+    EPF_CHECK_CUDA(cudaGetLastError());
+  }
+  if (o->expand == RM_EXPAND_LATER) assert_int_equal(epf_ll_expand(&f->L, &dv, s), EPF_OK);
+  /* the experts read the view exactly as they read an EXPERT_MAJOR packed receive */
+  {
+    dim3 grid(256, (unsigned)R);
+    llref_experts_kernel<<<grid, 256, 0, s>>>(f->plan, f->win, 0, f->round, f->recv_counts, (const char*)f->packed_x,
+                                              (const uint8_t*)f->packed_scales, f->y, 1,
+                                              o->y_layout == EPF_LL_Y_FIXED ? EPF_LL_Y_FIXED : EPF_LL_Y_PACKED,
+                                              o->identity, o->silent);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  }
+  if (o->Ts_d == NULL) {
+    if (o->split) {
+      assert_int_equal(epf_ll_combine(&f->L, &ca, EPF_LL_SEND, s), EPF_OK);
+      busy_kernel<<<132, 128, 0, s>>>(g_sink, 2000);
+      EPF_CHECK_CUDA(cudaGetLastError());
+      assert_int_equal(epf_ll_combine(&f->L, &ca, EPF_LL_RECV, s), EPF_OK);
+    } else {
+      assert_int_equal(epf_ll_combine(&f->L, &ca, EPF_LL_BOTH, s), EPF_OK);
+    }
+  } else {
+    assert_int_equal(epf_virtual_grid_check((const void*)rm_combine_kernel, threads, smem, R * bpr, 0), EPF_OK);
+    if (o->split) {
+      rm_combine_kernel<<<R * bpr, threads, smem, s>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, o->Ts_d, o->silent, EPF_LL_SEND);
+      rm_combine_kernel<<<R * bpr, threads, smem, s>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, o->Ts_d, o->silent, EPF_LL_RECV);
+    } else {
+      rm_combine_kernel<<<R * bpr, threads, smem, s>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, o->Ts_d, o->silent, EPF_LL_BOTH);
+    }
+    EPF_CHECK_CUDA(cudaGetLastError());
+  }
+}
+
+/* every present rank against llrm_*: counts, round, rank-major rows (check_rows: not after a pull
+ * combine, which writes the partials over them), the view, the combine output; the error record */
+static void check_round_rm(fix_t* f, const int* Ts, uint32_t absent, uint32_t epoch, int check_rows, int identity,
+                           const char* what) {
+  const size_t n = (size_t)f->in.R * f->in.Tmax * f->in.H;
+  uint16_t* want = (uint16_t*)malloc(n * 2);
+  char msg[LLREF_MSG];
+  llrm_ref_t ref;
+  assert_non_null(want);
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  llrm_dispatch(&f->in, Ts, absent, &ref);
+  llrm_combine(&f->in, Ts, absent, identity, -1, want);
+  for (int r = 0; r < f->in.R; ++r) {
+    llref_rank_bufs_t b;
+    if ((absent >> r) & 1u) continue;
+    b = fix_rank_bufs_rm(f, r);
+    if (llrm_check_dispatch_rank(&f->in, &f->plan, &ref, r, &b, epoch, check_rows, 1, what, msg) != 0) fail_msg("%s", msg);
+    if (llrm_check_combine_rank(&f->in, r, ref.Ts[r], f->out + (size_t)r * f->in.Tmax * f->in.H, want, what, msg) != 0)
+      fail_msg("%s", msg);
+  }
+  if (absent == 0u && f->rec_h->dropped_routes != ref.em.dropped)
+    fail_msg("%s: dropped_routes %u, want %u", what, f->rec_h->dropped_routes, ref.em.dropped);
+  llrm_free(&ref);
+  free(want);
+}
+
+/* The RANK_MAJOR matrix: R in {1, 2, 3, 5, 7, 8, 13} virtual ranks, hidden 2880 / 1032 / 5120,
+ * top-k 1 / 8 / 22 / 32, 1 to 16 experts per rank, T max 1 / 16 / 96 with equal T (the
+ * launchers) or unequal T per rank (rank 0: 0 tokens, rank 1: 1 token, the others random), every
+ * payload (BF16, MXFP8 compact / swizzled, per-128 FP8 where the hidden size allows it) and both
+ * combine payloads, int32 / int64 ids, -1, repeats and ids outside [-1, E); three back-to-back
+ * rounds per case (both parities), fused / split halves, the view made by the receive half or by
+ * epf_ll_expand, y FIXED / PACKED / PACKED_PULL (pull with BF16 both ways). */
+static void test_rm_matrix(void** state) {
+  static const int Rs[] = {1, 3, 5, 7, 13, 2, 8}, Hs[] = {2880, 1032, 5120}, Ks[] = {8, 22, 32, 1};
+  static const int ELs[] = {1, 2, 5, 16}, Tms[] = {16, 1, 96};
+  int cases = 0;
+  (void)state;
+  for (int ci = 0; ci < (g_quick ? 14 : 56); ++ci) {
+    const int R = Rs[ci % 7], H = Hs[(ci / 7) % 3], K = Ks[(ci / 3) % 4], EL = ELs[(ci / 2) % 4];
+    const int E = R * EL;
+    int Tmax = Tms[(ci / 5) % 3];
+    const int per_rank_T = ci & 1, topk64 = (ci >> 2) & 1, bad_ids = ci % 3 == 0;
+    int payload = EPF_PAYLOAD_BF16, cpayload = EPF_PAYLOAD_BF16, scale_layout = 0;
+    uint32_t flags = 0u;
+    int Ts[16], *Ts_d = NULL;
+    fix_t f;
+    char what[256];
+    if ((ci / 3) % 3 == 1 && H % 32 == 0) payload = EPF_PAYLOAD_MXFP8;
+    if ((ci / 3) % 3 == 2 && H % 128 == 0) payload = EPF_PAYLOAD_FP8_128;
+    if ((ci % 4) >= 2 && H % 32 == 0) cpayload = EPF_PAYLOAD_MXFP8;
+    if (payload == EPF_PAYLOAD_MXFP8 && (ci & 8)) scale_layout = EPF_SCALE_LAYOUT_SWIZZLED_128X4;
+    if (payload != EPF_PAYLOAD_BF16 || cpayload != EPF_PAYLOAD_BF16)
+      flags = (ci >> 4) & 1 ? (payload == EPF_PAYLOAD_FP8_128 ? EPF_FLAG_SCALE_UE8M0 : EPF_FLAG_MX_SCALE_FLOOR) : 0u;
+    if ((int64_t)R * Tmax * K * H > ((int64_t)48 << 20)) Tmax = 16; /* keep the CPU reference quick */
+    if (g_quick && Tmax > 16) Tmax = 16;
+    fix_init_rm(&f, R, Tmax, H, K, E, topk64, flags, 5000000000ull, payload, cpayload, scale_layout);
+    if (per_rank_T) {
+      for (int r = 0; r < R; ++r) Ts[r] = r == 0 ? 0 : r == 1 ? 1 : epf_rng_in(&g_seed, 0, Tmax);
+      EPF_CHECK_CUDA(cudaMalloc(&Ts_d, sizeof(Ts)));
+      EPF_CHECK_CUDA(cudaMemcpy(Ts_d, Ts, sizeof(Ts), cudaMemcpyHostToDevice));
+    }
+    for (uint32_t round = 1; round <= 3; ++round) {
+      rm_round_t o;
+      o.Ts_d = Ts_d;
+      o.silent = -1;
+      o.split = (int)((ci + round) & 1);
+      o.expand = (int)((ci / 2 + round) & 1);
+      o.y_layout = (int)((ci + round) % 3) == 0 ? EPF_LL_Y_FIXED : (ci + round) % 3 == 1 ? EPF_LL_Y_PACKED : EPF_LL_Y_PACKED_PULL;
+      o.identity = (int)((ci + round) & 1);
+      snprintf(what, sizeof(what),
+               "RM R=%d T=%d%s H=%d K=%d E=%d %s->%s%s round %u (split %d expand %s y %d identity %d int64 %d bad %d)", R,
+               Tmax, per_rank_T ? " (per rank)" : "", H, K, E, payload_name(payload), payload_name(cpayload),
+               scale_layout ? " swizzled" : (flags ? " flag" : ""), round, o.split, o.expand ? "later" : "in recv",
+               o.y_layout, o.identity, topk64, bad_ids);
+      fix_fill(&f, Tmax, bad_ids);
+      if (!per_rank_T) {
+        f.in.T = epf_rng_in(&g_seed, round == 1 ? Tmax : 0, Tmax); /* T < Tmax too */
+        for (int r = 0; r < R; ++r) Ts[r] = f.in.T;
+      }
+      epf_error_clear(f.rec_h);
+      run_round_rm(&f, round, &o, 0);
+      /* pull: the partials overwrote the rank-major rows (BF16 both ways only) */
+      check_round_rm(&f, Ts, 0u, round,
+                     !(o.y_layout == EPF_LL_Y_PACKED_PULL && payload == EPF_PAYLOAD_BF16 && cpayload == EPF_PAYLOAD_BF16),
+                     o.identity, what);
+      if (f.rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    }
+    ++cases;
+    printf("ok  %s\n", what);
+    if (Ts_d != NULL) EPF_CHECK_CUDA(cudaFree(Ts_d));
+    fix_free(&f);
+  }
+  printf("rank-major matrix: %d configurations x 3 rounds exact\n", cases);
+}
+
+/* refusals and bytes: what the launchers refuse for a RANK_MAJOR plan (and the new y layout for an
+ * EXPERT_MAJOR one), and that one copy per (token, rank) moves fewer rows */
+static void test_rm_refusals(void** state) {
+  fix_t f, fe;
+  (void)state;
+  fix_init_rm(&f, 3, 16, 2880, 8, 24, 0, 0u, 1000000000ull, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
+  fix_init(&fe, 3, 16, 2880, 8, 24, 0, 0u, 1000000000ull);
+  fix_fill(&f, 16, 0);
+  {
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 1);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_IN_PLACE);
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT); /* no IN_PLACE in RM */
+    ca.y_layout = EPF_LL_Y_IN_PLACE_PULL;
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+    ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+    ca.y = NULL;
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+    ca.y = (const char*)f.y + 2;
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_ALIGNMENT);
+    /* the expand: an RM plan only, with a view to write */
+    assert_int_equal(epf_ll_expand(&fe.L, &da, 0), EPF_ERR_LAYOUT);
+    da.packed_x = NULL;
+    da.packed_meta = NULL;
+    da.packed_scales = NULL;
+    assert_int_equal(epf_ll_expand(&f.L, &da, 0), EPF_ERR_INVALID_ARGUMENT);
+    da = fix_dargs(&f, 1);
+    da.recv_counts = NULL;
+    assert_int_equal(epf_ll_expand(&f.L, &da, 0), EPF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(epf_ll_expand(NULL, &da, 0), EPF_ERR_INVALID_ARGUMENT);
+    /* EXPERT_MAJOR: PACKED_PULL is a rank-major layout */
+    ca = fix_cargs(&fe, EPF_LL_Y_PACKED_PULL);
+    assert_int_equal(epf_ll_combine(&fe.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+  }
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  assert_int_equal(f.rec_h->count, 0);
+  fix_free(&fe);
+  fix_free(&f);
+}
+
+/* CUDA graph: split dispatch, epf_ll_expand, experts, split combine (pull), captured once and
+ * replayed with fresh routing, weights and inputs; every replay checked */
+static void test_rm_graph(void** state) {
+  const int R = 5, T = 8, H = 2880, K = 8, E = 40, replays = g_quick ? 10 : 200;
+  fix_t f;
+  cudaStream_t s;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  rm_round_t o;
+  int Ts[5];
+  (void)state;
+  fix_init_rm(&f, R, T, H, K, E, 0, 0u, 5000000000ull, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
+  for (int r = 0; r < R; ++r) Ts[r] = T;
+  f.in.T = T;
+  o.Ts_d = NULL;
+  o.silent = -1;
+  o.split = 1;
+  o.expand = RM_EXPAND_LATER;
+  o.y_layout = EPF_LL_Y_PACKED_PULL;
+  o.identity = 0;
+  EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  run_round_rm(&f, 1, &o, s); /* the poison inside is captured too: every replay starts poisoned */
+  EPF_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+  EPF_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 1; i <= replays; ++i) {
+    char what[64];
+    snprintf(what, sizeof(what), "RM graph replay %d", i);
+    fix_fill(&f, T, i % 7 == 0);
+    epf_error_clear(f.rec_h);
+    /* the captured poison is of parity 1: poison parity 0's rows too, for even rounds */
+    if ((i & 1) == 0)
+      for (int r = 0; r < R; ++r) EPF_CHECK_CUDA(llrm_poison_window(&f.plan, f.win + (size_t)r * f.plan.total_bytes, (uint32_t)i, s));
+    EPF_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+    check_round_rm(&f, Ts, 0u, (uint32_t)i, 0, 0, what);
+    assert_int_equal(f.rec_h->count, 0);
+  }
+  printf("rank-major graph: %d replays of dispatch -> expand -> experts -> combine (pull), all exact\n", replays);
+  EPF_CHECK_CUDA(cudaGraphExecDestroy(exec));
+  EPF_CHECK_CUDA(cudaGraphDestroy(graph));
+  EPF_CHECK_CUDA(cudaStreamDestroy(s));
+  fix_free(&f);
+}
+
+/* fault tolerance: a rank stops taking part (masked within the timeout, skipped next round,
+ * re-admitted by the clean); and bad metadata in the window is reported, never followed */
+static void test_rm_fault_and_bad_metadata(void** state) {
+  const int R = 5, silent = 3, T = 16;
+  const uint64_t timeout_ns = 50000000ull;
+  int Ts[5] = {T, 1, 0, T, 7}, *Ts_d;
+  fix_t f;
+  rm_round_t o;
+  epf_error_record_t rec;
+  uint32_t masks[5 * EPF_MASK_WORDS];
+  (void)state;
+  fix_init_rm(&f, R, T, 2880, 8, 20, 0, EPF_FLAG_FAULT_TOLERANT, timeout_ns, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
+  EPF_CHECK_CUDA(cudaMalloc(&Ts_d, sizeof(Ts)));
+  EPF_CHECK_CUDA(cudaMemcpy(Ts_d, Ts, sizeof(Ts), cudaMemcpyHostToDevice));
+  o.Ts_d = Ts_d;
+  o.silent = -1;
+  o.split = 0;
+  o.expand = RM_EXPAND_IN_RECV;
+  o.y_layout = EPF_LL_Y_PACKED;
+  o.identity = 0;
+  /* round 1: everybody */
+  fix_fill(&f, T, 0);
+  run_round_rm(&f, 1, &o, 0);
+  check_round_rm(&f, Ts, 0u, 1, 1, 0, "RM FT round 1");
+  assert_int_equal(f.rec_h->count, 0);
+  /* round 2: rank 3 silent -> masked by the others within the timeout */
+  o.silent = silent;
+  fix_fill(&f, T, 0);
+  run_round_rm(&f, 2, &o, 0);
+  check_round_rm(&f, Ts, 1u << silent, 2, 1, 0, "RM FT round 2 (rank 3 silent)");
+  epf_error_read(f.rec_h, &rec);
+  assert_int_equal(rec.status, EPF_ERR_TIMEOUT);
+  assert_int_equal(rec.peer, silent);
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r)
+    if (r != silent) assert_int_equal((masks[r * EPF_MASK_WORDS] >> silent) & 1u, 0u);
+  /* round 3: still silent, masked: nothing sent to it or awaited, no new error; pull combine */
+  epf_error_clear(f.rec_h);
+  o.y_layout = EPF_LL_Y_PACKED_PULL;
+  fix_fill(&f, T, 0);
+  run_round_rm(&f, 3, &o, 0);
+  check_round_rm(&f, Ts, 1u << silent, 3, 0, 0, "RM FT round 3 (rank 3 masked, pull)");
+  assert_int_equal(f.rec_h->count, 0);
+  /* clean: everybody back, next round exact */
+  assert_int_equal(epf_ll_mask_clean(&f.L, 0), EPF_OK);
+  EPF_CHECK_LAUNCH();
+  assert_int_equal(f.rec_h->count, 0);
+  o.silent = -1;
+  fix_fill(&f, T, 1);
+  run_round_rm(&f, 4, &o, 0);
+  check_round_rm(&f, Ts, 0u, 4, 0, 0, "RM FT round 4 (after clean)");
+  assert_int_equal(f.rec_h->count, 0);
+
+  /* bad metadata: after the receive half, rank 1's first row from source 0 names source 4 and a
+   * local expert past E_local in its second... entry; the expand and the pre-reduce report it
+   * (EPF_ERR_BAD_METADATA) and follow nothing */
+  {
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 0), dv = fix_dargs(&f, 1);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+    const uint32_t e = 5;
+    char* meta1 = f.win + f.plan.total_bytes + epf_plan_recv_meta_offset(&f.plan, epf_ll_rm_recv_row(&f.plan, e, 0, 0));
+    char* meta2 = f.win + 2 * f.plan.total_bytes + epf_plan_recv_meta_offset(&f.plan, epf_ll_rm_recv_row(&f.plan, e, 0, 0));
+    const int32_t bad_src = 4, bad_le = 1000;
+    fix_fill(&f, T, 0);
+    f.in.T = T;
+    fix_poison_rm(&f, e, 0);
+    epf_error_clear(f.rec_h);
+    assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, 0), EPF_OK);
+    EPF_CHECK_CUDA(cudaDeviceSynchronize());
+    EPF_CHECK_CUDA(cudaMemcpy(meta1 + offsetof(epf_recv_meta_rm_t, src_rank), &bad_src, 4, cudaMemcpyHostToDevice));
+    EPF_CHECK_CUDA(cudaMemcpy(meta2 + epf_recv_meta_rm_expert_at(8, 0), &bad_le, 4, cudaMemcpyHostToDevice));
+    assert_int_equal(epf_ll_expand(&f.L, &dv, 0), EPF_OK);
+    EPF_CHECK_LAUNCH();
+    epf_error_read(f.rec_h, &rec);
+    assert_int_equal(rec.status, EPF_ERR_BAD_METADATA);
+    assert_true(rec.count >= 2);
+    run_experts(&f, 1, EPF_LL_Y_PACKED, 0, -1, 0);
+    assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_BOTH, 0), EPF_OK); /* lockstep: the round completes */
+    EPF_CHECK_LAUNCH();
+    epf_error_read(f.rec_h, &rec);
+    assert_int_equal(rec.status, EPF_ERR_BAD_METADATA);
+    /* and the next round is exact again */
+    epf_error_clear(f.rec_h);
+    fix_fill(&f, T, 0);
+    o.Ts_d = NULL;
+    o.y_layout = EPF_LL_Y_FIXED;
+    run_round_rm(&f, 6, &o, 0);
+    for (int r = 0; r < R; ++r) Ts[r] = f.in.T;
+    check_round_rm(&f, Ts, 0u, 6, 1, 0, "RM round after bad metadata");
+    assert_int_equal(f.rec_h->count, 0);
+  }
+  printf("RM FT: silent rank masked within the timeout, skipped next round, re-admitted by clean; bad metadata reported\n");
+  EPF_CHECK_CUDA(cudaFree(Ts_d));
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
 /* a real 1-rank NCCL window                                                                     */
 /* ============================================================================================ */
 
@@ -936,6 +1371,10 @@ int main(void) {
       cmocka_unit_test(test_graph_replays_pull),
       cmocka_unit_test(test_fault_tolerant),
       cmocka_unit_test(test_not_fault_tolerant),
+      cmocka_unit_test(test_rm_refusals),
+      cmocka_unit_test(test_rm_matrix),
+      cmocka_unit_test(test_rm_graph),
+      cmocka_unit_test(test_rm_fault_and_bad_metadata),
 #if defined(EPF_TEST_WITH_NCCL)
       cmocka_unit_test(test_nccl_one_rank),
 #endif

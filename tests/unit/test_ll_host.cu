@@ -4,7 +4,9 @@
  * inside its region, for random configurations), epoch parity, per-rank buffer sizes and virtual
  * rank operand strides, the shared-memory carve-up of the blocks (sizes and offsets from
  * epf_ll_smem_layout), and that LL gives every (token, k) the slot the route gives it (the two
- * CPU references, epf_ll_ref.cuh and epf_route_ref.h, which the GPU tests hold the library to). */
+ * CPU references, epf_ll_ref.cuh and epf_route_ref.h, which the GPU tests hold the library to); and
+ * the same for RANK_MAJOR plans (test_rm_layout, test_rm_slots_match_route: the rank-major
+ * reference epf_ll_rm_ref.cuh gives every (token, rank) the route's rank-major slot). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "epf_cmocka.h"
 #include "epf_ll_ref.cuh"
+#include "epf_ll_rm_ref.cuh"
 #include "epf_rng.h"
 #include "epf_route_ref.h"
 
@@ -63,10 +66,18 @@ static void test_plan_checks(void** state) {
   c.mode = EPF_MODE_HT;
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
   assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_MODE);
-  /* LL rank-major: not implemented */
+  /* LL rank-major: an LL plan; a damaged one (receive rows, metadata rows, layout) is refused */
   c = ll_config(8, 256, 8, 7168, 128);
   c.layout = EPF_LAYOUT_RANK_MAJOR;
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+  p.recv_capacity = 8 * 32 * 128; /* the expert-major rows */
+  assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  p.meta_bytes_per_row = 16;
+  assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+  p.layout = 7;
   assert_int_equal(epf_ll_plan_check(&p), EPF_ERR_LAYOUT);
   /* per-128 FP8 with hidden 2880 never becomes a plan */
   c = ll_config(8, 256, 8, 2880, 128);
@@ -382,8 +393,186 @@ static void test_slots_match_route(void** state) {
   }
 }
 
+/* RANK_MAJOR: every (parity, source, slot) row, (parity, source) signal word, count word and
+ * (parity, token, rank) combine row is distinct and inside its region; the expert-major view
+ * buffers have EL * R * T rows; the shared-memory carve-up of the rank-major blocks stays inside
+ * the stage sizes (and an EXPERT_MAJOR plan's sizes do not change) */
+static void test_rm_layout(void** state) {
+  (void)state;
+  for (int it = 0; it < 300; ++it) {
+    const int R = rnd_in(1, 13), EL = rnd_in(1, 6), K = rnd_in(1, 32), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
+    const int threads = 32 * rnd_in(1, 32);
+    epf_config_t c = ll_config(R, R * EL, K, H, T);
+    epf_plan_t p, pem;
+    epf_ll_smem_layout_t l, lem;
+    unsigned char* seen;
+    int64_t n;
+    c.combine_payload = it & 1 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+    c.payload = it % 3 == 0 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+    assert_int_equal(epf_plan_compute(&c, &pem), EPF_OK);
+    c.layout = EPF_LAYOUT_RANK_MAJOR;
+    assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+    assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+    assert_true(p.recv_capacity == (int64_t)R * T);
+    assert_true(p.meta_bytes_per_row == epf_recv_meta_rm_bytes(K));
+    /* receive rows [2][R][T] */
+    n = 2 * p.recv_capacity;
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 1; e <= 2; ++e)
+      for (int s = 0; s < R; ++s)
+        for (int j = 0; j < T; ++j) {
+          const int64_t row = epf_ll_rm_recv_row(&p, e, s, j);
+          assert_true(epf_ll_rm_fixed_row(&p, s, j) == (int64_t)s * T + j);
+          assert_true(row == (int64_t)(e & 1u) * p.recv_capacity + (int64_t)s * T + j);
+          assert_true(row >= 0 && row < n);
+          assert_int_equal(seen[row], 0);
+          seen[row] = 1;
+          assert_true(epf_plan_recv_token_offset(&p, row) + p.row_bytes <=
+                      p.region[EPF_REGION_RECV_TOKENS].offset + p.region[EPF_REGION_RECV_TOKENS].bytes);
+          assert_true(epf_plan_recv_meta_offset(&p, row) + p.meta_bytes_per_row <=
+                      p.region[EPF_REGION_RECV_META].offset + p.region[EPF_REGION_RECV_META].bytes);
+          assert_true(epf_plan_recv_scale_offset(&p, row) + p.scale_bytes_per_row <=
+                      p.region[EPF_REGION_RECV_SCALES].offset + p.region[EPF_REGION_RECV_SCALES].bytes);
+        }
+    free(seen);
+    /* signal words: the first 2 R of SIG_LL_DISPATCH */
+    n = (int64_t)(p.region[EPF_REGION_SIG_LL_DISPATCH].bytes / 8);
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 7; e <= 8; ++e)
+      for (int s = 0; s < R; ++s) {
+        const int64_t i = epf_ll_rm_dispatch_signal_index(&p, e, s);
+        assert_true(i >= 0 && i < 2 * R && i < n);
+        assert_int_equal(seen[i], 0);
+        seen[i] = 1;
+      }
+    free(seen);
+    /* count words: (parity, source, expert) inside COUNTS, distinct, 8-byte aligned */
+    n = (int64_t)(p.region[EPF_REGION_COUNTS].bytes / 8);
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 3; e <= 4; ++e)
+      for (int s = 0; s < R; ++s)
+        for (int g = 0; g < R * EL; ++g) {
+          const uint64_t o = epf_ll_rm_count_offset(&p, e, s, g);
+          const int64_t i = (int64_t)((o - p.region[EPF_REGION_COUNTS].offset) / 8);
+          assert_true(o >= p.region[EPF_REGION_COUNTS].offset && o % 8u == 0u && i < n);
+          assert_int_equal(seen[i], 0);
+          seen[i] = 1;
+        }
+    free(seen);
+    /* combine landing rows [2][T][R] */
+    n = (int64_t)(p.region[EPF_REGION_COMBINE].bytes / p.combine_row_bytes);
+    assert_true(n == 2 * (int64_t)T * R);
+    seen = (unsigned char*)calloc((size_t)n, 1);
+    for (uint32_t e = 5; e <= 6; ++e)
+      for (int t = 0; t < T; ++t)
+        for (int d = 0; d < R; ++d) {
+          const int64_t row = epf_ll_rm_combine_row(&p, e, t, d);
+          assert_true(row >= 0 && row < n);
+          assert_int_equal(seen[row], 0);
+          seen[row] = 1;
+        }
+    free(seen);
+    /* the expert-major view: the same rows for both layouts */
+    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_X, 0) == (uint64_t)EL * R * T * p.row_bytes);
+    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_META, 0) == (uint64_t)EL * R * T * 16u);
+    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_Y, 0) == epf_ll_rank_bytes(&pem, EPF_LL_BUF_Y, 0));
+    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_X, 0) == epf_ll_rank_bytes(&pem, EPF_LL_BUF_PACKED_X, 0));
+    assert_true(epf_ll_packed_row(&p, EL - 1, R * T - 1) == (int64_t)EL * R * T - 1);
+    /* shared memory */
+    l = epf_ll_smem_layout(&p, threads);
+    lem = epf_ll_smem_layout(&pem, threads);
+    assert_true(lem.dispatch_bytes == epf_ll_smem_layout(&pem, threads).dispatch_bytes);
+    assert_true(l.rm_send_slots >= l.send_slots + l.slots_bytes && l.rm_send_slots + l.rm_slots_bytes <= l.dispatch_bytes);
+    assert_true(l.rm_present >= (size_t)EPF__LL_HDR_BYTES && l.rm_rows >= l.rm_present + EPF_MASK_WORDS * 4u);
+    assert_true(l.rm_cnt >= l.rm_rows + (size_t)(R + 1) * 4u && l.rm_off >= l.rm_cnt + (size_t)EL * R * 4u);
+    assert_true(l.rm_off + (size_t)EL * (R + 1) * 4u <= l.dispatch_bytes);
+    assert_true(l.rm_off + (size_t)EL * (R + 1) * 4u <= l.combine_bytes);
+    assert_true(l.rm_reduce_slots >= l.reduce_pulled + EPF_MASK_WORDS * 4u && l.rm_reduce_slots + l.rm_slots_bytes <= l.combine_bytes);
+    assert_true(l.rm_send_slots % 16u == 0u && l.rm_cnt % 16u == 0u && l.rm_off % 16u == 0u && l.rm_reduce_slots % 16u == 0u);
+    assert_true(l.bytes == (l.dispatch_bytes > l.combine_bytes ? l.dispatch_bytes : l.combine_bytes));
+    assert_true(epf_ll_smem_bytes(&p, threads) == l.bytes);
+    {
+      char* smem = (char*)malloc(l.bytes);
+      assert_non_null(smem);
+      for (int nt = 0; nt <= T; nt += (T / 5) + 1) {
+        const epf_ll_slots_t sl = epf_ll_rm_slots_at(&p, smem, l.rm_send_slots, nt, threads);
+        const char* base = (const char*)sl.code;
+        assert_true((const char*)sl.hist >= base + (size_t)T * K * 4u);
+        assert_true((const char*)sl.count >= (const char*)sl.hist + (size_t)sl.nseg * R * 4u);
+        assert_true((const char*)(sl.count + R) <= base + l.rm_slots_bytes);
+        assert_true(sl.seg_len % 32 == 0 && (int64_t)sl.nseg * sl.seg_len >= (int64_t)nt * K);
+      }
+      free(smem);
+    }
+  }
+  /* the largest LL configuration of the defaults fits an opt-in 227 KB block as RANK_MAJOR too */
+  {
+    epf_config_t c = ll_config(8, 1024, 32, 7168, 256);
+    epf_plan_t p;
+    c.layout = EPF_LAYOUT_RANK_MAJOR;
+    assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+    assert_true(epf_ll_smem_bytes(&p, 1024) <= 227u * 1024u);
+  }
+}
+
+/* RANK_MAJOR: the LL reference's rank-major slots (llrm_dispatch: one row per (token, rank), in
+ * token order) are the route's rank-major slots (epf_route_ref.h rm_slot), with unequal T per
+ * rank, -1, repeats and ids outside [-1, E); its expert slots are llref_dispatch's */
+static void test_rm_slots_match_route(void** state) {
+  (void)state;
+  for (int it = 0; it < 200; ++it) {
+    const int R = rnd_in(1, 8), EL = rnd_in(1, 6), K = rnd_in(1, 12), Tmax = rnd_in(1, 48);
+    const int E = R * EL;
+    llref_in_t in;
+    llrm_ref_t rm;
+    route_ref_t rr;
+    int Tr[8];
+    memset(&in, 0, sizeof(in));
+    in.R = R;
+    in.Tmax = Tmax;
+    in.T = Tmax;
+    in.K = K;
+    in.E = E;
+    in.EL = EL;
+    in.htopk = (int64_t*)malloc((size_t)R * Tmax * K * sizeof(int64_t));
+    assert_non_null(in.htopk);
+    for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) {
+      const int c = rnd_in(0, 19);
+      in.htopk[i] = c < 14 ? (int64_t)rnd_in(0, E - 1) % (c < 7 ? 3 : E) : c < 17 ? -1 : c == 17 ? E : c == 18 ? -2 : (int64_t)1 << 40;
+    }
+    for (int r = 0; r < R; ++r) Tr[r] = r == 0 ? 0 : r == 1 ? (Tmax < 1 ? Tmax : 1) : rnd_in(0, Tmax);
+    llrm_dispatch(&in, Tr, 0u, &rm);
+    assert_int_equal(route_ref_compute_ex(&rr, R, E, K, Tmax, Tr, 1, 1, (int64_t)R * Tmax * K, in.htopk), 0);
+    for (int s = 0; s < R; ++s) {
+      assert_int_equal(rm.em.dropped_src[s], rr.dropped[s]);
+      for (int e = 0; e < E; ++e)
+        assert_int_equal(rm.em.counts[((size_t)(e / EL) * EL + e % EL) * R + s], rr.expert_count[(size_t)s * E + e]);
+      for (int d = 0; d < R; ++d) {
+        int n = 0;
+        for (int t = 0; t < Tr[s]; ++t) {
+          const int slot = rr.rm_slot[((size_t)s * Tmax + t) * R + d];
+          if (slot < 0) continue;
+          assert_int_equal(slot, n);
+          assert_int_equal(rm.row_t[((size_t)d * R + s) * Tmax + slot], t);
+          ++n;
+        }
+        assert_int_equal(rm.rows[(size_t)d * R + s], n);
+      }
+      for (int t = 0; t < Tr[s]; ++t)
+        for (int k = 0; k < K; ++k) {
+          const size_t tk = ((size_t)s * Tmax + t) * K + k;
+          if (rr.slot[tk] >= 0) assert_int_equal(rm.em_slot[tk], rr.slot[tk]);
+        }
+    }
+    llrm_free(&rm);
+    route_ref_free(&rr);
+    free(in.htopk);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rm_layout), cmocka_unit_test(test_rm_slots_match_route),
       cmocka_unit_test(test_state_init), cmocka_unit_test(test_plan_checks), cmocka_unit_test(test_layout),
       cmocka_unit_test(test_rank_buffers), cmocka_unit_test(test_smem), cmocka_unit_test(test_null_launch_and_index_type),
       cmocka_unit_test(test_slots_match_route),

@@ -43,17 +43,28 @@ EPF_HD void epf_ll_state_init(epf_ll_state_t* out, int nranks) {
 }
 
 /* epf_ll_plan_check — may this plan run the LL blocks? EPF_OK, or the reason:
- *   prefix (EPF_ERR_STRUCT_VERSION), mode not LL (EPF_ERR_MODE), RANK_MAJOR (EPF_ERR_LAYOUT: LL
- *   rank-major is not implemented), a plan whose LL regions are missing (EPF_ERR_INVALID_ARGUMENT).
- *   Hidden-size rules (per-128 FP8 with hidden 2880 -> EPF_ERR_HIDDEN_ALIGNMENT) are refused
- *   earlier, by epf_plan_compute. Scope: any thread, host or device. Pure. */
+ *   prefix (EPF_ERR_STRUCT_VERSION), mode not LL (EPF_ERR_MODE), a layout other than EXPERT_MAJOR
+ *   and RANK_MAJOR (EPF_ERR_LAYOUT), a plan whose LL regions are missing or whose receive rows
+ *   are not the layout's (EPF_ERR_INVALID_ARGUMENT: EXPERT_MAJOR [EL][R][T] rows per parity,
+ *   RANK_MAJOR [R][T] rows with rank-major metadata rows and the COUNTS region that carries the
+ *   per-expert counts). Hidden-size rules (per-128 FP8 with hidden 2880 ->
+ *   EPF_ERR_HIDDEN_ALIGNMENT) are refused earlier, by epf_plan_compute. The ready-made launchers
+ *   (kernels_ll.cuh) run the rank-major blocks (dispatch_ll_rm.cuh, combine_ll_rm.cuh) for a
+ *   RANK_MAJOR plan. Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_ll_plan_check(const epf_plan_t* plan) {
   epf_status_t st = epf_plan_check(plan);
+  int64_t rows;
   if (st != EPF_OK) return st;
   if (plan->mode != EPF_MODE_LL) return EPF_ERR_MODE;
-  if (plan->layout != EPF_LAYOUT_EXPERT_MAJOR) return EPF_ERR_LAYOUT;
+  if (plan->layout != EPF_LAYOUT_EXPERT_MAJOR && plan->layout != EPF_LAYOUT_RANK_MAJOR) return EPF_ERR_LAYOUT;
   if (plan->region[EPF_REGION_SIG_LL_DISPATCH].bytes == 0 || plan->region[EPF_REGION_SIG_LL_COMBINE].bytes == 0 ||
       plan->region[EPF_REGION_COMBINE].bytes == 0 || plan->recv_capacity <= 0)
+    return EPF_ERR_INVALID_ARGUMENT;
+  rows = (int64_t)plan->nranks * plan->max_tokens_per_rank;
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR &&
+      (plan->recv_capacity != rows || plan->meta_bytes_per_row != epf_recv_meta_rm_bytes(plan->top_k) ||
+       plan->region[EPF_REGION_COUNTS].bytes < 2u * (uint64_t)plan->nranks * (uint64_t)(plan->num_experts + plan->nranks) * 8u ||
+       plan->region[EPF_REGION_COMBINE].bytes < 2u * (uint64_t)rows * plan->combine_row_bytes))
     return EPF_ERR_INVALID_ARGUMENT;
   return EPF_OK;
 }
@@ -125,7 +136,9 @@ EPF_HD int epf_ll_index_is64(int index_type) { return index_type != EPF_INDEX_IN
 
 EPF_HD uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, epf_ll_buffer_t which, int index_type) {
   const uint64_t T = (uint64_t)plan->max_tokens_per_rank, K = (uint64_t)plan->top_k;
-  const uint64_t H = (uint64_t)plan->hidden, rows = (uint64_t)plan->recv_capacity;
+  /* rows of the expert-major view [EL][R][T] (one parity of an EXPERT_MAJOR plan's receive rows;
+   * a RANK_MAJOR plan's expand writes the same view) */
+  const uint64_t H = (uint64_t)plan->hidden, rows = (uint64_t)plan->experts_per_rank * (uint64_t)plan->nranks * T;
   switch (which) {
     case EPF_LL_BUF_X: return T * H * 2u;
     case EPF_LL_BUF_TOPK_IDX: return T * K * (epf_ll_index_is64(index_type) ? 8u : 4u);
@@ -196,7 +209,10 @@ EPF_HD int epf__ll_segments(int threads) {
  *                       (min(warps, EPF_LL_SCAN_SEGMENTS) * E words), per-expert counts (E words);
  *     dispatch receive: per-group counts, scanned in place (2 * (E + 1) words reserved);
  *     combine send:     the per-group prefix (E + 1 words), then 16 * EPF_MASK_WORDS spare bytes;
- *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull).
+ *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull);
+ *     RANK_MAJOR plans (rm_* fields): the send's per-rank table after its expert table; the
+ *     receive / expand / combine send's source presence, rows (+ prefix), [EL][R] counts and
+ *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull).
  *   The halves of a stage reuse the memory: each stage needs the larger of its halves.
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threads) {
@@ -221,6 +237,31 @@ EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threa
   send_end = l.push_prefix + epf__ll_align16((E + 1u) * 4u) + 16u * EPF_MASK_WORDS;
   recv_end = l.reduce_slots + l.slots_bytes;
   l.combine_bytes = send_end > recv_end ? send_end : recv_end;
+  /* RANK_MAJOR (ll_rm.cuh): the send adds a per-rank slot table after the expert table; the
+   * receive, the expand and the combine send share the sources' presence, rows and prefix, the
+   * per-(expert, source) counts and the view offsets; the combine receive rebuilds the per-rank
+   * table (pull). Only a RANK_MAJOR plan's stage sizes grow. */
+  {
+    const size_t R = (size_t)plan->nranks, EL = (size_t)plan->experts_per_rank;
+    size_t rm_end;
+    l.rm_slots_bytes = epf__ll_align16(TK * 4u) + epf__ll_align16((size_t)epf__ll_segments(threads) * R * 4u) +
+                       epf__ll_align16(R * 4u);
+    l.rm_send_slots = l.send_slots + l.slots_bytes;
+    l.rm_present = H;
+    l.rm_rows = H + epf__ll_align16(EPF_MASK_WORDS * 4u);
+    l.rm_cnt = l.rm_rows + epf__ll_align16((R + 1u) * 4u);
+    l.rm_off = l.rm_cnt + epf__ll_align16(EL * R * 4u);
+    l.rm_reduce_slots = l.reduce_slots;
+    if (plan->layout == EPF_LAYOUT_RANK_MAJOR) {
+      rm_end = l.rm_off + epf__ll_align16(EL * (R + 1u) * 4u);
+      send_end = l.rm_send_slots + l.rm_slots_bytes;
+      if (send_end > l.dispatch_bytes) l.dispatch_bytes = send_end;
+      if (rm_end > l.dispatch_bytes) l.dispatch_bytes = rm_end;
+      if (rm_end > l.combine_bytes) l.combine_bytes = rm_end;
+      recv_end = l.rm_reduce_slots + l.rm_slots_bytes;
+      if (recv_end > l.combine_bytes) l.combine_bytes = recv_end;
+    }
+  }
   l.bytes = l.dispatch_bytes > l.combine_bytes ? l.dispatch_bytes : l.combine_bytes;
   return l;
 }

@@ -56,12 +56,21 @@ typedef enum epf_ll_phase {
  *            combine payload it behaves as IN_PLACE). Extra rule: this rank must leave the
  *            round's receive rows untouched until its next dispatch receive returns (by then
  *            every source has finished reading them). The mode travels in the combine signal
- *            word, so ranks may mix IN_PLACE_PULL with the other layouts in one round. */
+ *            word, so ranks may mix IN_PLACE_PULL with the other layouts in one round.
+ *   PACKED_PULL    RANK_MAJOR plans only: y in the PACKED order (a caller buffer), and the
+ *            combine pulls: the expert side writes each (source, token) row's pre-reduced partial
+ *            over that row's own receive row in its window (nothing is pushed) and each source
+ *            reads its partials from there. BF16 dispatch and combine payloads (otherwise it
+ *            behaves as PACKED: pushed). Same buffer rule as IN_PLACE_PULL.
+ * A RANK_MAJOR plan (combine_ll_rm.cuh) takes FIXED, PACKED or PACKED_PULL: y in the order of the
+ * expert-major view that epf_ll_rm_expand_block wrote (the window's rows are rank-major rows, so
+ * IN_PLACE and IN_PLACE_PULL are refused). */
 typedef enum epf_ll_y_layout {
   EPF_LL_Y_FIXED = 0,
   EPF_LL_Y_PACKED = 1,
   EPF_LL_Y_IN_PLACE = 2,
-  EPF_LL_Y_IN_PLACE_PULL = 3
+  EPF_LL_Y_IN_PLACE_PULL = 3,
+  EPF_LL_Y_PACKED_PULL = 4
 } epf_ll_y_layout_t;
 
 /* Per-rank LL state, in device memory (one per rank; an array of R for virtual ranks). Initialise
@@ -177,6 +186,15 @@ typedef struct epf_ll_smem_layout {
   size_t reduce_present; /* combine receive: [EPF_MASK_WORDS] ranks that signalled */
   size_t reduce_pulled;  /* combine receive: [EPF_MASK_WORDS] ranks that let this rank pull */
   size_t reduce_slots;   /* combine receive: the dispatch's slot table, rebuilt (pull) */
+  /* RANK_MAJOR plans only (ll_rm.cuh; folded into the stage sizes below only for such a plan) */
+  size_t rm_slots_bytes; /* bytes of one per-rank slot table (epf_ll_rm_slots_at): T * K codes,
+                            segments x R histograms, R counts, each 16-byte aligned */
+  size_t rm_send_slots;  /* RM dispatch send: its per-rank table, after the expert table */
+  size_t rm_present;     /* RM receive / expand / combine send: [EPF_MASK_WORDS] sources present */
+  size_t rm_rows;        /* ... [R + 1] uint32: rows per source, then their prefix in place */
+  size_t rm_cnt;         /* ... [EL][R] uint32: copies per (local expert, source) */
+  size_t rm_off;         /* ... [EL][R + 1] int32: first expert-major view row of (local expert, source) */
+  size_t rm_reduce_slots; /* RM combine receive: the per-rank slot table, rebuilt (pull) */
   size_t dispatch_bytes; /* epf_ll_dispatch_smem_bytes: the larger of the two dispatch halves */
   size_t combine_bytes;  /* epf_ll_combine_smem_bytes: the larger of the two combine halves */
   size_t bytes;          /* epf_ll_smem_bytes: every LL block and epf_ll_mask_clean_block */
