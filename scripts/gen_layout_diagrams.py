@@ -3,13 +3,16 @@
 
   docs/img/layout_expert_major.png   the EXPERT_MAJOR receive region of one rank
   docs/img/layout_rank_major.png     the RANK_MAJOR receive region + its expert-major expand view
+  docs/img/layout_ll_rank_major.png  the low-latency RANK_MAJOR rows [2][R][T] + the packed expert-major view
   docs/img/window_plan.png           one rank's window slice: the plan's regions, in order
 
 The pictures show a small team (R = 4 ranks, 2 local experts each, top-2) so every row is visible;
 the rules are the ones in docs/route.md and docs/high-throughput.md. Rerun after changing them:
-    python3 scripts/gen_layout_diagrams.py
+    python3 scripts/gen_layout_diagrams.py            (every picture)
+    python3 scripts/gen_layout_diagrams.py ll_rank_major   (only the named ones)
 """
 import pathlib
+import sys
 
 import matplotlib
 
@@ -99,6 +102,49 @@ def rank_major():
     save(fig, "layout_rank_major.png")
 
 
+def ll_rank_major():
+    # rank d = 1 of R = 4, T = 5, one parity: [R source][T] rows, rows [0, rows_s) valid, each listing
+    # its local experts in k order; the expand writes the packed expert-major view [EL][R * T]
+    T = 5
+    rows = {0: [(0, "e0"), (1, "e1"), (3, "e0")], 1: [(1, "e0,e1"), (2, "e1")], 2: [(0, "e0"), (2, "e0")],
+            3: [(0, "e1"), (2, "e1"), (4, "e0")]}
+    fig, ax = plt.subplots(figsize=(10, 4.4))
+    pos = {}
+    for s in range(4):
+        for j in range(T):
+            x = s * (T + 0.3) + j
+            if j < len(rows[s]):
+                t, ex = rows[s][j]
+                box(ax, x, 2.2, 1, 1, SRC_COLORS[s], f"s{s} t{t}\n{ex}", fs=6)
+                pos[(s, j)] = x
+            else:
+                box(ax, x, 2.2, 1, 1, PAD, "", tc="black")
+        ax.text(s * (T + 0.3) + T / 2, 3.35, f"source {s}: rows [0, {len(rows[s])}) of T = {T}", ha="center", fontsize=7)
+    ax.text(-0.4, 3.75, "RECV_TOKENS of one parity (rank-major LL): [R source][T] fixed rows, one per (token, rank); "
+            "signal word (epoch | rows) per (parity, source)", fontsize=8)
+    # the packed view: expert le's copies from source 0, then 1, ... (epf_ll_packed_row)
+    view = [(0, [(0, 0), (0, 2), (1, 0), (2, 0), (2, 1), (3, 2)]), (1, [(0, 1), (1, 0), (1, 1), (3, 0), (3, 1)])]
+    x = 0
+    for le, idx in view:
+        start = x
+        for s, j in idx:
+            t, _ = rows[s][j]
+            box(ax, x, 0, 1, 1, SRC_COLORS[s], f"s{s} t{t}", fs=6)
+            ax.plot([pos[(s, j)] + 0.5, x + 0.5], [2.2, 1.0], color="gray", lw=0.4)
+            x += 1
+        ax.text((start + x) / 2, -0.35, f"expert {le}: {len(idx)} rows (expert_counts)", ha="center",
+                fontsize=7)
+        x += 1.5
+    ax.text(-0.4, -0.85, "receive half (packed outputs) or epf_ll_expand -> the packed expert-major view of an "
+            "expert-major LL receive: one grouped GEMM for both layouts", fontsize=8)
+    ax.set_xlim(-0.5, 4 * (T + 0.3) + 0.5)
+    ax.set_ylim(-1.2, 4.1)
+    ax.axis("off")
+    ax.set_title("Low-latency RANK_MAJOR receive rows of rank 1 (one parity) and the expanded expert-major view",
+                 fontsize=9)
+    save(fig, "layout_ll_rank_major.png")
+
+
 def window_plan():
     regions = [
         ("HEADER", "config hash + handshake epochs (fixed size)", 1.0, "#bab0ac"),
@@ -132,6 +178,7 @@ def window_plan():
 
 
 if __name__ == "__main__":
-    expert_major()
-    rank_major()
-    window_plan()
+    ALL = {"expert_major": expert_major, "rank_major": rank_major, "ll_rank_major": ll_rank_major,
+           "window_plan": window_plan}
+    for name in sys.argv[1:] or list(ALL):
+        ALL[name]()

@@ -20,8 +20,10 @@
  * Key concepts: virtual ranks (docs/concepts.md), the plan's regions (docs/layouts.md), epochs
  *   (every launch reads its epoch on the device, so a round is graph-capturable), caller-owned
  *   state (epf_ht_state_t zeroed once; epf_ll_state_t set by epf_ll_state_reset), the error record
- *   (host-mapped, read without a sync). LL: expert-major only (RANK_MAJOR is refused with
- *   EPF_ERR_LAYOUT), fixed slots [2 parity][local expert][source][T] (docs/low-latency.md).
+ *   (host-mapped, read without a sync). LL: fixed slots [2 parity][local expert][source][T]
+ *   (expert-major), or with --layout rm one copy per (token, rank) in [2 parity][source][T] rows,
+ *   expanded by the receive half into the same expert-major view the experts read, and a
+ *   pre-reduced partial per (token, rank) on the way back (docs/low-latency.md).
  * When to use it: to develop and test MoE kernels with every protocol path exercised but no
  *   cluster; to measure the kernels' HBM efficiency (every "link" byte is an HBM byte here).
  * Performance notes: with virtual ranks all traffic is HBM traffic on one GPU, so the table
@@ -57,7 +59,8 @@ static void usage(const char* argv0) {
          "  --verify-all), then timed.\n"
          "  --mode ht: high-throughput (default): route update, dispatch, experts, combine; 4096 tokens.\n"
          "  --mode ll: low-latency (decode): fixed-slot dispatch, experts, combine; 128 tokens per rank;\n"
-         "             expert-major only (--layout rm is refused).\n"
+         "             --layout rm: one copy per (token, rank) + expand, pre-reduced combine; prints the\n"
+         "             bytes it saves against expert-major.\n"
          "  --ctest: exit 77 instead of 1 when no GPU is present (CTest reports \"Not Run\").\n",
          argv0);
 }
@@ -468,9 +471,9 @@ static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
 /* ============================================================================================ */
 
 /* The LL plan of the options. Nothing to budget: every (local expert, source) pair owns T fixed
- * receive slots per parity ([2][EL][R][T] rows per rank; recv_capacity stays 0 = one parity).
- * LL is expert-major only; --layout rm is passed on so that the user sees the library's own
- * refusal (epf_ll_plan_check: EPF_ERR_LAYOUT). Host only, pure: runs before the GPU check. */
+ * receive slots per parity ([2][EL][R][T] rows per rank; recv_capacity stays 0 = one parity), or
+ * with --layout rm every source T rows ([2][R][T]). Checked with epf_ll_plan_check. Host only,
+ * pure: runs before the GPU check. */
 static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
   epf_config_t cfg = EPF_CONFIG_INIT;
   cfg.nranks = o->R;
@@ -518,6 +521,32 @@ __global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32
 }
 // example-end ll_experts
 
+/* ex_ll_rm_experts_kernel — the same experts for a RANK_MAJOR LL plan: the receive half expanded
+ * the rank-major rows into the expert-major view (packed_x / packed_scales: [R][EL * R * T] rows,
+ * expert le's copies from source 0, then 1, ..., epf_ll_packed_row), exactly the view an
+ * expert-major receive's packed output is; y goes to [R][EL * R * T][H] in the same (PACKED)
+ * order. One warp per view row. */
+__global__ void ex_ll_rm_experts_kernel(epf_plan_t plan, const uint8_t* view, const uint8_t* view_scales,
+                                        const int32_t* recv_counts, uint16_t* y) {
+  const int R = plan.nranks, EL = plan.experts_per_rank;
+  const int rank = (int)blockIdx.y;
+  const int64_t rows = (int64_t)EL * R * plan.max_tokens_per_rank; /* the view's rows per rank */
+  const int32_t* cnt = recv_counts + (int64_t)rank * EL * R;
+  const int64_t gw = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int64_t nw = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t fr = gw; fr < rows; fr += nw) { /* fr = epf_ll_fixed_row(&plan, le, src, j) */
+    int le, src, j, pos;
+    epf_ll_fixed_row_split(&plan, fr, &le, &src, &j);
+    if (j >= cnt[le * R + src]) continue;
+    pos = j;
+    for (int q = 0; q < src; ++q) pos += cnt[le * R + q]; /* copies of the sources before */
+    const int64_t vr = (int64_t)rank * rows + epf_ll_packed_row(&plan, le, pos);
+    ex_expert_row_warp(&plan, view + vr * plan.row_bytes,
+                       view_scales ? view_scales + vr * plan.scale_bytes_per_row : NULL, ex_expert_factor(le, rank),
+                       y + vr * plan.hidden);
+  }
+}
+
 /* poison every data row of the window (receive rows, scales, metadata, combine landing rows) of
  * every rank; the signal words stay zero */
 static void ll_poison_window(const epf_plan_t* plan, char* window, int R) {
@@ -543,15 +572,22 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   const epf_plan_t plan = *ll_plan;
 
   /* what every rank must receive: one copy per (token, distinct expert), counted per
-   * (destination rank, local expert, source) as recv_counts holds them */
+   * (destination rank, local expert, source) as recv_counts holds them (both layouts: the
+   * rank-major receive gives its expert-major view the same counts); rm_rows: one copy per
+   * (token, distinct destination rank), what a rank-major dispatch moves */
+  const int rm = plan.layout == EPF_LAYOUT_RANK_MAJOR;
   int32_t* want_counts = (int32_t*)calloc((size_t)R * EL * R, 4);
-  int64_t all_rows = 0;
+  int64_t all_rows = 0, rm_rows = 0;
   for (int s = 0; s < R; ++s)
     for (int t = 0; t < T; ++t)
       for (int k = 0; k < K; ++k) {
         const int32_t* row = in->topk + ((int64_t)s * T + t) * K;
-        int dup = 0;
-        for (int j = 0; j < k; ++j) dup |= row[j] == row[k];
+        int dup = 0, rdup = 0;
+        for (int j = 0; j < k; ++j) {
+          dup |= row[j] == row[k];
+          rdup |= row[j] / EL == row[k] / EL;
+        }
+        rm_rows += !rdup;
         if (dup) continue; /* LL sends a repeated expert once; the combine reuses that output */
         ++want_counts[(int64_t)row[k] * R + s]; /* (d * EL + le) * R + s with e = d * EL + le */
         ++all_rows;
@@ -565,9 +601,13 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
 
   /* BF16: the experts overwrite their inputs and the sources pull; FP8 rows are too narrow for
-   * BF16 outputs, so y goes to a caller buffer that the combine pushes */
-  const int in_place = plan.payload == EPF_PAYLOAD_BF16;
-  const int y_layout = in_place ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+   * BF16 outputs, so y goes to a caller buffer that the combine pushes. Rank-major: the experts
+   * read the expanded view and write y in its (PACKED) order; the expert side pre-reduces and,
+   * with BF16, leaves the partials in its window for the sources to pull (PACKED_PULL). */
+  const int in_place = !rm && plan.payload == EPF_PAYLOAD_BF16;
+  const int y_layout = rm ? (plan.payload == EPF_PAYLOAD_BF16 ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_PACKED)
+                          : in_place ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+  uint8_t *d_view = NULL, *d_view_scales = NULL; /* rank-major: the expert-major view */
   void *d_x, *d_topk, *d_out;
   float* d_w;
   int32_t* d_counts;
@@ -581,6 +621,12 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   if (!in_place) {
     EX_CK(cudaMalloc(&d_y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
     EX_CK(cudaMemset(d_y, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+  }
+  if (rm) {
+    EX_CK(cudaMalloc(&d_view, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0)));
+    EX_CK(cudaMemset(d_view, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0)));
+    if (plan.scale_bytes_per_row)
+      EX_CK(cudaMalloc(&d_view_scales, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0)));
   }
   EX_CK(cudaMalloc(&d_state, R * sizeof(epf_ll_state_t)));
   EX_CK(cudaMemset(d_out, 0xA7, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0))); /* poison */
@@ -601,10 +647,12 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   da.num_tokens = T;
   da.recv_counts = d_counts;   /* out: [R][EL][R] rows per (local expert, source) */
   da.round = d_round;          /* out: [R] epoch of the round; its parity picks the rows */
+  da.packed_x = d_view;        /* rank-major: the receive half expands into this view (NULL: EM) */
+  da.packed_scales = d_view_scales;
   epf_ll_combine_args_t ca;
   memset(&ca, 0, sizeof(ca));
-  ca.y = d_y;                  /* FIXED: [R][EL * R * T][H] BF16; NULL in place */
-  ca.y_layout = y_layout;      /* EPF_LL_Y_IN_PLACE_PULL (BF16) or EPF_LL_Y_FIXED */
+  ca.y = d_y;                  /* FIXED / PACKED: [R][EL * R * T][H] BF16; NULL in place */
+  ca.y_layout = y_layout;      /* EM: IN_PLACE_PULL (BF16) or FIXED; RM: PACKED_PULL (BF16) or PACKED */
   ca.recv_counts = d_counts;
   ca.topk_idx = d_topk;
   ca.index_type = EPF_INDEX_INT32;
@@ -613,7 +661,10 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   ca.num_tokens = T;
 
   EX_CS(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0)); /* send + receive fused, all R ranks */
-  ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(plan, window, d_round, d_counts, d_y);
+  if (!rm)
+    ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(plan, window, d_round, d_counts, d_y);
+  else
+    ex_ll_rm_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(plan, d_view, d_view_scales, d_counts, d_y);
   EX_CK(cudaGetLastError());
   EX_CS(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0));
   // example-end ll_round
@@ -642,9 +693,22 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
     free(rounds);
   }
   if (verify_out(&o, &plan, in, d_out, seed,
-                 in_place ? "low-latency expert-major (y in place, pull combine)"
-                          : "low-latency expert-major (y fixed buffer, push combine)"))
+                 rm ? (y_layout == EPF_LL_Y_PACKED_PULL ? "low-latency rank-major (expand, pre-reduce, pull combine)"
+                                                        : "low-latency rank-major (expand, pre-reduce, push combine)")
+                 : in_place ? "low-latency expert-major (y in place, pull combine)"
+                            : "low-latency expert-major (y fixed buffer, push combine)"))
     return 1;
+  {
+    /* the link bytes of the two layouts on this routing: a row (payload + scales + metadata) per
+     * copy there, a combine row per copy back (expert-major: per (token, expert); rank-major: per
+     * (token, rank), the partial) */
+    const double em_meta = (double)sizeof(epf_recv_meta_em_t), rm_meta = (double)epf_recv_meta_rm_bytes(K);
+    const double rowb = (double)plan.row_bytes + plan.scale_bytes_per_row, cb = plan.combine_row_bytes;
+    const double em_bytes = (double)all_rows * (rowb + em_meta + cb), rm_bytes = (double)rm_rows * (rowb + rm_meta + cb);
+    printf("copies: expert-major %lld (token, expert) rows, rank-major %lld (token, rank) rows; link bytes "
+           "(dispatch + combine) %.2f MB vs %.2f MB: rank-major saves %.1f%%\n",
+           (long long)all_rows, (long long)rm_rows, em_bytes / 1e6, rm_bytes / 1e6, 100.0 * (1.0 - rm_bytes / em_bytes));
+  }
 
   /* ---- timing: copy ceiling, then dispatch + combine, each one captured CUDA graph ------------ */
   cudaStream_t s;
@@ -663,9 +727,14 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   float* t = (float*)malloc(sizeof(float) * (size_t)it * 2);
   time_stages(it, 2, ll_stage, &ctx, s, t); /* one combine per dispatch: the halves stay in lockstep */
   double d_moved, c_moved;
-  stage_bytes(&plan, n, all_rows, !in_place, &d_moved, &c_moved);
-  const row_t table[2] = {{"dispatch", median_us(t, o.iters), d_moved},
-                          {"combine", median_us(t + it, o.iters), c_moved}};
+  stage_bytes(&plan, n, rm ? rm_rows : all_rows, !in_place, &d_moved, &c_moved);
+  if (rm) { /* the expand reads each rank-major row and writes each view row (+ scales); the
+             * pre-reduce reads every expert output once */
+    d_moved += (double)rm_rows * (plan.row_bytes + plan.meta_bytes_per_row) + (double)all_rows * (plan.row_bytes + plan.scale_bytes_per_row);
+    c_moved = (double)all_rows * 2.0 * plan.hidden + (double)rm_rows * 2.0 * plan.combine_row_bytes + (double)n * plan.hidden * 2;
+  }
+  const row_t table[2] = {{rm ? "dispatch + expand" : "dispatch", median_us(t, o.iters), d_moved},
+                          {rm ? "combine (pre-reduce + sum)" : "combine", median_us(t + it, o.iters), c_moved}};
   print_table(us_copy, table, 2, o.iters, " CUDA-graph replays", rec_h);
   free(t);
   for (int i = 0; i < 2; ++i) {
@@ -688,9 +757,6 @@ int main(int argc, char** argv) {
     if (st != EPF_OK) {
       fprintf(stderr, "--mode ll%s: %s: %s\n", o.layout == EPF_LAYOUT_RANK_MAJOR ? " --layout rm" : "",
               epf_status_name(st), epf_status_message(st));
-      if (st == EPF_ERR_LAYOUT)
-        fprintf(stderr, "low-latency mode is expert-major only (rank-major LL is not implemented): "
-                        "use --layout em or leave --layout out\n");
       return 2;
     }
   }

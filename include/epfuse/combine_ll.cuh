@@ -39,7 +39,8 @@
  * token whose every entry is absent, -1 or dropped gets a row of +0.0 BF16. Rows [0, num_tokens)
  * of `out` are always written; rows beyond are untouched.
  *
- * What it does NOT do: run the experts, allocate or launch.
+ * What it does NOT do: run the experts, allocate or launch, or combine a RANK_MAJOR plan
+ * (combine_ll_rm.cuh does).
  *
  * Usage (kernels_ll.cuh: epf_ll_combine_kernel):
  *   epf_ll_combine_send_block(&plan, ctx, &cargs, smem);   // expert side, after the experts ran

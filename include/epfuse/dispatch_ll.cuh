@@ -40,7 +40,8 @@
  * EPF_SCALE_LAYOUT_SWIZZLED_128X4 (MXFP8) the packed copy writes them swizzled, row = packed row
  * (each expert's segment of R * T rows starts a new 128-row atom when R * T % 128 == 0).
  *
- * What it does NOT do: allocate, launch, or run RANK_MAJOR (refused by epf_ll_plan_check).
+ * What it does NOT do: allocate, launch, or run a RANK_MAJOR plan (dispatch_ll_rm.cuh does; the
+ * launchers of kernels_ll.cuh pick by plan.layout).
  *
  * Usage (kernels_ll.cuh: epf_ll_dispatch_kernel is exactly this):
  *   extern __shared__ uint4 smem[];   // epf_ll_smem_bytes(&plan, blockDim.x) bytes

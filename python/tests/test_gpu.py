@@ -199,6 +199,32 @@ def test_overflow_is_counted_and_cleared(seed):
     assert g.get_async_error() is None
 
 
+
+@pytest.mark.parametrize("R,E,K,H,T,pull", [(3, 24, 8, 1032, 16, True), (5, 40, 6, 2880, 9, False)])
+def test_ll_rank_major_round(R, E, K, H, T, pull, seed):
+    """LL rank-major: one copy per (token, rank), the receive half expands into the expert-major
+    view (packed rows of R * T per expert); identity experts (y = the view), the combine
+    pre-reduces per (token, rank) and the source sums the BF16 partials: the rank-major rule."""
+    EL = E // R
+    g = epfuse.Group.virtual(R, num_experts=E, top_k=K, hidden=H, max_tokens_per_rank=T, mode="ll",
+                             layout="rank_major")
+    x, idx, w = inputs(R, T, H, K, E, seed, dup=True, invalid=True)
+    counts = torch.empty(R, EL, R, dtype=torch.int32, device="cuda")
+    view = torch.full((R, EL * R * T, H), 7.0, dtype=torch.bfloat16, device="cuda")
+    out = torch.zeros(R, T, H, dtype=torch.bfloat16, device="cuda")
+    for i in range(3):  # both parities
+        if i:
+            x, idx, w = inputs(R, T, H, K, E, seed + i, dup=True, invalid=True)
+        if i == 1:  # the view as a separate step
+            g.ll_dispatch(x, idx, w, counts, num_tokens=T)
+            g.ll_expand(counts, packed_x=view)
+        else:
+            g.ll_dispatch(x, idx, w, counts, num_tokens=T, packed_x=view)
+        g.ll_combine(view, counts, idx, w, out, num_tokens=T, y_layout="packed_pull" if pull else "packed")
+        torch.cuda.synchronize()
+        assert_same(out, reference(x, idx, w, torch.ones(E, device="cuda"), EL))
+    assert g.get_async_error() is None
+
 @pytest.mark.parametrize("R,E,K,H,T", [(4, 32, 8, 1032, 32), (5, 40, 6, 2880, 17)])
 def test_ll_round_graph_and_mask(R, E, K, H, T, seed):
     EL = E // R

@@ -48,6 +48,12 @@ def test_plan_real_shapes():
     q = epfuse.compute_plan(nranks=5, num_experts=160, top_k=22, hidden=5120, max_tokens_per_rank=128, mode="ll")
     assert q.mode == 2 and q.top_k == 22
     assert _abi.epf_ll_plan_check(ctypes.byref(q.c)) == 0
+    # LL rank-major: an LL plan; rows [2][R][T], combine rows [2][T][R]
+    r = epfuse.compute_plan(nranks=5, num_experts=160, top_k=22, hidden=5120, max_tokens_per_rank=128, mode="ll",
+                            layout="rank_major")
+    assert _abi.epf_ll_plan_check(ctypes.byref(r.c)) == 0 and r.recv_capacity == 5 * 128
+    assert _abi.epf_ll_rm_recv_row(ctypes.byref(r.c), 3, 2, 7) == 5 * 128 + 2 * 128 + 7
+    assert _abi.epf_ll_rm_combine_row(ctypes.byref(r.c), 2, 9, 4) == 9 * 5 + 4
 
 
 @pytest.mark.parametrize("kw,name", [

@@ -1,8 +1,11 @@
 /* bench_ll — low-latency dispatch and combine over virtual ranks on one GPU (a program, not a test).
  *
  * Default: 8 virtual ranks, hidden 7168, top-8 of 256 experts (DeepSeek-V3 decode shape), tokens
- * per rank 1 and 128; BF16 dispatch + BF16 combine, then MXFP8 and per-128 FP8 dispatch, and the
- * MXFP8 combine. Routing: K distinct uniform experts per token (no -1).
+ * per rank 1, 128 and 256; BF16 dispatch + BF16 combine, then MXFP8 and per-128 FP8 dispatch, and
+ * the MXFP8 combine; each in the EXPERT_MAJOR layout (EM) and right after it the RANK_MAJOR layout
+ * (RM: one copy per (token, rank), the receive half expands into the expert-major view, the
+ * combine pre-reduces on the expert side; y in a buffer in the view's order), with the link bytes
+ * both layouts move on the same routing. Routing: K distinct uniform experts per token (no -1).
  *
  * Timing: each operation is ONE captured CUDA graph (the ready-made fused kernel: send + receive in
  * one launch, all 8 ranks in it); --reps iterations of [dispatch graph, combine graph] are enqueued
@@ -28,7 +31,7 @@
  * token once and writes it K times, so it can exceed 100 %: that then means "faster than a D2D copy
  * of exactly the delivered rows".
  *
- * Usage: bench_ll [--ranks 8] [--hidden 7168] [--topk 8] [--experts 256] [--tokens 1,128]
+ * Usage: bench_ll [--ranks 8] [--hidden 7168] [--topk 8] [--experts 256] [--tokens 1,128,256]
  *                 [--reps 200] [--bpr 0] [--threads 512]
  */
 #include <stdint.h>
@@ -55,7 +58,9 @@ __global__ void bl_fill(uint16_t* x, int64_t n, uint32_t salt) {
 
 typedef struct {
   int R, T, H, K, E, payload, cpayload, reps, bpr, threads;
-  int pull; /* combine with EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch): the sources read the outputs */
+  int pull; /* combine with EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch): the sources read the outputs
+               (rank-major: EPF_LL_Y_PACKED_PULL, the sources read the partials) */
+  int rm;   /* RANK_MAJOR plan: one copy per (token, rank), expand in the receive half, pre-reduce */
 } bl_case_t;
 
 static const char* bl_payload(int p) {
@@ -70,6 +75,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   epf_error_record_t *rec_h, *rec_d;
   char* win;
   uint16_t *x, *y = NULL, *out;
+  void *view = NULL, *view_scales = NULL; /* rank-major: the expert-major view the receive half writes */
   int32_t *topk, *recv_counts;
   float* w;
   uint32_t* round;
@@ -81,7 +87,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   epf_ll_dispatch_args_t da;
   epf_ll_combine_args_t ca;
   const int R = c->R, T = c->T, H = c->H, K = c->K, E = c->E, EL = E / R;
-  int64_t delivered = 0, local_rows = 0;
+  int64_t delivered = 0, local_rows = 0, rm_rows = 0, rm_local = 0;
   int bpr_d, bpr_c;
 
   cfg.nranks = R;
@@ -92,6 +98,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   cfg.mode = EPF_MODE_LL;
   cfg.payload = c->payload;
   cfg.combine_payload = c->cpayload;
+  cfg.layout = c->rm ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
   EPF_BENCH_OK(epf_plan_compute(&cfg, &plan));
 
   EPF_BENCH_CUDA(cudaMalloc(&win, (size_t)R * plan.total_bytes));
@@ -106,10 +113,16 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   EPF_BENCH_CUDA(cudaMalloc(&w, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
   EPF_BENCH_CUDA(cudaMalloc(&recv_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
   EPF_BENCH_CUDA(cudaMalloc(&round, (size_t)R * 4));
-  if (c->payload != EPF_PAYLOAD_BF16) /* quantized rows cannot be overwritten in place by BF16 y */
+  /* quantized rows cannot be overwritten in place by BF16 y; rank-major: y in the view's order */
+  if (c->payload != EPF_PAYLOAD_BF16 || c->rm)
     EPF_BENCH_CUDA(cudaMalloc(&y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+  if (c->rm) {
+    EPF_BENCH_CUDA(cudaMalloc(&view, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0)));
+    if (plan.scale_bytes_per_row)
+      EPF_BENCH_CUDA(cudaMalloc(&view_scales, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0)));
+  }
   bl_fill<<<1024, 256>>>(x, (int64_t)R * T * H, 12345u);
-  if (y != NULL) bl_fill<<<1024, 256>>>(y, (int64_t)R * plan.recv_capacity * H, 777u);
+  if (y != NULL) bl_fill<<<1024, 256>>>(y, (int64_t)R * E / R * R * T * H, 777u);
   EPF_BENCH_CUDA(cudaGetLastError());
   { /* routing: K distinct uniform experts per token; weights 1/K */
     int32_t* ht = (int32_t*)malloc((size_t)R * T * K * 4);
@@ -127,6 +140,15 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
           hw[((size_t)r * T + t) * K + k] = 1.0f / (float)K;
           ++delivered;
           local_rows += e / EL == r;
+        }
+    for (int r = 0; r < R; ++r) /* one copy per (token, distinct destination rank) */
+      for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) {
+          const int32_t* row = ht + ((size_t)r * T + t) * K;
+          int first = 1;
+          for (int q = 0; q < k; ++q) first &= row[q] / EL != row[k] / EL;
+          rm_rows += first;
+          rm_local += first && row[k] / EL == r;
         }
     EPF_BENCH_CUDA(cudaMemcpy(topk, ht, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
     EPF_BENCH_CUDA(cudaMemcpy(w, hw, (size_t)R * T * K * 4, cudaMemcpyHostToDevice));
@@ -146,9 +168,12 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   da.num_tokens = T;
   da.recv_counts = recv_counts;
   da.round = round;
+  da.packed_x = view; /* rank-major: the receive half expands into the view */
+  da.packed_scales = view_scales;
   memset(&ca, 0, sizeof(ca));
   ca.y = y;
-  ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : c->pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
+  ca.y_layout = c->rm ? (c->pull ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_PACKED)
+                : y != NULL ? EPF_LL_Y_FIXED : c->pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
   ca.recv_counts = recv_counts;
   ca.topk_idx = topk;
   ca.index_type = EPF_INDEX_INT32;
@@ -157,7 +182,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   ca.num_tokens = T;
   bpr_d = epf_ll_blocks_per_rank(&L, T, 0);
   bpr_c = epf_ll_blocks_per_rank(&L, T,
-                                 ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16
+                                 !c->rm && ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16
                                      ? EPF_LL_BPR_COMBINE_PULL
                                      : EPF_LL_BPR_COMBINE);
 
@@ -211,14 +236,31 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
     const double link_d = (double)(delivered - local_rows) * row;
     /* what the kernels themselves read and write in HBM: dispatch reads x once per token and
      * writes every copy + metadata; combine reads y, writes and re-reads the landing rows, writes out */
-    const double issued_d = (double)delivered * (row + 16.0) + (double)R * T * bf16_row;
-    const int pulled = ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16;
+    const int pulled = (ca.y_layout == EPF_LL_Y_IN_PLACE_PULL || ca.y_layout == EPF_LL_Y_PACKED_PULL) &&
+                       c->cpayload == EPF_PAYLOAD_BF16 && (!c->rm || c->payload == EPF_PAYLOAD_BF16);
+    /* rank-major: one row (+ its rank-major metadata) per (token, rank) written, read back by the
+     * expand, which writes every (token, expert) view row (+ scales); the combine reads every
+     * output row once, writes and reads one partial per (token, rank), writes out */
+    const double rm_meta = (double)plan.meta_bytes_per_row;
+    const double issued_d = c->rm ? (double)rm_rows * 2.0 * (row + rm_meta) + (double)delivered * row + (double)R * T * bf16_row
+                                  : (double)delivered * (row + 16.0) + (double)R * T * bf16_row;
     /* pull: every output row read once where the expert left it, out written; no landing rows */
-    const double issued_c = pulled ? (double)delivered * bf16_row + (double)R * T * bf16_row
-                                   : (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) +
-                                         (double)R * T * bf16_row;
-    printf("%-7s->%-7s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d%s\n", bl_payload(c->payload), bl_payload(c->cpayload), R,
-           T, H, K, E, bpr_d, bpr_c, pulled ? "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)" : "");
+    const double issued_c = c->rm ? (double)delivered * bf16_row + 2.0 * (double)rm_rows * plan.combine_row_bytes + (double)R * T * bf16_row
+                            : pulled ? (double)delivered * bf16_row + (double)R * T * bf16_row
+                                     : (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) +
+                                           (double)R * T * bf16_row;
+    /* link bytes: rows that leave their rank, both directions (payload + scales + metadata there,
+     * combine rows back) */
+    const double link_em = (double)(delivered - local_rows) * (row + 16.0 + plan.combine_row_bytes);
+    const double link_rm = (double)(rm_rows - rm_local) * (row + rm_meta + plan.combine_row_bytes);
+    printf("%-7s->%-7s %s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d%s\n", bl_payload(c->payload), bl_payload(c->cpayload),
+           c->rm ? "RM" : "EM", R, T, H, K, E, bpr_d, bpr_c,
+           pulled ? (c->rm ? "  combine: PULL (EPF_LL_Y_PACKED_PULL)" : "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)") : "");
+    printf("   link bytes (dispatch + combine, rows leaving their rank): %.3f MB %s",
+           (c->rm ? link_rm : link_em) / 1e6, c->rm ? "" : "\n");
+    if (c->rm)
+      printf("vs %.3f MB expert-major (%lld vs %lld copies): %.1f%% saved\n", link_em / 1e6, (long long)rm_rows,
+             (long long)delivered, 100.0 * (1.0 - link_rm / link_em));
     printf("   dispatch %8.2f us | copy-conv %7.1f GB/s = %5.1f%% of ceiling | issued %7.1f GB/s = %5.1f%% | "
            "topk-logical %7.1f GB/s | recv-logical %7.1f GB/s | link %7.1f GB/s\n",
            us_d, copy_d / us_d * 1e-3, 100.0 * copy_d / us_d * 1e-3 / ceiling_gbs, issued_d / us_d * 1e-3,
@@ -248,11 +290,13 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   EPF_BENCH_CUDA(cudaFree(recv_counts));
   EPF_BENCH_CUDA(cudaFree(round));
   if (y != NULL) EPF_BENCH_CUDA(cudaFree(y));
+  if (view != NULL) EPF_BENCH_CUDA(cudaFree(view));
+  if (view_scales != NULL) EPF_BENCH_CUDA(cudaFree(view_scales));
 }
 
 int main(int argc, char** argv) {
   bl_case_t c;
-  int tokens[8] = {1, 128}, ntok = 2;
+  int tokens[8] = {1, 128, 256}, ntok = 3;
   double ceiling;
   int n = 0;
   memset(&c, 0, sizeof(c));
@@ -296,17 +340,19 @@ int main(int argc, char** argv) {
          "in one launch\n",
          c.reps, c.R);
   for (int ti = 0; ti < ntok; ++ti) {
-    /* {dispatch payload, combine payload, pull combine} */
-    static const int pl[][3] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0},
-                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1},
-                                {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0},
-                                {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0},
-                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0}};
-    for (int pi = 0; pi < 5; ++pi) {
+    /* {dispatch payload, combine payload, pull combine, rank-major}: each rank-major row right
+     * after its expert-major twin */
+    static const int pl[][4] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0, 0},  {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0, 1},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1, 0},  {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1, 1},
+                                {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0, 0}, {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0, 1},
+                                {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0, 0}, {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0, 1},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 0}, {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 1}};
+    for (int pi = 0; pi < 10; ++pi) {
       c.T = tokens[ti];
       c.payload = pl[pi][0];
       c.cpayload = pl[pi][1];
       c.pull = pl[pi][2];
+      c.rm = pl[pi][3];
       if (epf_payload_vector_width(c.payload) == 0 || c.H % epf_payload_vector_width(c.payload) != 0) continue;
       bl_run(&c, ceiling);
     }

@@ -982,6 +982,10 @@ static void run_round_rm(fix_t* f, uint32_t epoch, const rm_round_t* o, cudaStre
   const int R = f->in.R, bpr = 2, threads = 256;
   const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
   fix_poison_rm(f, epoch, s);
+  if (o->Ts_d != NULL && smem > 48u * 1024u) {
+    EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)rm_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)rm_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  }
   if (o->Ts_d == NULL) {
     if (o->split) {
       assert_int_equal(epf_ll_dispatch(&f->L, &da, EPF_LL_SEND, s), EPF_OK);

@@ -448,9 +448,22 @@ class Group:
         check(_abi.epf_ll_dispatch(byref(self._ll), byref(a), self._halves(halves), stream_handle(stream)),
               "epf_ll_dispatch")
 
+    def ll_expand(self, recv_counts, packed_x=None, packed_scales=None, packed_meta=None, *, stream=None) -> None:
+        """LL rank-major expand (epf_ll_expand): the rank-major rows of the last dispatch round each
+        rank received, into the expert-major view (packed_x / packed_scales / packed_meta, the packed
+        rows of an expert-major receive), with the recv_counts its receive half wrote. A receive half
+        given packed outputs expands by itself; this is the separate step."""
+        a = _abi.LlDispatchArgs()
+        a.recv_counts = ptr(recv_counts)
+        a.packed_x, a.packed_scales, a.packed_meta = ptr(packed_x), ptr(packed_scales), ptr(packed_meta)
+        check(_abi.epf_ll_expand(byref(self._ll), byref(a), stream_handle(stream)), "epf_ll_expand")
+
     def ll_combine(self, y, recv_counts, topk_idx, topk_weights, out, *, num_tokens: Optional[int] = None,
                    index_dtype="int64", y_layout="fixed", halves: str = "both", stream=None) -> None:
-        """LL combine (epf_ll_combine): out[t] = sum_k w * y of (t, k), FP32 in k order, BF16."""
+        """LL combine (epf_ll_combine): out[t] = sum_k w * y of (t, k), FP32 in k order, BF16 (an
+        expert-major plan); a rank-major plan (layout="rank_major") pre-reduces each token's experts
+        on the expert side and sums one partial per (token, rank): y in the view's order,
+        y_layout "fixed", "packed" or "packed_pull"."""
         a = _abi.LlCombineArgs()
         a.y, a.recv_counts, a.topk_idx, a.topk_weights, a.out = ptr(y), ptr(recv_counts), ptr(topk_idx), ptr(topk_weights), ptr(out)
         a.num_tokens = self.plan.max_tokens_per_rank if num_tokens is None else int(num_tokens)
