@@ -14,7 +14,10 @@
  *          fewer rows than recv_capacity;
  *   ll     dispatch (every payload, packed outputs on / off, fused / split) + experts (every y
  *          layout) + combine (BF16 / MXFP8): counts, rows, scales, metadata, packed copies, output,
- *          error record, over several back-to-back rounds (both parities) with a new T each.
+ *          error record, over several back-to-back rounds (both parities) with a new T each; in
+ *          the expert-major and (lay=rm) the rank-major layout (one copy per (token, rank), the view
+ *          expanded by the receive half or epf_ll_expand, y fixed / packed / packed + pull,
+ *          against tests/common/epf_ll_rm_ref.cuh).
  * The semantics tested are the documented ones (docs/route.md, docs/high-throughput.md,
  * docs/low-latency.md): a REPEATED expert id within a token gets no copy of its own but
  * contributes its first occurrence's output, with its own weight, in k order; ids outside [-1, E)
@@ -57,6 +60,7 @@
 
 #include "epf_ht_ref.h"
 #include "epf_ll_ref.cuh"
+#include "epf_ll_rm_ref.cuh"
 #include "epf_route_ref.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
@@ -292,7 +296,7 @@ static const char* const k_kind_names[] = {"route", "ht", "ll", NULL};
 static const char* const k_layout_names[] = {"-", "em", "rm", NULL};
 static const char* const k_payload_names[] = {"-", "bf16", "mx", "fp8", NULL};
 static const char* const k_mode_names[] = {"-", "ht", "ll", NULL};
-static const char* const k_y_names[] = {"fixed", "packed", "inplace", "pull", NULL};
+static const char* const k_y_names[] = {"fixed", "packed", "inplace", "pull", "ppull", NULL};
 
 /* One configuration. Every field is an int64 so that one table prints and parses them all. */
 struct Case {
@@ -345,7 +349,7 @@ static const Field k_fields[] = {
     {"T", F_ALL, offsetof(Case, T), NULL, 0},
     {"rK", F_ROUTE, offsetof(Case, rK), NULL, 0},
     {"rT", F_ROUTE, offsetof(Case, rT), NULL, 0},
-    {"lay", F_ROUTE | F_HT, offsetof(Case, layout), k_layout_names, 0},
+    {"lay", F_ALL, offsetof(Case, layout), k_layout_names, 0},
     {"pay", F_HT | F_LL, offsetof(Case, pay), k_payload_names, 0},
     {"cpay", F_HT | F_LL, offsetof(Case, cpay), k_payload_names, 0},
     {"swz", F_HT | F_LL, offsetof(Case, swz), NULL, 0},
@@ -617,6 +621,7 @@ static epf_config_t config_of(const Case& c) {
   } else {
     cfg.hidden = (int32_t)c.H;
     cfg.mode = EPF_MODE_LL;
+    cfg.layout = (int32_t)c.layout;
     cfg.payload = (int32_t)c.pay;
     cfg.combine_payload = (int32_t)c.cpay;
     cfg.scale_layout = c.swz ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : EPF_SCALE_LAYOUT_COMPACT;
@@ -858,6 +863,10 @@ static Case draw_ll(Rng& g, const Limits& lim) {
   c.swz = c.pay == EPF_PAYLOAD_MXFP8 && g.pm(350);
   c.packed = g.pm(500);
   c.y = c.pay == EPF_PAYLOAD_BF16 ? g.in(0, 3) : g.in(0, 1);
+  /* rank-major: one copy per (token, rank); packed = the receive half expands (else
+   * epf_ll_expand); y in the view's order: fixed, packed or packed + pull */
+  c.layout = g.pm(350) ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
+  if (c.layout == EPF_LAYOUT_RANK_MAJOR) c.y = g.pick<int64_t>({EPF_LL_Y_FIXED, EPF_LL_Y_PACKED, EPF_LL_Y_PACKED_PULL});
   c.ident = g.pm(300);
   c.split = g.pm(400);
   c.flags = (g.pm(250) ? EPF_FLAG_MX_SCALE_FLOOR : 0u) | (g.pm(250) ? EPF_FLAG_SCALE_UE8M0 : 0u) |
@@ -1534,6 +1543,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   const epf_plan_t plan = plan_of(c);
   const int R = (int)c.R, E = (int)c.E, K = (int)c.K, H = (int)c.H, Tm = (int)c.T;
   const int it = c.idx64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
+  const bool rm = c.layout == EPF_LAYOUT_RANK_MAJOR; /* the view is always written (packed: by the receive half) */
   LlIn li;
   llref_in_t& in = li.in;
   if (llref_in_init(&in, R, Tm, H, K, E, (int)c.pay, (int)c.cpay, plan.flags, (int)plan.scale_bytes_per_row) != 0)
@@ -1551,7 +1561,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   LL_ALLOC(ecounts, EPF_LL_BUF_EXPERT_COUNTS);
   LL_ALLOC(round, EPF_LL_BUF_ROUND);
   LL_ALLOC(out, EPF_LL_BUF_X);
-  if (c.packed) {
+  if (c.packed || rm) {
     LL_ALLOC(px, EPF_LL_BUF_PACKED_X);
     LL_ALLOC(pm, EPF_LL_BUF_PACKED_META);
     if (plan.scale_bytes_per_row) LL_ALLOC(ps, EPF_LL_BUF_PACKED_SCALES);
@@ -1568,8 +1578,8 @@ static void run_ll(const Case& c, uint64_t seed) {
   lg_dispatch.bpr = lg_combine.bpr = c.bpr;
   lg_dispatch.threads = lg_combine.threads = c.threads ? (int)c.threads : EPF_LL_DEFAULT_THREADS;
   lg_dispatch.smem = lg_combine.smem = epf_ll_smem_bytes(&plan, lg_dispatch.threads);
-  lg_dispatch.kernel = (const void*)epf_ll_dispatch_kernel;
-  lg_combine.kernel = (const void*)epf_ll_combine_kernel;
+  lg_dispatch.kernel = rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel;
+  lg_combine.kernel = rm ? (const void*)epf_ll_rm_combine_kernel : (const void*)epf_ll_combine_kernel;
 
   epf_ll_dispatch_args_t da;
   memset(&da, 0, sizeof(da));
@@ -1583,6 +1593,10 @@ static void run_ll(const Case& c, uint64_t seed) {
   da.packed_scales = c.packed ? ps.p : NULL;
   da.packed_meta = c.packed ? pm.as<epf_recv_meta_em_t>() : NULL;
   da.round = round.as<uint32_t>();
+  epf_ll_dispatch_args_t dv = da; /* rank-major: the view, by epf_ll_expand when not by the receive half */
+  dv.packed_x = px.p;
+  dv.packed_scales = ps.p;
+  dv.packed_meta = pm.as<epf_recv_meta_em_t>();
   epf_ll_combine_args_t ca;
   memset(&ca, 0, sizeof(ca));
   ca.y = llref_y_in_place((int)c.y) ? NULL : y.p;
@@ -1612,7 +1626,9 @@ static void run_ll(const Case& c, uint64_t seed) {
     upload_ids(ids.p, in.htopk, (size_t)R * tk, c.idx64 != 0);
     h2d(x.p, in.hx, (size_t)R * Tm * H * 2);
     h2d(w.p, in.hw, (size_t)R * Tm * K * 4);
-    for (int r = 0; r < R; ++r) CK(llref_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream));
+    for (int r = 0; r < R; ++r)
+      CK(rm ? llrm_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream)
+            : llref_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream));
     for (Dev* b : {&counts, &ecounts, &px, &ps, &pm, &round, &y, &out})
       if (b->p != nullptr) d_set(b->p, POISON, b->n);
     sync_or_die("uploads and poisoning");
@@ -1623,9 +1639,29 @@ static void run_ll(const Case& c, uint64_t seed) {
     } else {
       launched(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, g_stream), "epf_ll_dispatch", lg_dispatch);
     }
+    if (rm && !c.packed) launched(epf_ll_expand(&L, &dv, g_stream), "epf_ll_expand");
     sync_or_die("the LL dispatch");
     LlRef ref;
     llref_dispatch(&in, 0u, &ref.r);
+    if (rm) { /* rows, metadata and the view against the rank-major reference */
+      llrm_ref_t rr;
+      llrm_dispatch(&in, Tv.data(), 0u, &rr);
+      for (int d = 0; d < R; ++d) {
+        llref_rank_bufs_t b;
+        b.win = win.c() + (uint64_t)d * plan.total_bytes;
+        b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
+        b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
+        b.round = round.as<uint32_t>() + d;
+        b.packed_x = px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0);
+        b.packed_scales = ps.p ? ps.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0) : NULL;
+        b.packed_meta = (const epf_recv_meta_em_t*)(pm.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_META, 0));
+        if (llrm_check_dispatch_rank(&in, &plan, &rr, d, &b, epoch, 1, 1, "rank-major dispatch", msg) != 0) {
+          llrm_free(&rr);
+          FAIL("%s", msg);
+        }
+      }
+      llrm_free(&rr);
+    }
     g_st.tokens += (int64_t)R * T;
     g_st.dropped += ref.r.dropped;
     for (size_t i = 0; i < (size_t)R * (E / R) * R; ++i) g_st.copies += ref.r.counts[i];
@@ -1637,7 +1673,7 @@ static void run_ll(const Case& c, uint64_t seed) {
           for (int q = 0; q < k && row[k] >= 0 && row[k] < E; ++q) rep = rep || row[q] == row[k];
           g_st.repeats += rep;
         }
-    for (int d = 0; d < R; ++d) {
+    for (int d = 0; d < R && !rm; ++d) {
       llref_rank_bufs_t b;
       b.win = win.c() + (uint64_t)d * plan.total_bytes;
       b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
@@ -1652,7 +1688,8 @@ static void run_ll(const Case& c, uint64_t seed) {
 
     llref_experts_kernel<<<dim3(256, (unsigned)R), 256, 0, g_stream>>>(
         plan, win.c(), 0, round.as<uint32_t>(), counts.as<int32_t>(), px.c(), ps.as<uint8_t>(), y.as<uint16_t>(),
-        c.packed && c.y == EPF_LL_Y_PACKED ? 1 : 0, (int)c.y, (int)c.ident, -1);
+        rm || (c.packed && c.y == EPF_LL_Y_PACKED) ? 1 : 0, rm && c.y == EPF_LL_Y_PACKED_PULL ? EPF_LL_Y_PACKED : (int)c.y,
+        (int)c.ident, -1);
     CK(cudaGetLastError());
     if (c.split) {
       launched(epf_ll_combine(&L, &ca, EPF_LL_SEND, g_stream), "epf_ll_combine (send)", lg_combine);
@@ -1662,7 +1699,12 @@ static void run_ll(const Case& c, uint64_t seed) {
     }
     sync_or_die("experts + the LL combine");
     d2h(hout.data(), out.p, hout.size() * 2);
-    par_for(R, [&](int s) { llref_combine(&in, 0u, (int)c.ident, s, want.data()); });
+    par_for(R, [&](int s) {
+      if (rm)
+        llrm_combine(&in, Tv.data(), 0u, (int)c.ident, s, want.data());
+      else
+        llref_combine(&in, 0u, (int)c.ident, s, want.data());
+    });
     for (int s = 0; s < R; ++s) {
       const uint16_t* o = hout.data() + (size_t)s * Tm * H;
       for (int t = 0; t < T; ++t) {
