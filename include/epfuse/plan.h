@@ -56,10 +56,10 @@ EPF_BEGIN_DECLS
   X(SIG_DISPATCH, "[R] HT dispatch arrival, one per source")                                       \
   X(SIG_COMBINE, "[R] combine arrival, one per peer")                                              \
   X(SIG_BARRIER, "[R] team barrier, one per peer")                                                 \
-  X(SIG_LL_DISPATCH, "LL: [2 parity][experts_per_rank][R] epoch|count")                            \
+  X(SIG_LL_DISPATCH, "LL: [2 parity][experts_per_rank][R] epoch|count (RM: the first [2][R])")    \
   X(SIG_LL_COMBINE, "LL: [2 parity][R]")                                                           \
   X(COUNTS, "[2 parity][R source][E + R] uint64 count words (epoch << 32 | 1 << 31 | count): "     \
-            "per-expert, then per-rank counts")                                                    \
+            "per-expert, then per-rank counts (LL RM: the per-expert copies of each source)")      \
   X(RECV_TOKENS, "HT: [recv_capacity] rows; LL: [2][E_local][R][T] (EM) or [2][R][T] (RM)")        \
   X(RECV_SCALES, "the rows' scales (compact or swizzled); 0 bytes for BF16")                        \
   X(RECV_META, "the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row)")                  \
