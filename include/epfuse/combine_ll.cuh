@@ -94,6 +94,10 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
 #define EPF_LL_COMBINE_BATCH 8
 #endif
 
+/* the body of the two send blocks below (defined after them) */
+EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                            void* smem, bool bwd);
+
 /* epf_ll_combine_send_block — the expert side: push this round's expert outputs to their sources.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
  *             the rank, once per round, after the dispatch receive of the same round completed
@@ -111,6 +115,28 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
  *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
  *   Memory:   plain 16-byte stores to peers; .sys release of the signal words after every block
  *             arrived. Blocking: no. */
+EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                 const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_combine_send(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_dispatch_backward_send_block — the expert side of the backward of the LL dispatch
+ *   (training): an LL combine round of the expert-input gradients. Everything as
+ *   epf_ll_combine_send_block (same scope, layouts, push / pull, signals, epochs: it IS a combine
+ *   round of the rank, and it follows a dispatch round, normally epf_ll_combine_backward's), with
+ *   a->y = dx rows (one per receive row, in y_layout's order; IN_PLACE / IN_PLACE_PULL: over the
+ *   receive rows), plus, when a->weight_grad is not NULL, one FP32 per row in the same order (the
+ *   router-weight gradient the expert stage computed for the row) carried to the source:
+ *   pushed into the first 4 bytes of the source's landing row epf_ll_weight_grad_row(plan, c, t, k)
+ *   (the other parity's landing row of the row's (t, k)); pulled (EPF_LL_Y_IN_PLACE_PULL): stored
+ *   into the weight field of the row's own metadata row, where the source reads it. The signal
+ *   word says so (EPF__LL_COMBINE_WGRAD).
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                           const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_combine_send(plan, ctx, a, smem, true);
+}
+
 /* (the body is epf__ll_combine_send, shared with epf_ll_dispatch_backward_send_block: bwd = true
  * also carries a->weight_grad; every caller passes a constant) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
@@ -242,27 +268,9 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   }
 }
 
-EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                 const epf_ll_combine_args_t* a, void* smem) {
-  epf__ll_combine_send(plan, ctx, a, smem, false);
-}
-
-/* epf_ll_dispatch_backward_send_block — the expert side of the backward of the LL dispatch
- *   (training): an LL combine round of the expert-input gradients. Everything as
- *   epf_ll_combine_send_block (same scope, layouts, push / pull, signals, epochs: it IS a combine
- *   round of the rank, and it follows a dispatch round, normally epf_ll_combine_backward's), with
- *   a->y = dx rows (one per receive row, in y_layout's order; IN_PLACE / IN_PLACE_PULL: over the
- *   receive rows), plus, when a->weight_grad is not NULL, one FP32 per row in the same order (the
- *   router-weight gradient the expert stage computed for the row) carried to the source:
- *   pushed into the first 4 bytes of the source's landing row epf_ll_weight_grad_row(plan, c, t, k)
- *   (the other parity's landing row of the row's (t, k)); pulled (EPF_LL_Y_IN_PLACE_PULL): stored
- *   into the weight field of the row's own metadata row, where the source reads it. The signal
- *   word says so (EPF__LL_COMBINE_WGRAD).
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
-EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                           const epf_ll_combine_args_t* a, void* smem) {
-  epf__ll_combine_send(plan, ctx, a, smem, true);
-}
+/* the body of the two receive blocks below (defined after them) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                    const epf_ll_combine_args_t* a, void* smem, bool bwd);
 
 /* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
  *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
@@ -284,6 +292,27 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* pla
  *             and (pull) of the peers' receive rows.
  *   Co-residency: waits on the combine send halves of every rank; in one launch with them
  *             [needs-co-residency]. */
+EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                         const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_combine_recv(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_dispatch_backward_recv_block — the source side of the backward of the LL dispatch
+ *   (training). Everything as epf_ll_combine_recv_block (scope, waits, push / pull, masked ranks,
+ *   epochs), except the sum: UNIT weights over the FIRST OCCURRENCES only (a repeated expert of a
+ *   token contributes nothing: its gradient is already inside its first occurrence's row):
+ *     out[t][h] = BF16_RNE( fma(1.0f, dx_{k_n}[h], ... fma(1.0f, dx_{k_0}[h], 0.0f)) )
+ *   over the token's present first-occurrence entries k_0 < k_1 < ...; a->topk_weights is not read.
+ *   With a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of
+ *   the row k read in the forward (a repeat: its first occurrence's row), or 0 when the id is -1
+ *   or dropped, its rank is absent this round, or the rank did not carry gradients (no weight_grad
+ *   on its side). Written by the blocks that own chunk 0 of each token.
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                                   const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_combine_recv(plan, ctx, a, smem, true);
+}
+
 /* (the body is epf__ll_combine_recv, shared with epf_ll_dispatch_backward_recv_block: bwd = true
  * sums with unit weights over first occurrences and writes a->topk_weights_grad; every caller
  * passes a constant) */
@@ -418,27 +447,6 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_RECV))
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_RECV, epoch);
   return res;
-}
-
-EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                         const epf_ll_combine_args_t* a, void* smem) {
-  return epf__ll_combine_recv(plan, ctx, a, smem, false);
-}
-
-/* epf_ll_dispatch_backward_recv_block — the source side of the backward of the LL dispatch
- *   (training). Everything as epf_ll_combine_recv_block (scope, waits, push / pull, masked ranks,
- *   epochs), except the sum: UNIT weights over the FIRST OCCURRENCES only (a repeated expert of a
- *   token contributes nothing: its gradient is already inside its first occurrence's row):
- *     out[t][h] = BF16_RNE( fma(1.0f, dx_{k_n}[h], ... fma(1.0f, dx_{k_0}[h], 0.0f)) )
- *   over the token's present first-occurrence entries k_0 < k_1 < ...; a->topk_weights is not read.
- *   With a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of
- *   the row k read in the forward (a repeat: its first occurrence's row), or 0 when the id is -1
- *   or dropped, its rank is absent this round, or the rank did not carry gradients (no weight_grad
- *   on its side). Written by the blocks that own chunk 0 of each token.
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
-EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                                   const epf_ll_combine_args_t* a, void* smem) {
-  return epf__ll_combine_recv(plan, ctx, a, smem, true);
 }
 
 EPF_END_DECLS

@@ -91,6 +91,10 @@ EPF_DEVICE_INLINE float epf__ll_combine_weight(const void* topk_idx, int is64, c
   return acc;
 }
 
+/* the body of the two send blocks below (defined after them) */
+EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
+                                             void* smem, bool bwd);
+
 /* epf_ll_dispatch_send_block — the send half of LL dispatch for one rank.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
  *             the rank calls it once per round, converged, with the same plan and args.
@@ -109,6 +113,28 @@ EPF_DEVICE_INLINE float epf__ll_combine_weight(const void* topk_idx, int is64, c
  *             arrived (epf_arrive_last_block). Never waits: no co-residency needed.
  *   Limits:   plan checked with epf_ll_plan_check; payload epf_ll_payload_supported.
  *             Blocking: no. */
+EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                  const epf_ll_dispatch_args_t* a, void* smem) {
+  epf__ll_dispatch_send(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_combine_backward_send_block — the send half of the backward of the LL combine (training):
+ *   an LL dispatch round of the output gradients. Everything as epf_ll_dispatch_send_block (same
+ *   scope, slots, rows, signals, epochs: it IS a dispatch round of the rank; the receive half is
+ *   epf_ll_dispatch_recv_block itself), with a->x = dy [num_tokens][hidden] BF16 and the same
+ *   topk_idx / topk_weights / num_tokens as the forward round, except the metadata weight of each
+ *   row: the row's COMBINE WEIGHT, the sum over the k of the token that read the row in the forward
+ *   combine (its first occurrence and every repeat of the expert) of topk_weights[t][k], FP32 adds
+ *   in ascending k from +0.0f (1.0f per k when topk_weights is NULL). The rows carry dy exactly, so
+ *   the expert stage computes d out_row = weight * dy_row.
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it).
+ *   Rows:     the same (local expert, source, slot) as the forward round with the same routing, i.e.
+ *             the same epf_ll_fixed_row / epf_ll_packed_row; the parity is this round's (*round). */
+EPF_DEVICE_INLINE void epf_ll_combine_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                          const epf_ll_dispatch_args_t* a, void* smem) {
+  epf__ll_dispatch_send(plan, ctx, a, smem, true);
+}
+
 /* (the body is epf__ll_dispatch_send, shared with epf_ll_combine_backward_send_block: bwd = true
  * makes the metadata weight the row's combine weight, epf__ll_combine_weight; every caller passes
  * a constant, so the forward code carries no backward code) */
@@ -218,28 +244,6 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
     }
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_SEND, epoch);
   }
-}
-
-EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                  const epf_ll_dispatch_args_t* a, void* smem) {
-  epf__ll_dispatch_send(plan, ctx, a, smem, false);
-}
-
-/* epf_ll_combine_backward_send_block — the send half of the backward of the LL combine (training):
- *   an LL dispatch round of the output gradients. Everything as epf_ll_dispatch_send_block (same
- *   scope, slots, rows, signals, epochs: it IS a dispatch round of the rank; the receive half is
- *   epf_ll_dispatch_recv_block itself), with a->x = dy [num_tokens][hidden] BF16 and the same
- *   topk_idx / topk_weights / num_tokens as the forward round, except the metadata weight of each
- *   row: the row's COMBINE WEIGHT, the sum over the k of the token that read the row in the forward
- *   combine (its first occurrence and every repeat of the expert) of topk_weights[t][k], FP32 adds
- *   in ascending k from +0.0f (1.0f per k when topk_weights is NULL). The rows carry dy exactly, so
- *   the expert stage computes d out_row = weight * dy_row.
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it).
- *   Rows:     the same (local expert, source, slot) as the forward round with the same routing, i.e.
- *             the same epf_ll_fixed_row / epf_ll_packed_row; the parity is this round's (*round). */
-EPF_DEVICE_INLINE void epf_ll_combine_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
-                                                          const epf_ll_dispatch_args_t* a, void* smem) {
-  epf__ll_dispatch_send(plan, ctx, a, smem, true);
 }
 
 /* epf_ll_dispatch_recv_block — the receive half of LL dispatch for one rank.

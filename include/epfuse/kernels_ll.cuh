@@ -305,6 +305,10 @@ EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_com
   return args->y_layout == EPF_LL_Y_IN_PLACE_PULL && L->plan.combine_payload == EPF_PAYLOAD_BF16;
 }
 
+/* the body of epf_ll_dispatch and epf_ll_combine_backward (defined after them) */
+EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
+                                            cudaStream_t stream, bool bwd);
+
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
  *   plan, EPF_ERR_LAYOUT for RANK_MAJOR; EPF_ERR_RANKS / EPF_ERR_RANK for the team), halves,
@@ -315,6 +319,25 @@ EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_com
  *   (EPF_ERR_TOKENS when T x top_k / num_experts need more shared memory than a block can have,
  *   EPF_ERR_CO_RESIDENCY for a fused launch that cannot be resident) and the launch
  *   (EPF_ERR_CUDA). Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
+                                        cudaStream_t stream) {
+  return epf__ll_dispatch_op(L, args, halves, stream, false);
+}
+
+/* epf_ll_combine_backward — the backward of the LL combine (training): an LL dispatch round of the
+ *   output gradients. args as for epf_ll_dispatch, with args->x = dy [num_tokens][hidden] BF16 and
+ *   the SAME topk_idx / topk_weights / num_tokens (and index type) as the forward round; the rows
+ *   land in the same (local expert, source, slot) as the forward's, each with the metadata weight
+ *   = the row's combine weight (epf_ll_combine_backward_send_block). The receive half and its
+ *   outputs (counts, packed copy, *round) are the dispatch's. It is a dispatch round of the state:
+ *   the next combine round (normally epf_ll_dispatch_backward) pairs with it.
+ *   Checks: those of epf_ll_dispatch, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
+ *   plan is BF16 both ways). Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_combine_backward(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args,
+                                                int halves, cudaStream_t stream) {
+  return epf__ll_dispatch_op(L, args, halves, stream, true);
+}
+
 /* (the body is epf__ll_dispatch_op, shared with epf_ll_combine_backward: bwd = true also needs
  * epf_ll_backward_check and launches epf_ll_combine_backward_kernel) */
 EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
@@ -350,30 +373,37 @@ EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_
   return epf__cuda_status(cudaGetLastError());
 }
 
-EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
-                                        cudaStream_t stream) {
-  return epf__ll_dispatch_op(L, args, halves, stream, false);
-}
-
-/* epf_ll_combine_backward — the backward of the LL combine (training): an LL dispatch round of the
- *   output gradients. args as for epf_ll_dispatch, with args->x = dy [num_tokens][hidden] BF16 and
- *   the SAME topk_idx / topk_weights / num_tokens (and index type) as the forward round; the rows
- *   land in the same (local expert, source, slot) as the forward's, each with the metadata weight
- *   = the row's combine weight (epf_ll_combine_backward_send_block). The receive half and its
- *   outputs (counts, packed copy, *round) are the dispatch's. It is a dispatch round of the state:
- *   the next combine round (normally epf_ll_dispatch_backward) pairs with it.
- *   Checks: those of epf_ll_dispatch, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
- *   plan is BF16 both ways). Scope: host; stream-ordered; capturable. */
-EPF_INLINE epf_status_t epf_ll_combine_backward(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args,
-                                                int halves, cudaStream_t stream) {
-  return epf__ll_dispatch_op(L, args, halves, stream, true);
-}
+/* the body of epf_ll_combine and epf_ll_dispatch_backward (defined after them) */
+EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
+                                           cudaStream_t stream, bool bwd);
 
 /* epf_ll_combine — launch the LL combine: push half, reduce half, or both fused.
  *   Checks as epf_ll_dispatch, plus: combine_payload (EPF_ERR_NOT_SUPPORTED unless
  *   epf_ll_combine_payload_supported: BF16 or MXFP8); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
  *   payload: EPF_ERR_PAYLOAD) and a known y_layout; receive needs topk_idx (num_tokens > 0) and
  *   a 16-byte aligned out. Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
+                                       cudaStream_t stream) {
+  return epf__ll_combine_op(L, args, halves, stream, false);
+}
+
+/* epf_ll_dispatch_backward — the backward of the LL dispatch (training): an LL combine round of
+ *   the expert-input gradients dx (one BF16 row per receive row of the preceding dispatch round, in
+ *   args->y_layout's order: FIXED, PACKED, IN_PLACE or IN_PLACE_PULL, push and pull as the forward
+ *   combine) back to the tokens with UNIT weights, a repeated expert of a token contributing
+ *   nothing: out = dx [num_tokens][hidden] BF16 (epf_ll_dispatch_backward_recv_block).
+ *   args->topk_weights is not read. Router-weight gradient (optional): args->weight_grad (send:
+ *   one FP32 per row, y's row order) and args->topk_weights_grad (receive: [num_tokens][top_k]
+ *   FP32); both transports carry it (push: the source's other-parity landing row; pull: the row's
+ *   metadata).
+ *   Checks: those of epf_ll_combine, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
+ *   plan is BF16 both ways) and EPF_ERR_ALIGNMENT for gradient buffers not 4-byte aligned.
+ *   Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_dispatch_backward(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args,
+                                                 int halves, cudaStream_t stream) {
+  return epf__ll_combine_op(L, args, halves, stream, true);
+}
+
 /* (the body is epf__ll_combine_op, shared with epf_ll_dispatch_backward: bwd = true also needs
  * epf_ll_backward_check, checks the gradient operands and launches epf_ll_dispatch_backward_kernel) */
 EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
@@ -417,28 +447,6 @@ EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_l
                                                                        L->abort_word, L->virtual_ranks, bpr, halves,
                                                                        *args);
   return epf__cuda_status(cudaGetLastError());
-}
-
-EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
-                                       cudaStream_t stream) {
-  return epf__ll_combine_op(L, args, halves, stream, false);
-}
-
-/* epf_ll_dispatch_backward — the backward of the LL dispatch (training): an LL combine round of
- *   the expert-input gradients dx (one BF16 row per receive row of the preceding dispatch round, in
- *   args->y_layout's order: FIXED, PACKED, IN_PLACE or IN_PLACE_PULL, push and pull as the forward
- *   combine) back to the tokens with UNIT weights, a repeated expert of a token contributing
- *   nothing: out = dx [num_tokens][hidden] BF16 (epf_ll_dispatch_backward_recv_block).
- *   args->topk_weights is not read. Router-weight gradient (optional): args->weight_grad (send:
- *   one FP32 per row, y's row order) and args->topk_weights_grad (receive: [num_tokens][top_k]
- *   FP32); both transports carry it (push: the source's other-parity landing row; pull: the row's
- *   metadata).
- *   Checks: those of epf_ll_combine, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
- *   plan is BF16 both ways) and EPF_ERR_ALIGNMENT for gradient buffers not 4-byte aligned.
- *   Scope: host; stream-ordered; capturable. */
-EPF_INLINE epf_status_t epf_ll_dispatch_backward(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args,
-                                                 int halves, cudaStream_t stream) {
-  return epf__ll_combine_op(L, args, halves, stream, true);
 }
 
 EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const uint32_t* host_mask,
