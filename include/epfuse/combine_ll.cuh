@@ -53,6 +53,8 @@
  *   bool         epf_ll_combine_payload_supported(int payload)                           [EPF_HD]
  *   void         epf_ll_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *   epf_status_t epf_ll_combine_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   void         epf_ll_dispatch_backward_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
  * Requirements: CUDA, sm_80+ (BF16 conversions); push run on H200 (v1); pull and the 4-chunk push compiled for
  *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90).
@@ -81,12 +83,20 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
 /* Value half of a combine signal word: 0 = the peer pushed its outputs into this rank's COMBINE
  * rows; EPF__LL_COMBINE_PULL = read them from the peer's receive rows (EPF_LL_Y_IN_PLACE_PULL). */
 #define EPF__LL_COMBINE_PULL 1u
+/* Bit of a combine signal word's value half, backward of dispatch only: the peer carried the
+ * router-weight gradients of its rows (pushed: epf_ll_weight_grad_row; pulled: the weight field of
+ * its receive rows' metadata). Without it the source writes 0 for that peer's entries. */
+#define EPF__LL_COMBINE_WGRAD 2u
 
 
 /* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
 #ifndef EPF_LL_COMBINE_BATCH
 #define EPF_LL_COMBINE_BATCH 8
 #endif
+
+/* the body of the two send blocks below (defined after them) */
+EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                            void* smem, bool bwd);
 
 /* epf_ll_combine_send_block — the expert side: push this round's expert outputs to their sources.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
@@ -107,6 +117,30 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
  *             arrived. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                  const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_combine_send(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_dispatch_backward_send_block — the expert side of the backward of the LL dispatch
+ *   (training): an LL combine round of the expert-input gradients. Everything as
+ *   epf_ll_combine_send_block (same scope, layouts, push / pull, signals, epochs: it IS a combine
+ *   round of the rank, and it follows a dispatch round, normally epf_ll_combine_backward's), with
+ *   a->y = dx rows (one per receive row, in y_layout's order; IN_PLACE / IN_PLACE_PULL: over the
+ *   receive rows), plus, when a->weight_grad is not NULL, one FP32 per row in the same order (the
+ *   router-weight gradient the expert stage computed for the row) carried to the source:
+ *   pushed into the first 4 bytes of the source's landing row epf_ll_weight_grad_row(plan, c, t, k)
+ *   (the other parity's landing row of the row's (t, k)); pulled (EPF_LL_Y_IN_PLACE_PULL): stored
+ *   into the weight field of the row's own metadata row, where the source reads it. The signal
+ *   word says so (EPF__LL_COMBINE_WGRAD).
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                           const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_combine_send(plan, ctx, a, smem, true);
+}
+
+/* (the body is epf__ll_combine_send, shared with epf_ll_dispatch_backward_send_block: bwd = true
+ * also carries a->weight_grad; every caller passes a constant) */
+EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                            void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank;
   const int Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts, H = plan->hidden;
@@ -127,6 +161,8 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   const int ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
+  /* backward: this rank carries the router-weight gradients of its rows */
+  const bool wgrad = bwd && a->weight_grad != NULL && ok_round;
   int64_t u, units;
   int g;
 
@@ -138,16 +174,26 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
     epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
                      epoch, drecv, 0);
-  if (!pull) { /* block-uniform */
+  if (!pull || wgrad) { /* block-uniform */
     for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
       const int s = g % R;
       int32_t n = ok_round && epf__ll_active(mask, s) ? a->recv_counts[g] : 0;
       pre[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
     }
     epf__ll_scan_block(pre, E, ws);
-    units = (int64_t)pre[E] * ngroups;
+    units = pull ? 0 : (int64_t)pre[E] * ngroups;
   } else {
     units = 0;
+  }
+  if (wgrad && pull) { /* the sources read each row's gradient from the weight field of its metadata */
+    for (u = (int64_t)ctx.block * blockDim.x + threadIdx.x; u < (int64_t)pre[E]; u += (int64_t)ctx.nblocks * blockDim.x) {
+      const uint32_t r = (uint32_t)u;
+      const int gi = epf__ll_find_group(pre, E, r);
+      const int le = gi / R, s = gi - le * R, j = (int)(r - pre[gi]);
+      epf_recv_meta_em_t* m =
+          (epf_recv_meta_em_t*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, epf_ll_recv_row(plan, epoch, le, s, j)));
+      m->weight = a->weight_grad[epf_ll_fixed_row(plan, le, s, j)];
+    }
   }
 
   /* one unit = (row, group of EPF_LL_SEND_CHUNKS 256-element chunks): one metadata load per
@@ -180,6 +226,12 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
     else
       src = (const char*)a->y + epf_ll_fixed_row(plan, le, s, j) * (int64_t)H * 2;
     dst = (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
+    if (wgrad && c0 == 0 && lane == 0) { /* the row's gradient, into the other parity's landing row */
+      const int64_t yrow = a->y_layout == EPF_LL_Y_PACKED ? epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j)
+                                                          : epf_ll_fixed_row(plan, le, s, j);
+      *(float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, k)), s) =
+          a->weight_grad[yrow];
+    }
 #pragma unroll
     for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
       const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
@@ -210,11 +262,15 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
                                   epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
                                                          epf_ll_combine_signal_index(plan, epoch, rank)),
                                   g),
-          epoch, pull ? EPF__LL_COMBINE_PULL : 0u);
+          epoch, (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
     }
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
   }
 }
+
+/* the body of the two receive blocks below (defined after them) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                    const epf_ll_combine_args_t* a, void* smem, bool bwd);
 
 /* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
  *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
@@ -238,6 +294,30 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
  *             [needs-co-residency]. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                          const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_combine_recv(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_dispatch_backward_recv_block — the source side of the backward of the LL dispatch
+ *   (training). Everything as epf_ll_combine_recv_block (scope, waits, push / pull, masked ranks,
+ *   epochs), except the sum: UNIT weights over the FIRST OCCURRENCES only (a repeated expert of a
+ *   token contributes nothing: its gradient is already inside its first occurrence's row):
+ *     out[t][h] = BF16_RNE( fma(1.0f, dx_{k_n}[h], ... fma(1.0f, dx_{k_0}[h], 0.0f)) )
+ *   over the token's present first-occurrence entries k_0 < k_1 < ...; a->topk_weights is not read.
+ *   With a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of
+ *   the row k read in the forward (a repeat: its first occurrence's row), or 0 when the id is -1
+ *   or dropped, its rank is absent this round, or the rank did not carry gradients (no weight_grad
+ *   on its side). Written by the blocks that own chunk 0 of each token.
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                                   const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_combine_recv(plan, ctx, a, smem, true);
+}
+
+/* (the body is epf__ll_combine_recv, shared with epf_ll_dispatch_backward_recv_block: bwd = true
+ * sums with unit weights over first occurrences and writes a->topk_weights_grad; every caller
+ * passes a constant) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                    const epf_ll_combine_args_t* a, void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank;
   const int H = plan->hidden, Tmax = plan->max_tokens_per_rank;
@@ -248,6 +328,8 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
   const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
   uint32_t* present = (uint32_t*)((char*)smem + sl.reduce_present); /* [EPF_MASK_WORDS] */
   uint32_t* pulled = (uint32_t*)((char*)smem + sl.reduce_pulled);   /* [EPF_MASK_WORDS] */
+  uint32_t* wgbits = (uint32_t*)((char*)smem + sl.reduce_wgrad);     /* [EPF_MASK_WORDS], backward */
+  float* const wg_out = bwd ? a->topk_weights_grad : NULL;
   /* the dispatch's slot table of this round (pull) */
   const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.reduce_slots, T, (int)blockDim.x);
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
@@ -263,6 +345,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
   for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
     present[i] = 0u;
     pulled[i] = 0u;
+    if (bwd) wgbits[i] = 0u;
   }
   if (early_slots) /* block-uniform; dropped ids were counted by the dispatch send */
     epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
@@ -275,6 +358,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
     if (st == EPF_OK) {
       atomicOr(&present[i >> 5], 1u << (i & 31));
       if (!mx && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
+      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&wgbits[i >> 5], 1u << (i & 31));
     } else if (mine == EPF_OK) {
       mine = st;
     }
@@ -299,19 +383,28 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
         int first_k;
         const int e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
         const int d = e >= 0 ? e / EL : 0;
+        float wg = 0.f; /* backward: the router-weight gradient of (t, k) */
         if (e >= 0 && epf__ll_active(present, d)) {
           if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
             src = (const char*)epf_local_ptr(team,
                                              epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
+            if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
+              wg = *(const float*)epf_local_ptr(
+                  team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, first_k)));
           } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows */
             int se;
             const uint32_t slot = epf_ll_slot(plan, slots, t * K + first_k, &se);
-            if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax)
-              src = (const char*)epf_peer_ptr(
-                  team, epf_plan_recv_token_offset(plan, epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot)), d);
+            if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax) {
+              const int64_t prow = epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot);
+              src = (const char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, prow), d);
+              if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
+                wg = ((const epf_recv_meta_em_t*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, prow), d))->weight;
+            }
           }
-          if (src != NULL) wk = a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+          if (bwd && first_k != k) src = NULL; /* a repeat: its gradient is in the first occurrence's row */
+          if (src != NULL) wk = bwd ? 1.0f : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
         }
+        if (wg_out != NULL && c == 0) wg_out[(int64_t)t * K + k] = wg;
       }
       m = __ballot_sync(0xffffffffu, src != NULL);
       while (m != 0u) { /* batches of up to EPF_LL_COMBINE_BATCH rows: loads first, fmas in k order */

@@ -160,10 +160,16 @@ static void fix_free(fix_t* f) {
 /* Fresh inputs (llref_fill: routing with ~8% -1, ~6% repeats of an earlier k, and (bad_ids) ~3%
  * ids outside [-1, E)), written to the host copies and the device buffers (whole Tmax rows; rows
  * >= T are garbage the kernels must ignore). */
+static void fix_upload(fix_t* f);
 static void fix_fill(fix_t* f, int T, int bad_ids) {
+  llref_fill(&f->in, T, bad_ids, &g_seed);
+  fix_upload(f);
+}
+
+/* the host inputs of f->in (x, weights, routing) into the device buffers */
+static void fix_upload(fix_t* f) {
   const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
   size_t i;
-  llref_fill(&f->in, T, bad_ids, &g_seed);
   EPF_CHECK_CUDA(cudaMemcpy(f->x, f->in.hx, (size_t)R * Tmax * H * 2, cudaMemcpyHostToDevice));
   EPF_CHECK_CUDA(cudaMemcpy(f->w, f->in.hw, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
   if (f->topk64) {
@@ -876,6 +882,491 @@ static void test_not_fault_tolerant(void** state) {
 }
 
 /* ============================================================================================ */
+/* the training direction: forward rounds, then backward rounds (epf_ll_combine_backward =      */
+/* a dispatch of dy with combine weights, epf_ll_dispatch_backward = a unit-weight combine of dx */
+/* plus the router-weight gradient)                                                              */
+/* ============================================================================================ */
+
+typedef struct {
+  int t[16];
+} ts_t; /* tokens per virtual rank (R <= 16), by value */
+
+/* the public blocks (as a fused kernel calls them), every virtual rank with its own token count,
+ * one rank optionally silent; bwd: the backward blocks instead of the forward ones */
+__global__ void blk_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                    int bpr, epf_ll_dispatch_args_t args, ts_t Ts, int silent, int bwd) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts.t[t.rank];
+  if (bwd)
+    epf_ll_combine_backward_send_block(&plan, ctx, &a, smem);
+  else
+    epf_ll_dispatch_send_block(&plan, ctx, &a, smem);
+  __syncthreads();
+  (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, smem);
+}
+
+__global__ void blk_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                   int bpr, epf_ll_combine_args_t args, ts_t Ts, int silent, int bwd) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts.t[t.rank];
+  if (bwd) {
+    epf_ll_dispatch_backward_send_block(&plan, ctx, &a, smem);
+    __syncthreads();
+    (void)epf_ll_dispatch_backward_recv_block(&plan, ctx, &a, smem);
+  } else {
+    epf_ll_combine_send_block(&plan, ctx, &a, smem);
+    __syncthreads();
+    (void)epf_ll_combine_recv_block(&plan, ctx, &a, smem);
+  }
+}
+
+/* how a round is launched: the launchers (Ts == NULL; split or fused halves) or the blocks */
+typedef struct {
+  int split;
+  const ts_t* Ts; /* per-rank tokens (f->in.Ts points at the same counts), or NULL */
+  int silent;     /* blocks only: this rank takes no part (-1: none) */
+} how_t;
+
+static void blk_launch_check(const fix_t* f, const void* kernel, int bpr, int threads, size_t smem) {
+  assert_int_equal(epf_virtual_grid_check(kernel, threads, smem, f->in.R * bpr, 0), EPF_OK);
+}
+
+/* a dispatch round: forward (bwd 0) or backward of combine (bwd 1), launched as `h` says */
+static void launch_dispatch(fix_t* f, const epf_ll_dispatch_args_t* da, int bwd, const how_t* h) {
+  if (h->Ts != NULL) {
+    const int bpr = 2, threads = 256;
+    const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+    blk_launch_check(f, (const void*)blk_dispatch_kernel, bpr, threads, smem);
+    blk_dispatch_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *da, *h->Ts,
+                                                          h->silent, bwd);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  } else if (h->split) {
+    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_BOTH, 0), EPF_OK);
+  }
+}
+
+static void launch_combine(fix_t* f, const epf_ll_combine_args_t* ca, int bwd, const how_t* h) {
+  if (h->Ts != NULL) {
+    const int bpr = 2, threads = 256;
+    const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+    blk_launch_check(f, (const void*)blk_combine_kernel, bpr, threads, smem);
+    blk_combine_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *ca, *h->Ts,
+                                                         h->silent, bwd);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  } else if (h->split) {
+    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_BOTH, 0), EPF_OK);
+  }
+}
+
+/* the backward's own device buffers: per-row weight gradients, topk_weights_grad */
+typedef struct {
+  float* wg;  /* [R][recv_capacity] */
+  float* twg; /* [R][Tmax][K] */
+} bwd_bufs_t;
+
+static void bwd_bufs_init(const fix_t* f, bwd_bufs_t* b) {
+  EPF_CHECK_CUDA(cudaMalloc(&b->wg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
+  EPF_CHECK_CUDA(cudaMalloc(&b->twg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+}
+static void bwd_bufs_free(bwd_bufs_t* b) {
+  EPF_CHECK_CUDA(cudaFree(b->wg));
+  EPF_CHECK_CUDA(cudaFree(b->twg));
+}
+
+/* a forward round (dispatch, experts, combine) of f->in, checked; absent: ranks that take no part */
+static void fwd_round(fix_t* f, uint32_t epoch, int packed, int y_layout, const how_t* h, uint32_t absent,
+                      const char* what) {
+  epf_ll_dispatch_args_t da = fix_dargs(f, packed);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
+  llref_t ref;
+  fix_poison(f, epoch);
+  launch_dispatch(f, &da, 0, h);
+  run_experts(f, packed && y_layout == EPF_LL_Y_PACKED, y_layout, 0, h->Ts != NULL ? h->silent : -1, 0);
+  launch_combine(f, &ca, 0, h);
+  EPF_CHECK_LAUNCH();
+  llref_dispatch(&f->in, absent, &ref);
+  check_dispatch(f, &ref, absent, epoch, !llref_y_in_place(y_layout), packed, what);
+  check_combine(f, absent, 0, what);
+  llref_free(&ref);
+}
+
+/* fresh dy (BF16 rows of every rank) for the backward, the routing kept */
+static void fix_new_dy(fix_t* f) {
+  for (size_t i = 0; i < (size_t)f->in.R * f->in.Tmax * f->in.H; ++i) f->in.hx[i] = llref_rand_bf16(&g_seed);
+  fix_upload(f);
+}
+
+/* the backward of one forward round: epf_ll_combine_backward (a dispatch of dy, round `epoch`),
+ * checked (rows, counts, metadata with combine weights, packed copy), then the experts (dx rows
+ * in y_layout, the per-row weight gradient when with_wg) and epf_ll_dispatch_backward, checked (dx
+ * and topk_weights_grad, bit for bit) */
+static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed, int y_layout, int identity,
+                      int with_wg, const how_t* h, uint32_t absent, const char* what) {
+  const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
+  const int silent = h->Ts != NULL ? h->silent : -1;
+  epf_ll_dispatch_args_t da = fix_dargs(f, packed);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
+  uint16_t* want = (uint16_t*)malloc((size_t)R * Tmax * H * 2);
+  float* wantg = (float*)malloc((size_t)R * Tmax * K * 4);
+  char msg[LLREF_MSG], w2[300];
+  llref_t ref;
+  assert_true(want != NULL && wantg != NULL);
+  fix_poison(f, epoch);
+  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
+  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  /* backward of combine */
+  launch_dispatch(f, &da, 1, h);
+  EPF_CHECK_LAUNCH();
+  f->in.combine_weights = 1;
+  llref_dispatch(&f->in, absent, &ref);
+  snprintf(w2, sizeof(w2), "%s: backward of combine", what);
+  check_dispatch(f, &ref, absent, epoch, 1, packed, w2);
+  f->in.combine_weights = 0;
+  /* the expert stage: per-row weight gradient (read before experts in place overwrite the rows), dx rows */
+  if (with_wg) {
+    llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256>>>(f->plan, f->win, 0, f->round, f->recv_counts, b->wg,
+                                                       y_layout == EPF_LL_Y_PACKED, silent);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  }
+  run_experts(f, packed && y_layout == EPF_LL_Y_PACKED, y_layout, identity, silent, 0);
+  /* backward of dispatch: topk_weights must not matter (unit weights) */
+  ca.topk_weights = NULL;
+  ca.weight_grad = with_wg ? b->wg : NULL;
+  ca.topk_weights_grad = b->twg;
+  launch_combine(f, &ca, 1, h);
+  EPF_CHECK_LAUNCH();
+  llref_dispatch_backward(&f->in, absent, identity, want, wantg);
+  if (!with_wg) memset(wantg, 0, (size_t)R * Tmax * K * 4); /* nobody carried gradients: 0 everywhere */
+  snprintf(w2, sizeof(w2), "%s: backward of dispatch", what);
+  for (int s = 0; s < R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    if (llref_check_combine_rank(&f->in, s, f->out + (size_t)s * Tmax * H, want, w2, msg) != 0) fail_msg("%s", msg);
+    if (llref_check_wgrad_rank(&f->in, s, b->twg + (size_t)s * Tmax * K, wantg, w2, msg) != 0) fail_msg("%s", msg);
+  }
+  llref_free(&ref);
+  free(want);
+  free(wantg);
+}
+
+/* forward then backward, launchers: hidden 2880 / 1032 / 5120 / 7168, top-k 1 / 8 / 22, 3 / 5 / 8
+ * / 13 virtual ranks, T 0 / 1 / 7 / 64, every y layout of the backward combine (push and pull),
+ * with and without the router-weight gradient, repeats, -1 and (some cases) ids outside [-1, E);
+ * two forward + backward pairs per case (both parities for every round kind) */
+static void test_backward_matrix(void** state) {
+  static const int Hs[] = {2880, 1032, 5120, 7168}, Ks[] = {1, 8, 22}, Rs[] = {3, 5, 8, 13}, Ts[] = {0, 1, 7, 64};
+  static const int ys[] = {EPF_LL_Y_FIXED, EPF_LL_Y_PACKED, EPF_LL_Y_IN_PLACE, EPF_LL_Y_IN_PLACE_PULL};
+  int cases = 0;
+  (void)state;
+  for (int ci = 0; ci < 24; ++ci) {
+    const int H = Hs[ci % 4], K = Ks[ci % 3], R = Rs[(ci / 2) % 4], T = Ts[(ci / 3) % 4];
+    const int Tmax = T <= 7 ? 16 : T;
+    int EL = ci & 1 ? 8 : 3;
+    if (R * EL < K) EL = (K + R - 1) / R;
+    const int E = R * EL, topk64 = (ci >> 2) & 1, bad = ci % 3 == 0;
+    fix_t f;
+    bwd_bufs_t b;
+    char what[200];
+    if (g_quick && (T > 7 || R > 5)) continue;
+    fix_init(&f, R, Tmax, H, K, E, topk64, 0u, 5000000000ull);
+    bwd_bufs_init(&f, &b);
+    for (int it = 0; it < 2; ++it) {
+      const int y = ys[(ci + it) % 4];
+      const int packed = y == EPF_LL_Y_PACKED ? 1 : (ci + it) & 1;
+      const int with_wg = (ci + it) % 5 != 4;
+      how_t h = {(ci + it) & 1, NULL, -1};
+      snprintf(what, sizeof(what), "backward R=%d T=%d H=%d K=%d E=%d it %d (y %d packed %d split %d wg %d int64 %d)", R, T,
+               H, K, E, it, y, packed, h.split, with_wg, topk64);
+      fix_fill(&f, T, bad);
+      epf_error_clear(f.rec_h);
+      fwd_round(&f, (uint32_t)(2 * it + 1), packed, ys[(ci + it + 1) % 4], &h, 0u, what);
+      fix_new_dy(&f);
+      bwd_round(&f, &b, (uint32_t)(2 * it + 2), packed, y, (ci + it) & 1, with_wg, &h, 0u, what);
+      if (f.rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    }
+    printf("ok  %s\n", what);
+    ++cases;
+    bwd_bufs_free(&b);
+    fix_free(&f);
+  }
+  printf("backward matrix: %d configurations, forward + backward rounds exact\n", cases);
+}
+
+/* the blocks for fused kernels: unequal T per rank (0, 1, ...), then a silent rank (fault
+ * tolerant: masked by the survivors, which stay exact), then mask clean and exact again */
+static void test_backward_blocks(void** state) {
+  const int R = 5, Tmax = 64, H = 1032, K = 8, E = 40, silent = 2;
+  ts_t ts = {{0, 1, 33, 7, 64}};
+  fix_t f;
+  bwd_bufs_t b;
+  uint32_t masks[5 * EPF_MASK_WORDS];
+  uint32_t ep = 0;
+  (void)state;
+  fix_init(&f, R, Tmax, H, K, E, 1, EPF_FLAG_FAULT_TOLERANT, 50000000ull);
+  bwd_bufs_init(&f, &b);
+  f.in.Ts = ts.t;
+  for (int phase = 0; phase < 3; ++phase) { /* 0: everybody; 1: rank 2 silent; 2: after the clean */
+    const int sil = phase == 1 ? silent : -1;
+    const uint32_t absent = phase == 1 ? 1u << silent : 0u;
+    how_t h = {0, &ts, sil};
+    for (int it = 0; it < 2; ++it) {
+      char what[160];
+      const int y = it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+      snprintf(what, sizeof(what), "blocks phase %d it %d (y %d)", phase, it, y);
+      fix_fill(&f, Tmax, it);
+      epf_error_clear(f.rec_h);
+      fwd_round(&f, ++ep, it, EPF_LL_Y_PACKED, &h, absent, what);
+      fix_new_dy(&f);
+      bwd_round(&f, &b, ++ep, it, y, 0, 1, &h, absent, what);
+      if (phase != 1 && f.rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    }
+    if (phase == 1) {
+      read_masks(&f, masks);
+      for (int r = 0; r < R; ++r)
+        if (r != silent) assert_int_equal((masks[r * EPF_MASK_WORDS] >> silent) & 1u, 0u);
+      epf_error_clear(f.rec_h);
+      assert_int_equal(epf_ll_mask_clean(&f.L, 0), EPF_OK);
+      EPF_CHECK_LAUNCH();
+      assert_int_equal(f.rec_h->count, 0);
+      {
+        epf_ll_state_t st[5];
+        EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+        ep = st[0].epoch[0]; /* the clean's common epoch base */
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < EPF_LL_PHASE_COUNT; ++p) assert_int_equal(st[r].epoch[p], ep);
+      }
+    }
+  }
+  printf("backward blocks: unequal T {0, 1, 33, 7, 64}, a silent rank masked, clean, all exact\n");
+  f.in.Ts = NULL;
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* two MoE layers sharing one window and state: forward L1, forward L2, backward L2, backward L1,
+ * twice (the second time with the pull combine and the router-weight gradient pulled) */
+static void test_backward_two_layers(void** state) {
+  const int R = 4, Tmax = 16, H = 2880, K = 8, E = 32;
+  fix_t f;
+  bwd_bufs_t b;
+  llref_in_t l1, l2; /* the layers' inputs: f.in is one of them at a time (pointers shared) */
+  uint32_t ep = 0;
+  (void)state;
+  fix_init(&f, R, Tmax, H, K, E, 0, 0u, 5000000000ull);
+  bwd_bufs_init(&f, &b);
+  assert_int_equal(llref_in_init(&l2, R, Tmax, H, K, E, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0u, 0), 0);
+  l1 = f.in;
+  for (int it = 0; it < 2; ++it) {
+    const int y = it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_PACKED;
+    how_t h = {it, NULL, -1};
+    char what[120];
+    f.in = l1;
+    fix_fill(&f, 13, 1);
+    l1 = f.in;
+    snprintf(what, sizeof(what), "two layers it %d: forward L1", it);
+    fwd_round(&f, ++ep, 1, y, &h, 0u, what);
+    f.in = l2;
+    fix_fill(&f, 16, 0);
+    l2 = f.in;
+    snprintf(what, sizeof(what), "two layers it %d: forward L2", it);
+    fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &h, 0u, what);
+    fix_new_dy(&f);
+    snprintf(what, sizeof(what), "two layers it %d: backward L2", it);
+    bwd_round(&f, &b, ++ep, 1, y, 1, 1, &h, 0u, what);
+    f.in = l1;
+    fix_new_dy(&f); /* the routing of L1 back in the device buffers, fresh dy */
+    snprintf(what, sizeof(what), "two layers it %d: backward L1", it);
+    bwd_round(&f, &b, ++ep, 0, it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED, 0, 1, &h, 0u, what);
+    assert_int_equal(f.rec_h->count, 0);
+  }
+  printf("two layers on one window: forward L1, L2, backward L2, L1 (x2) exact\n");
+  f.in = l1;
+  llref_in_free(&l2);
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* CUDA graph: forward dispatch -> experts -> combine -> backward of combine (dy) -> experts (dx
+ * rows, weight gradients) -> backward of dispatch, captured once, replayed with fresh routing,
+ * weights, x and dy; forward out, dx and topk_weights_grad checked on every replay */
+static void test_backward_graph(void** state) {
+  const int R = 8, T = 8, H = 2880, K = 8, E = 64, replays = g_quick ? 10 : 100;
+  fix_t f;
+  bwd_bufs_t b;
+  llref_in_t ib; /* the backward's inputs: dy, the same routing */
+  uint16_t *dy, *dx, *want;
+  float* wantg;
+  cudaStream_t s;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  epf_ll_dispatch_args_t da, db;
+  epf_ll_combine_args_t ca, cb;
+  char msg[LLREF_MSG];
+  (void)state;
+  fix_init(&f, R, T, H, K, E, 1, 0u, 5000000000ull);
+  bwd_bufs_init(&f, &b);
+  EPF_CHECK_CUDA(cudaMalloc(&dy, (size_t)R * T * H * 2));
+  EPF_CHECK_CUDA(cudaMalloc(&dx, (size_t)R * T * H * 2));
+  want = (uint16_t*)malloc((size_t)R * T * H * 2);
+  wantg = (float*)malloc((size_t)R * T * K * 4);
+  f.in.T = T;
+  ib = f.in; /* sizes and T; hx, routing and weights are set per replay */
+  ib.hx = (uint16_t*)malloc((size_t)R * T * H * 2);
+  assert_true(want != NULL && wantg != NULL && ib.hx != NULL);
+  da = fix_dargs(&f, 1);
+  ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+  db = da;
+  db.x = dy;
+  cb = fix_cargs(&f, EPF_LL_Y_PACKED);
+  cb.out = dx;
+  cb.topk_weights = NULL;
+  cb.weight_grad = b.wg;
+  cb.topk_weights_grad = b.twg;
+  EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, s), EPF_OK);
+  run_experts(&f, 1, EPF_LL_Y_PACKED, 0, -1, s);
+  assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_BOTH, s), EPF_OK);
+  assert_int_equal(epf_ll_combine_backward(&f.L, &db, EPF_LL_SEND, s), EPF_OK); /* split halves */
+  assert_int_equal(epf_ll_combine_backward(&f.L, &db, EPF_LL_RECV, s), EPF_OK);
+  llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256, 0, s>>>(f.plan, f.win, 0, f.round, f.recv_counts, b.wg, 1, -1);
+  EPF_CHECK_CUDA(cudaGetLastError());
+  run_experts(&f, 1, EPF_LL_Y_PACKED, 1, -1, s);
+  assert_int_equal(epf_ll_dispatch_backward(&f.L, &cb, EPF_LL_SEND, s), EPF_OK);
+  busy_kernel<<<8, 64, 0, s>>>(g_sink, 100);
+  assert_int_equal(epf_ll_dispatch_backward(&f.L, &cb, EPF_LL_RECV, s), EPF_OK);
+  EPF_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+  EPF_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 1; i <= replays; ++i) {
+    char what[64];
+    snprintf(what, sizeof(what), "graph replay %d (forward + backward)", i);
+    fix_fill(&f, T, i % 3 == 0);
+    for (size_t j = 0; j < (size_t)R * T * H; ++j) ib.hx[j] = llref_rand_bf16(&g_seed);
+    ib.htopk = f.in.htopk;
+    ib.hw = f.in.hw;
+    EPF_CHECK_CUDA(cudaMemcpy(dy, ib.hx, (size_t)R * T * H * 2, cudaMemcpyHostToDevice));
+    EPF_CHECK_CUDA(cudaMemsetAsync(f.out, 0xEE, (size_t)R * T * H * 2, s));
+    EPF_CHECK_CUDA(cudaMemsetAsync(dx, 0xEE, (size_t)R * T * H * 2, s));
+    EPF_CHECK_CUDA(cudaMemsetAsync(b.twg, 0xEE, (size_t)R * T * K * 4, s));
+    EPF_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+    check_combine(&f, 0u, 0, what);
+    llref_dispatch_backward(&ib, 0u, 1, want, wantg);
+    for (int r = 0; r < R; ++r) {
+      if (llref_check_combine_rank(&ib, r, dx + (size_t)r * T * H, want, what, msg) != 0) fail_msg("%s", msg);
+      if (llref_check_wgrad_rank(&ib, r, b.twg + (size_t)r * T * K, wantg, what, msg) != 0) fail_msg("%s", msg);
+    }
+  }
+  assert_int_equal(f.rec_h->count, 0);
+  {
+    epf_ll_state_t st[8];
+    EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; ++r)
+      for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) assert_int_equal(st[r].epoch[ph], 2 * replays);
+  }
+  printf("graph: %d replays of forward + backward (dispatch, combine, backward of combine, backward of dispatch) exact\n",
+         replays);
+  EPF_CHECK_CUDA(cudaGraphExecDestroy(exec));
+  EPF_CHECK_CUDA(cudaGraphDestroy(graph));
+  EPF_CHECK_CUDA(cudaStreamDestroy(s));
+  free(ib.hx);
+  free(want);
+  free(wantg);
+  EPF_CHECK_CUDA(cudaFree(dy));
+  EPF_CHECK_CUDA(cudaFree(dx));
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* the backward launchers refuse what they cannot do, with a clear status */
+static void test_backward_refusals(void** state) {
+  fix_t f;
+  bwd_bufs_t b;
+  (void)state;
+  fix_init(&f, 2, 16, 2880, 8, 64, 0, 0u, 1000000000ull);
+  bwd_bufs_init(&f, &b);
+  fix_fill(&f, 16, 0);
+  {
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 0);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_FIXED);
+    epf_ll_launch_t L = f.L;
+    epf_config_t c = EPF_CONFIG_INIT;
+    assert_int_equal(epf_ll_backward_check(&f.plan), EPF_OK);
+    /* quantized payloads: gradients travel in BF16 only */
+    c.nranks = 2;
+    c.num_experts = 64;
+    c.top_k = 8;
+    c.hidden = 2880;
+    c.max_tokens_per_rank = 16;
+    c.mode = EPF_MODE_LL;
+    c.payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    c.payload = EPF_PAYLOAD_BF16;
+    c.combine_payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_SEND, 0), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_RECV, 0), EPF_ERR_NOT_SUPPORTED);
+    /* mode, tokens, halves, operands, alignment */
+    c.combine_payload = EPF_PAYLOAD_BF16;
+    c.mode = EPF_MODE_HT;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_MODE);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_MODE);
+    da.num_tokens = 17;
+    ca.num_tokens = 17;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_BOTH, 0), EPF_ERR_TOKENS);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_TOKENS);
+    da.num_tokens = 16;
+    ca.num_tokens = 16;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, 0, 0), EPF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, NULL, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+    da.x = (const char*)f.x + 2;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_SEND, 0), EPF_ERR_ALIGNMENT);
+    da.x = f.x;
+    ca.weight_grad = (const float*)((const char*)b.wg + 2);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_ALIGNMENT);
+    ca.weight_grad = b.wg;
+    ca.topk_weights_grad = (float*)((char*)b.twg + 1);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_RECV, 0), EPF_ERR_ALIGNMENT);
+    ca.topk_weights_grad = b.twg;
+    ca.y_layout = 9;
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+    /* a fused launch that cannot be resident */
+    L = f.L;
+    L.blocks_per_rank = 100000;
+    ca.y_layout = EPF_LL_Y_FIXED;
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+  }
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  assert_int_equal(f.rec_h->count, 0);
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
 /* a real 1-rank NCCL window                                                                     */
 /* ============================================================================================ */
 
@@ -936,6 +1427,11 @@ int main(void) {
       cmocka_unit_test(test_graph_replays_pull),
       cmocka_unit_test(test_fault_tolerant),
       cmocka_unit_test(test_not_fault_tolerant),
+      cmocka_unit_test(test_backward_refusals),
+      cmocka_unit_test(test_backward_matrix),
+      cmocka_unit_test(test_backward_blocks),
+      cmocka_unit_test(test_backward_two_layers),
+      cmocka_unit_test(test_backward_graph),
 #if defined(EPF_TEST_WITH_NCCL)
       cmocka_unit_test(test_nccl_one_rank),
 #endif

@@ -124,6 +124,12 @@ typedef struct epf_ll_combine_args {
                                   the slot table before waiting; what each peer did travels in
                                   its signal word) */
   int32_t reserved;
+  /* the training direction (epf_ll_dispatch_backward); the forward combine ignores both: */
+  const float* weight_grad;    /* send: one FP32 per row of y (the router-weight gradient the expert
+                                  stage computed for that receive row), in y's row order (FIXED and
+                                  IN_PLACE*: epf_ll_fixed_row; PACKED: epf_ll_packed_row), or NULL */
+  float* topk_weights_grad;    /* recv out: [T][top_k] FP32: the value of the row each valid k reads
+                                  (a repeat: its first occurrence's), 0 for -1 / dropped / absent, or NULL */
 } epf_ll_combine_args_t;
 
 /* Per-rank buffers, for sizing and for virtual-rank strides (epf_ll_rank_bytes). */
@@ -137,7 +143,8 @@ typedef enum epf_ll_buffer {
   EPF_LL_BUF_PACKED_SCALES,  /* [EL * R * T][scale_bytes_per_row] compact, or swizzled 128x4 (MXFP8) */
   EPF_LL_BUF_PACKED_META,    /* [EL * R * T] epf_recv_meta_em_t */
   EPF_LL_BUF_ROUND,          /* one uint32 */
-  EPF_LL_BUF_Y               /* [EL * R * T] BF16 rows of hidden (FIXED or PACKED y) */
+  EPF_LL_BUF_Y,              /* [EL * R * T] BF16 rows of hidden (FIXED or PACKED y) */
+  EPF_LL_BUF_WEIGHT_GRAD     /* [EL * R * T] FP32 (epf_ll_combine_args_t.weight_grad) */
 } epf_ll_buffer_t;
 
 /* ---- shared-memory scratch ------------------------------------------------------------------ */
@@ -180,6 +187,8 @@ typedef struct epf_ll_smem_layout {
   size_t dispatch_bytes; /* epf_ll_dispatch_smem_bytes: the larger of the two dispatch halves */
   size_t combine_bytes;  /* epf_ll_combine_smem_bytes: the larger of the two combine halves */
   size_t bytes;          /* epf_ll_smem_bytes: every LL block and epf_ll_mask_clean_block */
+  size_t reduce_wgrad;   /* combine receive: [EPF_MASK_WORDS] ranks that carried weight gradients
+                            (backward of dispatch), after the slot table */
 } epf_ll_smem_layout_t;
 
 /* One source's slot table in shared memory (epf_ll_slots_at, filled by epf_ll_slots_block): where

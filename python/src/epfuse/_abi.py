@@ -39,7 +39,7 @@ SCALE_LAYOUT = {"compact": 1, "swizzled": 2, "swizzled_128x4": 2, "segment_mn_ma
 INDEX_TYPE = {"default": 0, "int32": 1, "int64": 2}
 Y_LAYOUT = {"fixed": 0, "packed": 1, "in_place": 2, "in_place_pull": 3}
 LL_BUFFER = {"x": 0, "topk_idx": 1, "topk_weights": 2, "recv_counts": 3, "expert_counts": 4, "packed_x": 5,
-             "packed_scales": 6, "packed_meta": 7, "round": 8, "y": 9}
+             "packed_scales": 6, "packed_meta": 7, "round": 8, "y": 9, "weight_grad": 10}
 _C_NAMES = [(MODE, "EPF_MODE_"), (LAYOUT, "EPF_LAYOUT_"), (PAYLOAD, "EPF_PAYLOAD_"),
             (SCALE_LAYOUT, "EPF_SCALE_LAYOUT_"), (INDEX_TYPE, "EPF_INDEX_"), (Y_LAYOUT, "EPF_LL_Y_"),
             (LL_BUFFER, "EPF_LL_BUF_")]
@@ -140,7 +140,7 @@ class LlDispatchArgs(Structure):  # epf_ll_dispatch_args_t
 class LlCombineArgs(Structure):  # epf_ll_combine_args_t
     _fields_ = [("y", c_void_p), ("recv_counts", c_void_p), ("topk_idx", c_void_p), ("topk_weights", c_void_p),
                 ("out", c_void_p), ("num_tokens", c_int32), ("index_type", c_int32), ("y_layout", c_int32),
-                ("reserved", c_int32)]
+                ("reserved", c_int32), ("weight_grad", c_void_p), ("topk_weights_grad", c_void_p)]
 
 
 class LlLaunch(Structure):  # epf_ll_launch_t
@@ -220,6 +220,8 @@ epf_ll_rank_bytes = _proto("epf_ll_rank_bytes", c_uint64, P(Plan), c_int, c_int)
 epf_ll_launch_make = _proto("epf_ll_launch_make", LlLaunch, P(Plan), Team, c_void_p, c_void_p, c_int)
 epf_ll_dispatch = _proto("epf_ll_dispatch", _S, P(LlLaunch), P(LlDispatchArgs), c_int, c_void_p)
 epf_ll_combine = _proto("epf_ll_combine", _S, P(LlLaunch), P(LlCombineArgs), c_int, c_void_p)
+epf_ll_combine_backward = _proto("epf_ll_combine_backward", _S, P(LlLaunch), P(LlDispatchArgs), c_int, c_void_p)
+epf_ll_dispatch_backward = _proto("epf_ll_dispatch_backward", _S, P(LlLaunch), P(LlCombineArgs), c_int, c_void_p)
 epf_ll_state_reset = _proto("epf_ll_state_reset", _S, P(LlLaunch), c_void_p)
 epf_ll_mask_query_async = _proto("epf_ll_mask_query_async", _S, P(LlLaunch), c_void_p, c_void_p)
 epf_ll_mask_update = _proto("epf_ll_mask_update", _S, P(LlLaunch), P(c_uint32), c_void_p)
