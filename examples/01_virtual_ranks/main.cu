@@ -13,8 +13,9 @@
  *     in the window, zero copy) -> your experts (they find the round's parity in the dispatch's
  *     `round` output, on the device) -> epf_ll_combine (k-order FP32 reduction, BF16 out; with the
  *     BF16 payload the experts overwrite their inputs and the sources PULL the outputs,
- *     EPF_LL_Y_IN_PLACE_PULL; quantized payloads write y to a caller buffer that the combine
- *     pushes, EPF_LL_Y_FIXED).
+ *     EPF_LL_Y_IN_PLACE_PULL; quantized payloads write y to a caller buffer, EPF_LL_Y_FIXED: with
+ *     --payload mxfp8 the combine carries MXFP8 too and the sources PULL it (the expert side
+ *     quantizes y into its own window), --push makes it push; per-128 FP8 pushes BF16 rows).
  *   - Check the result bit for bit against a CPU reference (examples/common/ex_common.h): the
  *     same reference and the same checks for both modes.
  *   - --mode ll --backward: then the training direction for the same routing (run_ll_backward):
@@ -47,7 +48,7 @@
 #define EX_WARMUP 3 /* timed iterations that do not count */
 
 typedef struct {
-  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest;
+  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest, push;
   uint64_t seed;
   int backward; /* --backward: the training direction after the forward round */
 } opts_t;
@@ -55,13 +56,14 @@ typedef struct {
 static void usage(const char* argv0) {
   printf("usage: %s [--mode ht|ll] [--ranks 8] [--tokens 4096 (ht) | 128 (ll)] [--hidden 7168]\n"
          "          [--topk 8] [--experts 256] [--layout em|rm] [--payload bf16|mxfp8|fp8] [--iters 20]\n"
-         "          [--samples 512 | --verify-all] [--seed N] [--ctest]\n"
+         "          [--samples 512 | --verify-all] [--seed N] [--push] [--ctest]\n"
          "  An R-rank EP team as virtual ranks on one GPU: dispatch -> experts (a per-expert scale) ->\n"
          "  combine, checked bit for bit against a CPU reference on --samples tokens (all tokens with\n"
          "  --verify-all), then timed.\n"
          "  --mode ht: high-throughput (default): route update, dispatch, experts, combine; 4096 tokens.\n"
          "  --mode ll: low-latency (decode): fixed-slot dispatch, experts, combine; 128 tokens per rank;\n"
-         "             expert-major only (--layout rm is refused).\n"
+         "             expert-major only (--layout rm is refused). --payload mxfp8: MXFP8 both ways, the\n"
+         "             combine pulls (the default) or, with --push, pushes.\n"
          "  --ctest: exit 77 instead of 1 when no GPU is present (CTest reports \"Not Run\").\n"
          "  --backward: then the training direction for the same routing (--mode ll: backward of the\n"
          "             combine = a dispatch of dy, backward of the dispatch = a unit-weight combine of dx;\n"
@@ -72,7 +74,7 @@ static void usage(const char* argv0) {
 static int parse(int argc, char** argv, opts_t* o) {
   o->mode = EPF_MODE_HT; o->R = 8; o->T = -1; o->H = 7168; o->K = 8; o->E = 256;
   o->layout = EPF_LAYOUT_EXPERT_MAJOR; o->payload = EPF_PAYLOAD_BF16;
-  o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345; o->backward = 0;
+  o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345; o->backward = 0; o->push = 0;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -84,6 +86,7 @@ static int parse(int argc, char** argv, opts_t* o) {
     if (!strcmp(a, "--verify-all")) { o->verify_all = 1; continue; }
     if (!strcmp(a, "--ctest")) { o->ctest = 1; continue; }
     if (!strcmp(a, "--backward")) { o->backward = 1; continue; }
+    if (!strcmp(a, "--push")) { o->push = 1; continue; }
     if (!strcmp(a, "--mode") && v) {
       ++i;
       if (!strcmp(v, "ht")) o->mode = EPF_MODE_HT;
@@ -477,6 +480,9 @@ static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
 
 /* The LL plan of the options. Nothing to budget: every (local expert, source) pair owns T fixed
  * receive slots per parity ([2][EL][R][T] rows per rank; recv_capacity stays 0 = one parity).
+ * --payload mxfp8 quantizes both ways: the combine then pulls by default (the plan gets an
+ * EXPERT_OUT region, where the expert side quantizes y), or pushes with --push
+ * (EPF_FLAG_COMBINE_PUSH, no EXPERT_OUT).
  * LL is expert-major only; --layout rm is passed on so that the user sees the library's own
  * refusal (epf_ll_plan_check: EPF_ERR_LAYOUT). Host only, pure: runs before the GPU check. */
 static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
@@ -489,7 +495,8 @@ static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
   cfg.mode = EPF_MODE_LL;
   cfg.layout = o->layout;
   cfg.payload = o->payload; /* quantized by the sender, once per token, for MXFP8 / FP8 */
-  cfg.combine_payload = EPF_PAYLOAD_BF16;
+  cfg.combine_payload = o->payload == EPF_PAYLOAD_MXFP8 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+  cfg.flags = o->push ? EPF_FLAG_COMBINE_PUSH : 0u;
   epf_status_t st = epf_plan_compute(&cfg, plan);
   if (st == EPF_OK) st = epf_ll_plan_check(plan);
   return st;
@@ -526,12 +533,13 @@ __global__ void ex_ll_experts_kernel(epf_plan_t plan, char* window, const uint32
 }
 // example-end ll_experts
 
-/* poison every data row of the window (receive rows, scales, metadata, combine landing rows) of
- * every rank; the signal words stay zero */
+/* poison every data row of the window (receive rows, scales, metadata, combine landing rows, the
+ * MXFP8 pull's EXPERT_OUT rows) of every rank; the signal words stay zero */
 static void ll_poison_window(const epf_plan_t* plan, char* window, int R) {
-  static const int ids[] = {EPF_REGION_RECV_TOKENS, EPF_REGION_RECV_SCALES, EPF_REGION_RECV_META, EPF_REGION_COMBINE};
+  static const int ids[] = {EPF_REGION_RECV_TOKENS, EPF_REGION_RECV_SCALES, EPF_REGION_RECV_META, EPF_REGION_COMBINE,
+                            EPF_REGION_EXPERT_OUT};
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 5; ++i)
       if (plan->region[ids[i]].bytes != 0)
         EX_CK(cudaMemset(window + (uint64_t)r * plan->total_bytes + plan->region[ids[i]].offset, 0xA5,
                          (size_t)plan->region[ids[i]].bytes));
@@ -579,9 +587,11 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
 
   /* BF16: the experts overwrite their inputs and the sources pull; FP8 rows are too narrow for
-   * BF16 outputs, so y goes to a caller buffer that the combine pushes */
+   * BF16 outputs, so y goes to a caller buffer: the MXFP8 combine pulls it quantized (the expert
+   * side writes it into its own window; --push: into the sources'), per-128 FP8 pushes BF16 */
   const int in_place = plan.payload == EPF_PAYLOAD_BF16;
   const int y_layout = in_place ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+  const int pulls = epf_ll_combine_pulls(&plan, y_layout); /* the transport this plan and layout select */
   void *d_x, *d_topk, *d_out;
   float* d_w;
   int32_t* d_counts;
@@ -618,7 +628,7 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   epf_ll_combine_args_t ca;
   memset(&ca, 0, sizeof(ca));
   ca.y = d_y;                  /* FIXED: [R][EL * R * T][H] BF16; NULL in place */
-  ca.y_layout = y_layout;      /* EPF_LL_Y_IN_PLACE_PULL (BF16) or EPF_LL_Y_FIXED */
+  ca.y_layout = y_layout;      /* EPF_LL_Y_IN_PLACE_PULL (BF16) or EPF_LL_Y_FIXED (MXFP8: pull by the plan) */
   ca.recv_counts = d_counts;
   ca.topk_idx = d_topk;
   ca.index_type = EPF_INDEX_INT32;
@@ -657,7 +667,10 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   }
   if (verify_out(&o, &plan, in, d_out, seed,
                  in_place ? "low-latency expert-major (y in place, pull combine)"
-                          : "low-latency expert-major (y fixed buffer, push combine)"))
+                 : plan.combine_payload == EPF_PAYLOAD_MXFP8
+                     ? (pulls ? "low-latency expert-major (y fixed buffer, MXFP8 pull combine)"
+                              : "low-latency expert-major (y fixed buffer, MXFP8 push combine)")
+                     : "low-latency expert-major (y fixed buffer, push combine)"))
     return 1;
   /* --backward: the training direction for the same routing (run_ll_backward, below) */
   if (o.backward && run_ll_backward(&o, &plan, &L, da, ca, in, window, d_counts, d_round, d_y, rec_h, seed)) return 1;

@@ -254,7 +254,8 @@ EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t
 /* epf_ll_blocks_per_rank — the launchers' choice when L->blocks_per_rank is 0: enough warps for
  *   one unit each (dispatch and the combine's reduce: (token, 256-element chunk); the combine
  *   push: (row, EPF_LL_SEND_CHUNKS chunks), num_tokens * top_k rows; a pull combine,
- *   EPF_LL_BPR_COMBINE_PULL: the reduce's units only, since its send half moves nothing), at most
+ *   EPF_LL_BPR_COMBINE_PULL (a BF16 pull): the reduce's units only, since its send half moves
+ *   nothing; an MXFP8 pull quantizes every row, EPF_LL_BPR_COMBINE), at most
  *   the resident capacity divided by the ranks of the launch, at least 1. is_combine: 0
  *   dispatch, EPF_LL_BPR_COMBINE (1), EPF_LL_BPR_COMBINE_PULL (2). Scope: host. Returns 1 if the
  *   occupancy query fails. */
@@ -299,10 +300,18 @@ EPF_INLINE epf_status_t epf__ll_grid(const epf_ll_launch_t* L, const void* kerne
 
 EPF_INLINE bool epf__ll_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0u; }
 
-/* epf__ll_combine_pulls — does this call's send half only signal (EPF_LL_Y_IN_PLACE_PULL with a
- * BF16 combine payload)? Then the reduce is the whole work and sizes the grid. */
+/* epf__ll_combine_pulls — does this call pull (epf_ll_combine_pulls: EPF_LL_Y_IN_PLACE_PULL with a
+ * BF16 combine payload; an MXFP8 combine payload unless the plan has EPF_FLAG_COMBINE_PUSH)? */
 EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args) {
-  return args->y_layout == EPF_LL_Y_IN_PLACE_PULL && L->plan.combine_payload == EPF_PAYLOAD_BF16;
+  return epf_ll_combine_pulls(&L->plan, args->y_layout);
+}
+
+/* epf__ll_combine_bpr_kind — the grid of a combine call: a BF16 pull's send half only signals,
+ * so the reduce is the whole work (EPF_LL_BPR_COMBINE_PULL); an MXFP8 pull quantizes every row
+ * on the expert side, the same units as a push (EPF_LL_BPR_COMBINE). */
+EPF_INLINE int epf__ll_combine_bpr_kind(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args) {
+  return epf__ll_combine_pulls(L, args) && L->plan.combine_payload == EPF_PAYLOAD_BF16 ? EPF_LL_BPR_COMBINE_PULL
+                                                                                       : EPF_LL_BPR_COMBINE;
 }
 
 /* the body of epf_ll_dispatch and epf_ll_combine_backward (defined after them) */
@@ -377,7 +386,8 @@ EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_
 EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
                                            cudaStream_t stream, bool bwd);
 
-/* epf_ll_combine — launch the LL combine: push half, reduce half, or both fused.
+/* epf_ll_combine — launch the LL combine: send half (push, or pull: epf_ll_combine_pulls), reduce
+ *   half, or both fused.
  *   Checks as epf_ll_dispatch, plus: combine_payload (EPF_ERR_NOT_SUPPORTED unless
  *   epf_ll_combine_payload_supported: BF16 or MXFP8); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
  *   payload: EPF_ERR_PAYLOAD) and a known y_layout; receive needs topk_idx (num_tokens > 0) and
@@ -436,8 +446,7 @@ EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_l
   /* backward: the router-weight gradient's buffers, 4-byte aligned FP32 */
   if (bwd && (((uintptr_t)args->weight_grad & 3u) != 0u || ((uintptr_t)args->topk_weights_grad & 3u) != 0u))
     return EPF_ERR_ALIGNMENT;
-  st = epf__ll_grid(L, kernel, halves, args->num_tokens,
-                    epf__ll_combine_pulls(L, args) ? EPF_LL_BPR_COMBINE_PULL : EPF_LL_BPR_COMBINE, &bpr, &grid, &smem);
+  st = epf__ll_grid(L, kernel, halves, args->num_tokens, epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
   if (st != EPF_OK) return st;
   if (bwd)
     epf_ll_dispatch_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(

@@ -1,8 +1,10 @@
 /* bench_ll — low-latency dispatch and combine over virtual ranks on one GPU (a program, not a test).
  *
  * Default: 8 virtual ranks, hidden 7168, top-8 of 256 experts (DeepSeek-V3 decode shape), tokens
- * per rank 1 and 128; BF16 dispatch + BF16 combine, then MXFP8 and per-128 FP8 dispatch, and the
- * MXFP8 combine. Routing: K distinct uniform experts per token (no -1).
+ * per rank 1, 128 and 256; BF16 dispatch + BF16 combine, then MXFP8 and per-128 FP8 dispatch, and
+ * the MXFP8 combine pulling (the default: the expert side quantizes into its own EXPERT_OUT, the
+ * sources read it) and pushing (EPF_FLAG_COMBINE_PUSH). Routing: K distinct uniform experts per
+ * token (no -1).
  *
  * Timing: each operation is ONE captured CUDA graph (the ready-made fused kernel: send + receive in
  * one launch, all 8 ranks in it); --reps iterations of [dispatch graph, combine graph] are enqueued
@@ -10,7 +12,10 @@
  * operation is reported. So a time includes the graph launch gap in the stream, the slot scan,
  * the copies, the signalling and the waits: everything a decode step would pay. Combine uses
  * identity experts in place (y = the received rows), so each combine follows its dispatch; the
- * BF16 case runs twice: combine pushing (EPF_LL_Y_IN_PLACE) and pulling (EPF_LL_Y_IN_PLACE_PULL).
+ * BF16 case runs twice: combine pushing (EPF_LL_Y_IN_PLACE) and pulling (EPF_LL_Y_IN_PLACE_PULL);
+ * so does the MXFP8 combine (y in place, EPF_LL_Y_IN_PLACE: pull by the plan's default, push with
+ * EPF_FLAG_COMBINE_PUSH). The two MXFP8 transports move the same bytes (y read, the quantized row
+ * written and read back once); on NVLink the push's writes and the pull's reads cross the link.
  *
  * Bytes, all three conventions of notes/ANCHORS.md plus the copy convention (aggregate over the 8
  * virtual ranks, i.e. what the one GPU moved):
@@ -28,7 +33,7 @@
  * token once and writes it K times, so it can exceed 100 %: that then means "faster than a D2D copy
  * of exactly the delivered rows".
  *
- * Usage: bench_ll [--ranks 8] [--hidden 7168] [--topk 8] [--experts 256] [--tokens 1,128]
+ * Usage: bench_ll [--ranks 8] [--hidden 7168] [--topk 8] [--experts 256] [--tokens 1,128,256]
  *                 [--reps 200] [--bpr 0] [--threads 512]
  */
 #include <stdint.h>
@@ -55,7 +60,8 @@ __global__ void bl_fill(uint16_t* x, int64_t n, uint32_t salt) {
 
 typedef struct {
   int R, T, H, K, E, payload, cpayload, reps, bpr, threads;
-  int pull; /* combine with EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch): the sources read the outputs */
+  int pull; /* the sources read the outputs: BF16 combine: EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch);
+               MXFP8 combine: the plan's default (0: EPF_FLAG_COMBINE_PUSH) */
 } bl_case_t;
 
 static const char* bl_payload(int p) {
@@ -92,6 +98,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   cfg.mode = EPF_MODE_LL;
   cfg.payload = c->payload;
   cfg.combine_payload = c->cpayload;
+  cfg.flags = c->cpayload == EPF_PAYLOAD_MXFP8 && !c->pull ? EPF_FLAG_COMBINE_PUSH : 0u;
   EPF_BENCH_OK(epf_plan_compute(&cfg, &plan));
 
   EPF_BENCH_CUDA(cudaMalloc(&win, (size_t)R * plan.total_bytes));
@@ -148,7 +155,9 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   da.round = round;
   memset(&ca, 0, sizeof(ca));
   ca.y = y;
-  ca.y_layout = y != NULL ? EPF_LL_Y_FIXED : c->pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
+  ca.y_layout = y != NULL                                          ? EPF_LL_Y_FIXED
+                : c->pull && c->cpayload == EPF_PAYLOAD_BF16 ? EPF_LL_Y_IN_PLACE_PULL
+                                                             : EPF_LL_Y_IN_PLACE;
   ca.recv_counts = recv_counts;
   ca.topk_idx = topk;
   ca.index_type = EPF_INDEX_INT32;
@@ -157,7 +166,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   ca.num_tokens = T;
   bpr_d = epf_ll_blocks_per_rank(&L, T, 0);
   bpr_c = epf_ll_blocks_per_rank(&L, T,
-                                 ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16
+                                 epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_BF16
                                      ? EPF_LL_BPR_COMBINE_PULL
                                      : EPF_LL_BPR_COMBINE);
 
@@ -212,13 +221,23 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
     /* what the kernels themselves read and write in HBM: dispatch reads x once per token and
      * writes every copy + metadata; combine reads y, writes and re-reads the landing rows, writes out */
     const double issued_d = (double)delivered * (row + 16.0) + (double)R * T * bf16_row;
-    const int pulled = ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16;
-    /* pull: every output row read once where the expert left it, out written; no landing rows */
+    const int pulled = epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_BF16;
+    const int mx_pulled = epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_MXFP8;
+    /* BF16 pull: every output row read once where the expert left it, out written; no landing
+     * rows. MXFP8 pull: the same bytes as the push (the quantized row is written into the expert
+     * rank's EXPERT_OUT instead of the source's COMBINE, and read back from there) */
     const double issued_c = pulled ? (double)delivered * bf16_row + (double)R * T * bf16_row
                                    : (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) +
                                          (double)R * T * bf16_row;
     printf("%-7s->%-7s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d%s\n", bl_payload(c->payload), bl_payload(c->cpayload), R,
-           T, H, K, E, bpr_d, bpr_c, pulled ? "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)" : "");
+           T, H, K, E, bpr_d, bpr_c,
+           pulled      ? "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)"
+           : mx_pulled ? "  combine: PULL (MXFP8, quantized into EXPERT_OUT)"
+           : c->cpayload == EPF_PAYLOAD_MXFP8 ? "  combine: PUSH (MXFP8, EPF_FLAG_COMBINE_PUSH)"
+                                              : "");
+    printf("   window %.1f MB per rank, combine bytes per call (all ranks): %.1f MB issued, %.1f MB over the link\n",
+           (double)plan.total_bytes * 1e-6, issued_c * 1e-6,
+           (double)(delivered - local_rows) * (pulled ? bf16_row : (double)plan.combine_row_bytes) * 1e-6);
     printf("   dispatch %8.2f us | copy-conv %7.1f GB/s = %5.1f%% of ceiling | issued %7.1f GB/s = %5.1f%% | "
            "topk-logical %7.1f GB/s | recv-logical %7.1f GB/s | link %7.1f GB/s\n",
            us_d, copy_d / us_d * 1e-3, 100.0 * copy_d / us_d * 1e-3 / ceiling_gbs, issued_d / us_d * 1e-3,
@@ -252,7 +271,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
 
 int main(int argc, char** argv) {
   bl_case_t c;
-  int tokens[8] = {1, 128}, ntok = 2;
+  int tokens[8] = {1, 128, 256}, ntok = 3;
   double ceiling;
   int n = 0;
   memset(&c, 0, sizeof(c));
@@ -301,8 +320,9 @@ int main(int argc, char** argv) {
                                 {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1},
                                 {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0},
                                 {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0},
-                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0}};
-    for (int pi = 0; pi < 5; ++pi) {
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 1}};
+    for (int pi = 0; pi < 6; ++pi) {
       c.T = tokens[ti];
       c.payload = pl[pi][0];
       c.cpayload = pl[pi][1];

@@ -13,7 +13,7 @@
  *   llref_experts_kernel      the test's experts over received rows (window or packed copy), y in
  *                             any epf_ll_y_layout_t; grid.y = ranks in the launch from rank0 on
  *   llref_poison_window       poison one rank's window rows of a round (receive, meta, scales,
- *                             combine landing rows)
+ *                             combine landing rows, EXPERT_OUT rows)
  *   llref_check_dispatch_rank / llref_check_combine_rank
  *                             one rank's outputs against the reference: 0, or -1 with the first
  *                             difference in msg[LLREF_MSG]. No cmocka calls: safe on any thread.
@@ -451,7 +451,8 @@ static __global__ void llref_wgrad_kernel(epf_plan_t plan, char* win, int rank0,
 }
 
 /* Poison the window rows one rank uses in the round of `epoch` (its parity): receive rows,
- * metadata, scales, combine landing rows. base: the rank's window slice. Stream-ordered. */
+ * metadata, scales, combine landing rows, and the EXPERT_OUT rows of an MXFP8 pull plan. base: the
+ * rank's window slice. Stream-ordered. */
 static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
   const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
   cudaError_t e = cudaMemsetAsync(base + epf_plan_recv_token_offset(p, row0), 0xA5,
@@ -464,6 +465,9 @@ static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, u
   if (e == cudaSuccess)
     e = cudaMemsetAsync(base + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)), 0xA5,
                         (size_t)p->max_tokens_per_rank * p->top_k * p->combine_row_bytes, s);
+  if (e == cudaSuccess && p->region[EPF_REGION_EXPERT_OUT].bytes != 0) /* MXFP8 pull: the quantized outputs */
+    e = cudaMemsetAsync(base + epf_plan_expert_out_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->combine_row_bytes,
+                        s);
   return e;
 }
 

@@ -13,8 +13,9 @@
  *          (status, dropped ids, receive overflow); the refusal of an EXPERT_MAJOR expert_out with
  *          fewer rows than recv_capacity;
  *   ll     dispatch (every payload, packed outputs on / off, fused / split) + experts (every y
- *          layout) + combine (BF16 / MXFP8): counts, rows, scales, metadata, packed copies, output,
- *          error record, over several back-to-back rounds (both parities) with a new T each;
+ *          layout) + combine (BF16 pull / push; MXFP8 pull (default) / push): counts, rows, scales,
+ *          metadata, packed copies, output, error record, over several back-to-back rounds (both
+ *          parities) with a new T each;
  *          bwd=1 (BF16 both ways): each forward round followed by its backward (epf_ll_combine_backward
  *          of dy: rows and combine weights; experts; epf_ll_dispatch_backward: dx and, wg=1, the
  *          router-weight gradient), every byte against the CPU reference.
@@ -306,7 +307,7 @@ struct Case {
   int64_t pay = EPF_PAYLOAD_BF16, cpay = EPF_PAYLOAD_BF16;
   int64_t swz = 0;     /* MXFP8 receive / packed scales swizzled 128x4 */
   int64_t xq = 0;      /* HT: caller-quantized x */
-  int64_t push = 0;    /* HT: EPF_FLAG_COMBINE_PUSH */
+  int64_t push = 0;    /* HT, LL (MXFP8 combine): EPF_FLAG_COMBINE_PUSH */
   int64_t inplace = 0; /* HT: expert_out = NULL (EM, BF16 both ways) */
   int64_t split = 0;   /* dispatch (HT) / dispatch + combine (LL) halves in separate launches */
   int64_t A = 1;       /* expert_alignment */
@@ -355,7 +356,7 @@ static const Field k_fields[] = {
     {"cpay", F_HT | F_LL, offsetof(Case, cpay), k_payload_names, 0},
     {"swz", F_HT | F_LL, offsetof(Case, swz), NULL, 0},
     {"xq", F_HT, offsetof(Case, xq), NULL, 0},
-    {"push", F_HT, offsetof(Case, push), NULL, 0},
+    {"push", F_HT | F_LL, offsetof(Case, push), NULL, 0},
     {"inplace", F_HT, offsetof(Case, inplace), NULL, 0},
     {"y", F_LL, offsetof(Case, y), k_y_names, 0},
     {"packed", F_LL, offsetof(Case, packed), NULL, 0},
@@ -627,7 +628,7 @@ static epf_config_t config_of(const Case& c) {
     cfg.payload = (int32_t)c.pay;
     cfg.combine_payload = (int32_t)c.cpay;
     cfg.scale_layout = c.swz ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : EPF_SCALE_LAYOUT_COMPACT;
-    cfg.flags = (uint32_t)c.flags;
+    cfg.flags = (uint32_t)c.flags | (c.push ? EPF_FLAG_COMBINE_PUSH : 0u);
   }
   return cfg;
 }
@@ -884,6 +885,9 @@ static Case draw_ll(Rng& g, const Limits& lim) {
   /* the training direction (BF16 both ways), drawn last so the draws above stay as they were */
   c.bwd = c.pay == EPF_PAYLOAD_BF16 && c.cpay == EPF_PAYLOAD_BF16 && g.pm(450);
   c.wg = c.bwd && g.pm(700);
+  /* the MXFP8 combine pulls by default (the expert side quantizes into its own EXPERT_OUT) and
+   * pushes with EPF_FLAG_COMBINE_PUSH; drawn last, so the draws above stay those of older seeds */
+  c.push = c.cpay == EPF_PAYLOAD_MXFP8 && g.pm(400);
   return c;
 }
 

@@ -52,11 +52,15 @@ typedef enum epf_ll_phase {
  *   IN_PLACE_PULL  as IN_PLACE, but nothing is pushed: the expert side only signals, and each
  *            source reads its outputs straight from this rank's receive rows (PULL, like the HT
  *            default): every output row crosses memory once instead of three times (read + push
- *            + read back). Same results, bit for bit. BF16 combine payload only (with an MXFP8
- *            combine payload it behaves as IN_PLACE). Extra rule: this rank must leave the
- *            round's receive rows untouched until its next dispatch receive returns (by then
- *            every source has finished reading them). The mode travels in the combine signal
- *            word, so ranks may mix IN_PLACE_PULL with the other layouts in one round. */
+ *            + read back). Same results, bit for bit. BF16 combine payload only. Extra rule:
+ *            this rank must leave the round's receive rows untouched until its next dispatch
+ *            receive returns (by then every source has finished reading them). The mode travels
+ *            in the combine signal word, so ranks may mix IN_PLACE_PULL with the other layouts in
+ *            one round.
+ * With an MXFP8 combine payload the layout only says where y is; the PLAN chooses the transport
+ * (epf_ll_combine_pulls, combine_ll.cuh): pull by default — the expert side quantizes each row into
+ * its own EXPERT_OUT row and the sources read it there — or push with EPF_FLAG_COMBINE_PUSH
+ * (IN_PLACE_PULL then behaves as IN_PLACE). */
 typedef enum epf_ll_y_layout {
   EPF_LL_Y_FIXED = 0,
   EPF_LL_Y_PACKED = 1,

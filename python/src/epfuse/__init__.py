@@ -120,6 +120,13 @@ class PlanInfo:
     def region(self, name: str):
         return self.regions[name]
 
+    def ll_combine_pulls(self, y_layout="fixed") -> bool:
+        """epf_ll_combine_pulls: does an LL combine with this plan and y layout pull (the sources read
+        the outputs from the expert ranks' windows) rather than push? BF16 combine: only with
+        y_layout 'in_place_pull'. MXFP8 combine: by default, for every y layout (the expert side
+        quantizes into its EXPERT_OUT region); flags=FLAG['combine_push'] makes it push."""
+        return bool(_abi.epf_ll_combine_pulls(byref(self.c), _enum(_abi.Y_LAYOUT, y_layout, "y layout")))
+
     def __repr__(self):
         c = self.c
         return (f"PlanInfo(nranks={c.nranks}, experts={c.num_experts}, top_k={c.top_k}, hidden={c.hidden}, "
