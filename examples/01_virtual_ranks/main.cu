@@ -13,10 +13,15 @@
  *     in the window, zero copy) -> your experts (they find the round's parity in the dispatch's
  *     `round` output, on the device) -> epf_ll_combine (k-order FP32 reduction, BF16 out; with the
  *     BF16 payload the experts overwrite their inputs and the sources PULL the outputs,
- *     EPF_LL_Y_IN_PLACE_PULL; quantized payloads write y to a caller buffer that the combine
- *     pushes, EPF_LL_Y_FIXED).
+ *     EPF_LL_Y_IN_PLACE_PULL; quantized payloads write y to a caller buffer, EPF_LL_Y_FIXED: with
+ *     --payload mxfp8 the combine carries MXFP8 too and the sources PULL it (the expert side
+ *     quantizes y into its own window), --push makes it push; per-128 FP8 pushes BF16 rows).
  *   - Check the result bit for bit against a CPU reference (examples/common/ex_common.h): the
  *     same reference and the same checks for both modes.
+ *   - --mode ll --backward: then the training direction for the same routing (run_ll_backward):
+ *     epf_ll_combine_backward (a dispatch of dy; each row's metadata weight is its combine weight)
+ *     -> the experts' backward -> epf_ll_dispatch_backward (unit weights, repeats add nothing).
+ *     BF16 and expert-major only (with --layout rm it is refused: EPF_ERR_LAYOUT).
  * Key concepts: virtual ranks (docs/concepts.md), the plan's regions (docs/layouts.md), epochs
  *   (every launch reads its epoch on the device, so a round is graph-capturable), caller-owned
  *   state (epf_ht_state_t zeroed once; epf_ll_state_t set by epf_ll_state_reset), the error record
@@ -46,29 +51,34 @@
 #define EX_WARMUP 3 /* timed iterations that do not count */
 
 typedef struct {
-  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest;
+  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest, push;
   uint64_t seed;
+  int backward; /* --backward: the training direction after the forward round */
 } opts_t;
 
 static void usage(const char* argv0) {
   printf("usage: %s [--mode ht|ll] [--ranks 8] [--tokens 4096 (ht) | 128 (ll)] [--hidden 7168]\n"
          "          [--topk 8] [--experts 256] [--layout em|rm] [--payload bf16|mxfp8|fp8] [--iters 20]\n"
-         "          [--samples 512 | --verify-all] [--seed N] [--ctest]\n"
+         "          [--samples 512 | --verify-all] [--seed N] [--push] [--ctest]\n"
          "  An R-rank EP team as virtual ranks on one GPU: dispatch -> experts (a per-expert scale) ->\n"
          "  combine, checked bit for bit against a CPU reference on --samples tokens (all tokens with\n"
          "  --verify-all), then timed.\n"
          "  --mode ht: high-throughput (default): route update, dispatch, experts, combine; 4096 tokens.\n"
          "  --mode ll: low-latency (decode): fixed-slot dispatch, experts, combine; 128 tokens per rank;\n"
          "             --layout rm: one copy per (token, rank) + expand, pre-reduced combine; prints the\n"
-         "             bytes it saves against expert-major.\n"
-         "  --ctest: exit 77 instead of 1 when no GPU is present (CTest reports \"Not Run\").\n",
+         "             bytes it saves against expert-major. --payload mxfp8: MXFP8 both ways; expert-major\n"
+         "             pulls the combine (the default) or, with --push, pushes; rank-major pushes it.\n"
+         "  --ctest: exit 77 instead of 1 when no GPU is present (CTest reports \"Not Run\").\n"
+         "  --backward: then the training direction for the same routing (--mode ll: backward of the\n"
+         "             combine = a dispatch of dy, backward of the dispatch = a unit-weight combine of dx;\n"
+         "             BF16 only, expert-major only), checked bit for bit.\n",
          argv0);
 }
 
 static int parse(int argc, char** argv, opts_t* o) {
   o->mode = EPF_MODE_HT; o->R = 8; o->T = -1; o->H = 7168; o->K = 8; o->E = 256;
   o->layout = EPF_LAYOUT_EXPERT_MAJOR; o->payload = EPF_PAYLOAD_BF16;
-  o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345;
+  o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345; o->backward = 0; o->push = 0;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -79,6 +89,8 @@ static int parse(int argc, char** argv, opts_t* o) {
     if (!strcmp(a, "--seed") && v) { o->seed = strtoull(v, NULL, 0); ++i; continue; }
     if (!strcmp(a, "--verify-all")) { o->verify_all = 1; continue; }
     if (!strcmp(a, "--ctest")) { o->ctest = 1; continue; }
+    if (!strcmp(a, "--backward")) { o->backward = 1; continue; }
+    if (!strcmp(a, "--push")) { o->push = 1; continue; }
     if (!strcmp(a, "--mode") && v) {
       ++i;
       if (!strcmp(v, "ht")) o->mode = EPF_MODE_HT;
@@ -472,7 +484,10 @@ static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
 
 /* The LL plan of the options. Nothing to budget: every (local expert, source) pair owns T fixed
  * receive slots per parity ([2][EL][R][T] rows per rank; recv_capacity stays 0 = one parity), or
- * with --layout rm every source T rows ([2][R][T]). Checked with epf_ll_plan_check. Host only,
+ * with --layout rm every source T rows ([2][R][T]). --payload mxfp8 quantizes both ways: an
+ * expert-major combine then pulls by default (the plan gets an EXPERT_OUT region, where the expert
+ * side quantizes y), or pushes with --push (EPF_FLAG_COMBINE_PUSH, no EXPERT_OUT); a rank-major
+ * one pushes its pre-reduced partials either way. Checked with epf_ll_plan_check. Host only,
  * pure: runs before the GPU check. */
 static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
   epf_config_t cfg = EPF_CONFIG_INIT;
@@ -484,7 +499,8 @@ static epf_status_t ll_plan_make(const opts_t* o, epf_plan_t* plan) {
   cfg.mode = EPF_MODE_LL;
   cfg.layout = o->layout;
   cfg.payload = o->payload; /* quantized by the sender, once per token, for MXFP8 / FP8 */
-  cfg.combine_payload = EPF_PAYLOAD_BF16;
+  cfg.combine_payload = o->payload == EPF_PAYLOAD_MXFP8 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+  cfg.flags = o->push ? EPF_FLAG_COMBINE_PUSH : 0u;
   epf_status_t st = epf_plan_compute(&cfg, plan);
   if (st == EPF_OK) st = epf_ll_plan_check(plan);
   return st;
@@ -547,12 +563,13 @@ __global__ void ex_ll_rm_experts_kernel(epf_plan_t plan, const uint8_t* view, co
   }
 }
 
-/* poison every data row of the window (receive rows, scales, metadata, combine landing rows) of
- * every rank; the signal words stay zero */
+/* poison every data row of the window (receive rows, scales, metadata, combine landing rows, the
+ * MXFP8 pull's EXPERT_OUT rows) of every rank; the signal words stay zero */
 static void ll_poison_window(const epf_plan_t* plan, char* window, int R) {
-  static const int ids[] = {EPF_REGION_RECV_TOKENS, EPF_REGION_RECV_SCALES, EPF_REGION_RECV_META, EPF_REGION_COMBINE};
+  static const int ids[] = {EPF_REGION_RECV_TOKENS, EPF_REGION_RECV_SCALES, EPF_REGION_RECV_META, EPF_REGION_COMBINE,
+                            EPF_REGION_EXPERT_OUT};
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 5; ++i)
       if (plan->region[ids[i]].bytes != 0)
         EX_CK(cudaMemset(window + (uint64_t)r * plan->total_bytes + plan->region[ids[i]].offset, 0xA5,
                          (size_t)plan->region[ids[i]].bytes));
@@ -565,6 +582,12 @@ typedef struct {
 static void ll_stage(void* ctx, int stage, cudaStream_t s) {
   EX_CK(cudaGraphLaunch(((const ll_ctx_t*)ctx)->g[stage], s));
 }
+
+/* --mode ll --backward (defined below, after run_ll) */
+static int run_ll_backward(const opts_t* o, const epf_plan_t* plan, const epf_ll_launch_t* L,
+                           epf_ll_dispatch_args_t da, epf_ll_combine_args_t ca, const inputs_t* in, char* window,
+                           const int32_t* d_counts, const uint32_t* d_round, uint16_t* d_y,
+                           const epf_error_record_t* rec_h, uint64_t* seed);
 
 static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint64_t* seed) {
   const int R = o.R, T = o.T, K = o.K, E = o.E, EL = E / R;
@@ -601,12 +624,15 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
 
   /* BF16: the experts overwrite their inputs and the sources pull; FP8 rows are too narrow for
-   * BF16 outputs, so y goes to a caller buffer that the combine pushes. Rank-major: the experts
-   * read the expanded view and write y in its (PACKED) order; the expert side pre-reduces and,
-   * with BF16, leaves the partials in its window for the sources to pull (PACKED_PULL). */
+   * BF16 outputs, so y goes to a caller buffer: the MXFP8 combine pulls it quantized (the expert
+   * side writes it into its own window; --push: into the sources'), per-128 FP8 pushes BF16.
+   * Rank-major: the experts read the expanded view and write y in its (PACKED) order; the expert
+   * side pre-reduces and, with BF16, leaves the partials in its window for the sources to pull
+   * (PACKED_PULL); otherwise it pushes them. */
   const int in_place = !rm && plan.payload == EPF_PAYLOAD_BF16;
   const int y_layout = rm ? (plan.payload == EPF_PAYLOAD_BF16 ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_PACKED)
                           : in_place ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+  const int pulls = epf_ll_combine_pulls(&plan, y_layout); /* the transport this plan and layout select */
   uint8_t *d_view = NULL, *d_view_scales = NULL; /* rank-major: the expert-major view */
   void *d_x, *d_topk, *d_out;
   float* d_w;
@@ -652,7 +678,8 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   epf_ll_combine_args_t ca;
   memset(&ca, 0, sizeof(ca));
   ca.y = d_y;                  /* FIXED / PACKED: [R][EL * R * T][H] BF16; NULL in place */
-  ca.y_layout = y_layout;      /* EM: IN_PLACE_PULL (BF16) or FIXED; RM: PACKED_PULL (BF16) or PACKED */
+  ca.y_layout = y_layout;      /* EM: IN_PLACE_PULL (BF16) or FIXED (MXFP8: pull by the plan);
+                                  RM: PACKED_PULL (BF16) or PACKED */
   ca.recv_counts = d_counts;
   ca.topk_idx = d_topk;
   ca.index_type = EPF_INDEX_INT32;
@@ -693,10 +720,13 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
     free(rounds);
   }
   if (verify_out(&o, &plan, in, d_out, seed,
-                 rm ? (y_layout == EPF_LL_Y_PACKED_PULL ? "low-latency rank-major (expand, pre-reduce, pull combine)"
-                                                        : "low-latency rank-major (expand, pre-reduce, push combine)")
+                 rm ? (pulls ? "low-latency rank-major (expand, pre-reduce, pull combine)"
+                             : "low-latency rank-major (expand, pre-reduce, push combine)")
                  : in_place ? "low-latency expert-major (y in place, pull combine)"
-                            : "low-latency expert-major (y fixed buffer, push combine)"))
+                 : plan.combine_payload == EPF_PAYLOAD_MXFP8
+                     ? (pulls ? "low-latency expert-major (y fixed buffer, MXFP8 pull combine)"
+                              : "low-latency expert-major (y fixed buffer, MXFP8 push combine)")
+                     : "low-latency expert-major (y fixed buffer, push combine)"))
     return 1;
   {
     /* the link bytes of the two layouts on this routing: a row (payload + scales + metadata) per
@@ -709,6 +739,8 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
            "(dispatch + combine) %.2f MB vs %.2f MB: rank-major saves %.1f%%\n",
            (long long)all_rows, (long long)rm_rows, em_bytes / 1e6, rm_bytes / 1e6, 100.0 * (1.0 - rm_bytes / em_bytes));
   }
+  /* --backward: the training direction for the same routing (run_ll_backward, below) */
+  if (o.backward && run_ll_backward(&o, &plan, &L, da, ca, in, window, d_counts, d_round, d_y, rec_h, seed)) return 1;
 
   /* ---- timing: copy ceiling, then dispatch + combine, each one captured CUDA graph ------------ */
   cudaStream_t s;
@@ -745,6 +777,113 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   return record_check(rec_h);
 }
 
+/* ---- --mode ll --backward: the training direction (kept apart from run_ll: one hook there) ---- */
+
+/* run_ll_backward — after the forward round of run_ll (same routing, same launch and state):
+ *   1. backward of the combine: epf_ll_combine_backward with x = dy (fresh BF16 [R][T][H]): the
+ *      rows land in the forward's (local expert, source, slot); each row's metadata weight is its
+ *      combine weight (the sum of the token's weights over the k that read the row);
+ *   2. the experts' backward: dx_row = bf16(dy_row * f(le, rank)) (the examples' expert is
+ *      y = bf16(x * f); a real layer would use the row's weight here), in place or FIXED;
+ *   3. backward of the dispatch: epf_ll_dispatch_backward, unit weights, repeats contribute
+ *      nothing: dx[t] = sum over the token's distinct experts, k order, FP32, BF16 out.
+ *   Checks: counts, the round, every row's metadata weight, and dx of every token bit for bit. */
+static int run_ll_backward(const opts_t* o, const epf_plan_t* plan, const epf_ll_launch_t* L,
+                           epf_ll_dispatch_args_t da, epf_ll_combine_args_t ca, const inputs_t* in, char* window,
+                           const int32_t* d_counts, const uint32_t* d_round, uint16_t* d_y,
+                           const epf_error_record_t* rec_h, uint64_t* seed) {
+  const int R = o->R, T = o->T, H = o->H, K = o->K, EL = o->E / R;
+  const int64_t n = (int64_t)R * T;
+  uint16_t* dy = (uint16_t*)malloc((size_t)n * H * 2);
+  uint16_t* got = (uint16_t*)malloc((size_t)n * H * 2);
+  float* acc = (float*)malloc((size_t)H * 4);
+  void *d_dy, *d_dx;
+  int bad = 0;
+  epf_status_t st = epf_ll_backward_check(plan);
+  if (st != EPF_OK) {
+    fprintf(stderr, "--backward: %s: %s (the training direction is BF16 both ways, expert-major)\n", epf_status_name(st),
+            epf_status_message(st));
+    return 2;
+  }
+  for (int64_t i = 0; i < n * H; ++i) dy[i] = ex_bf16_rne((float)((int64_t)(ex_rand(seed) % 2001) - 1000) / 1000.0f);
+  EX_CK(cudaMalloc(&d_dy, (size_t)n * H * 2));
+  EX_CK(cudaMalloc(&d_dx, (size_t)n * H * 2));
+  EX_CK(cudaMemcpy(d_dy, dy, (size_t)n * H * 2, cudaMemcpyHostToDevice));
+  EX_CK(cudaMemset(d_dx, 0xA7, (size_t)n * H * 2)); /* poison */
+  da.x = d_dy;                 /* backward of the combine: a dispatch of dy, same routing */
+  EX_CS(epf_ll_combine_backward(L, &da, EPF_LL_BOTH, 0));
+  ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(*plan, window, d_round, d_counts, d_y); /* dx rows */
+  EX_CK(cudaGetLastError());
+  ca.out = d_dx;               /* backward of the dispatch: unit weights, repeats add nothing */
+  ca.topk_weights = NULL;      /* not read */
+  EX_CS(epf_ll_dispatch_backward(L, &ca, EPF_LL_BOTH, 0));
+  EX_CK(cudaDeviceSynchronize());
+  if (record_check(rec_h)) return 1;
+  /* the rows' metadata weights: the combine weight of each row (round 2: parity 0) */
+  {
+    int32_t* counts = (int32_t*)malloc((size_t)R * EL * R * 4);
+    uint32_t* rounds = (uint32_t*)malloc((size_t)R * 4);
+    epf_recv_meta_em_t* meta = (epf_recv_meta_em_t*)malloc((size_t)plan->recv_capacity * sizeof(epf_recv_meta_em_t));
+    EX_CK(cudaMemcpy(counts, d_counts, (size_t)R * EL * R * 4, cudaMemcpyDeviceToHost));
+    EX_CK(cudaMemcpy(rounds, d_round, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    for (int d = 0; d < R && !bad; ++d) {
+      const int64_t row0 = epf_ll_recv_row(plan, rounds[d], 0, 0, 0);
+      if (rounds[d] != 2u) {
+        fprintf(stderr, "MISMATCH backward round of rank %d: got %u want 2\n", d, rounds[d]);
+        return 1;
+      }
+      EX_CK(cudaMemcpy(meta, window + (uint64_t)d * plan->total_bytes + epf_plan_recv_meta_offset(plan, row0),
+                       (size_t)plan->recv_capacity * sizeof(epf_recv_meta_em_t), cudaMemcpyDeviceToHost));
+      for (int le = 0; le < EL && !bad; ++le)
+        for (int s = 0; s < R && !bad; ++s)
+          for (int j = 0; j < counts[((int64_t)d * EL + le) * R + s]; ++j) {
+            const epf_recv_meta_em_t* m = meta + epf_ll_fixed_row(plan, le, s, j);
+            const int64_t tk = ((int64_t)s * T + m->src_token) * K;
+            float cw = 0.0f; /* the sum of the token's weights over the k reading this row */
+            for (int k = m->k; k < K; ++k)
+              if (in->topk[tk + k] == in->topk[tk + m->k]) cw = cw + in->w[tk + k];
+            if (memcmp(&cw, &m->weight, 4) != 0) {
+              fprintf(stderr, "MISMATCH backward meta weight rank %d expert %d source %d slot %d: %g want %g\n", d,
+                      le, s, j, (double)m->weight, (double)cw);
+              bad = 1;
+              break;
+            }
+          }
+    }
+    free(counts);
+    free(rounds);
+    free(meta);
+  }
+  /* dx of every token */
+  EX_CK(cudaMemcpy(got, d_dx, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
+  for (int64_t t = 0; t < n && !bad; ++t) {
+    const int32_t* topk = in->topk + t * K;
+    for (int h = 0; h < H; ++h) acc[h] = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      int dup = 0;
+      for (int j = 0; j < k; ++j) dup |= topk[j] == topk[k];
+      if (dup) continue;
+      const float f = ex_expert_factor(topk[k] % EL, topk[k] / EL);
+      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(ex_bf16_f(dy[t * H + h]) * f)), acc[h]);
+    }
+    for (int h = 0; h < H; ++h)
+      if (got[t * H + h] != ex_bf16_rne(acc[h])) {
+        fprintf(stderr, "MISMATCH backward dx rank %lld token %lld h %d: 0x%04x want 0x%04x\n", (long long)(t / T),
+                (long long)(t % T), h, got[t * H + h], ex_bf16_rne(acc[h]));
+        bad = 1;
+        break;
+      }
+  }
+  printf("backward (--mode ll): combine backward (dy -> rows, combine weights) + dispatch backward (dx, unit weights) "
+         "of %lld tokens: %s\n", (long long)n, bad ? "FAILED" : "OK (bit-exact)");
+  EX_CK(cudaFree(d_dy));
+  EX_CK(cudaFree(d_dx));
+  free(dy);
+  free(got);
+  free(acc);
+  return bad;
+}
+
 int main(int argc, char** argv) {
   opts_t o;
   if (parse(argc, argv, &o)) {
@@ -754,9 +893,17 @@ int main(int argc, char** argv) {
   epf_plan_t ll_plan;
   if (o.mode == EPF_MODE_LL) { /* refuse what LL cannot run before touching the GPU */
     const epf_status_t st = ll_plan_make(&o, &ll_plan);
+    epf_status_t st2;
     if (st != EPF_OK) {
       fprintf(stderr, "--mode ll%s: %s: %s\n", o.layout == EPF_LAYOUT_RANK_MAJOR ? " --layout rm" : "",
               epf_status_name(st), epf_status_message(st));
+      return 2;
+    }
+    /* --backward: the training direction is BF16 both ways and expert-major (a rank-major plan:
+     * EPF_ERR_LAYOUT), refused here too, before any GPU work */
+    if (o.backward && (st2 = epf_ll_backward_check(&ll_plan)) != EPF_OK) {
+      fprintf(stderr, "--mode ll%s --backward: %s: %s\n", o.layout == EPF_LAYOUT_RANK_MAJOR ? " --layout rm" : "",
+              epf_status_name(st2), epf_status_message(st2));
       return 2;
     }
   }

@@ -104,7 +104,9 @@ static inline void ex_ref_payload_row(const epf_plan_t* p, const uint16_t* x, fl
 
 /* ex_ref_combine — the BF16 combine output of one token whose BF16 input row is x, routed to
  * topk[0..K) with weights w[0..K), after the expert y = bf16(deq(x) * f(le, rank)) (BF16 combine
- * payload, pull or push). EXPERT_MAJOR: acc = fma(w_k, y_k, acc) in k order. RANK_MAJOR: per
+ * payload, pull or push). EXPERT_MAJOR: acc = fma(w_k, y_k, acc) in k order; with an MXFP8
+ * combine payload (EXPERT_MAJOR) y_k travels quantized (E4M3 + E8M0 per 32, the plan's rule) and
+ * acc = epf_mxfp8_dequantize_accumulate_ref(q, scale, w_k, acc), the library's per-element step. RANK_MAJOR: per
  * destination rank (in order of first occurrence in k) a partial in k order rounded to BF16, then
  * acc = fma(1, partial, acc) in that rank order. Scratch: 3 * hidden floats. */
 static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
@@ -115,7 +117,21 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
   float* part = scratch + 2 * H;
   ex_ref_payload_row(p, x, dq);
   for (int h = 0; h < H; ++h) acc[h] = 0.f;
-  if (p->layout == EPF_LAYOUT_EXPERT_MAJOR) {
+  if (p->layout == EPF_LAYOUT_EXPERT_MAJOR && p->combine_payload == EPF_PAYLOAD_MXFP8) {
+    for (int k = 0; k < K; ++k) {
+      const int e = topk[k];
+      if (e < 0) continue;
+      const float f = ex_expert_factor(e % EL, e / EL);
+      for (int g = 0; g < H / 32; ++g) {
+        float y32[32];
+        uint8_t q32[32];
+        for (int i = 0; i < 32; ++i) y32[i] = ex_bf16_f(ex_bf16_rne(dq[g * 32 + i] * f));
+        const uint8_t sb = epf_mxfp8_quantize_block_ref(y32, epf_mx_rule_from_flags(p->flags), q32);
+        for (int i = 0; i < 32; ++i)
+          acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, w[k], acc[g * 32 + i]);
+      }
+    }
+  } else if (p->layout == EPF_LAYOUT_EXPERT_MAJOR) {
     for (int k = 0; k < K; ++k) {
       const int e = topk[k];
       if (e < 0) continue;

@@ -1,8 +1,9 @@
 /* epfuse/combine_ll.cuh — low-latency combine: push half and reduce half as block functions — part of epfuse v0.1
  *
  * What it is: the way back of LL EP. The expert rank pushes each output row to its source (or,
- * with EPF_LL_Y_IN_PLACE_PULL, lets the source read it where it is); the source weights and
- * reduces in FP32 in k order, bitwise deterministic.
+ * with EPF_LL_Y_IN_PLACE_PULL, lets the source read it where it is; with an MXFP8 combine payload
+ * it quantizes the row into its own window for the source to read: the default); the source
+ * weights and reduces in FP32 in k order, bitwise deterministic. epf_ll_combine_pulls says which.
  *   SEND (epf_ll_combine_send_block; never waits): for every row the dispatch receive of this
  *     round counted (recv_counts), one warp per (row, EPF_LL_SEND_CHUNKS 256-element chunks)
  *     reads the expert output (a caller buffer in the FIXED or PACKED order, or IN_PLACE over the
@@ -12,10 +13,15 @@
  *     active source — also of sources it had no rows for, so every source can wait for every rank.
  *     PULL (y_layout EPF_LL_Y_IN_PLACE_PULL, BF16 combine payload): nothing is moved; the last
  *     block publishes (epoch, EPF__LL_COMBINE_PULL) instead: "my outputs are in my receive rows".
+ *     MXFP8 PULL (MXFP8 combine payload and a plan with an EXPERT_OUT region: every LL
+ *     expert-major plan without EPF_FLAG_COMBINE_PUSH; any y_layout): the same units as the push,
+ *     but each quantized row goes to THIS rank's EXPERT_OUT row epf_plan_expert_out_offset(plan,
+ *     receive row of this round), where the source will read it; then (epoch, EPF__LL_COMBINE_PULL).
  *   RECV (epf_ll_combine_recv_block; bounded waits): every block waits for the combine signal of
  *     every rank; for ranks that signalled PULL it rebuilds the dispatch's slot table from
  *     topk_idx (epf_ll_slots_block, the same pass as the dispatch send), so (token, k) -> the expert
- *     rank's receive row epf_ll_recv_row(plan, c, le, rank, slot); then one warp per (token,
+ *     rank's receive row epf_ll_recv_row(plan, c, le, rank, slot) (BF16: RECV_TOKENS; MXFP8: that
+ *     row of EXPERT_OUT); then one warp per (token,
  *     256-element chunk) computes
  *       out[t][h] = BF16_RNE( fma(w_{k_n}, y_{k_n}[h], ... fma(w_{k_0}, y_{k_0}[h], 0.0f)) )
  *     over the token's present entries k_0 < k_1 < ... (acc starts at +0.0f; one rounding per
@@ -31,8 +37,13 @@
  *     (the same argument as for the landing rows; docs/low-latency.md).
  *   MXFP8 on the way back (plan.combine_payload): the expert side quantizes each 32-element group
  *     of y (quant.cuh lane8 block; landing row = hidden E4M3 bytes, then hidden / 32 scale
- *     bytes), the source uses y = dequantize (exact in FP32) and the same fma chain
- *     (epf_mxfp8_dequantize_accumulate8 = epf_mxfp8_dequantize_accumulate_ref).
+ *     bytes, epf_combine_row_scale_at), the source uses y = dequantize (exact in FP32) and the
+ *     same fma chain (epf_mxfp8_dequantize_accumulate8 = epf_mxfp8_dequantize_accumulate_ref).
+ *     Pushed into the source's COMBINE row or pulled from the expert rank's EXPERT_OUT row, the
+ *     bytes and the order are the same: pull and push give identical bits here too. The
+ *     EXPERT_OUT rows of round c are next written by this rank's combine send of c + 2, which
+ *     follows its dispatch receive of c + 2, which waited for every source's dispatch send of
+ *     c + 2 — each after that source's combine of c (the same argument as above).
  *
  * What masked / late ranks become: the contribution of every expert on a rank that is masked or
  * did not signal in time is ZERO (skipped in the sum, so it cannot inject NaN or stale data); a
@@ -52,11 +63,15 @@
  *
  * Contents:
  *   bool         epf_ll_combine_payload_supported(int payload)                           [EPF_HD]
+ *   bool         epf_ll_combine_pulls(const epf_plan_t*, int y_layout)                   [EPF_HD]
  *   void         epf_ll_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *   epf_status_t epf_ll_combine_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   void         epf_ll_dispatch_backward_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
  * Requirements: CUDA, sm_80+ (BF16 conversions); push run on H200 (v1); pull and the 4-chunk push compiled for
- *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90).
+ *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90). The MXFP8 pull: compiled for sm_90, its
+ *   GPU tests (test_ll, test_shapes, test_mg_ll) not yet run on an H200.
  */
 #ifndef EPF_COMBINE_LL_CUH
 #define EPF_COMBINE_LL_CUH
@@ -79,15 +94,43 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
   return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8;
 }
 
+/* epf_ll_combine_pulls — the transport of an LL combine send with this plan and y_layout: true =
+ *   PULL (the sources read the outputs from this rank's window), false = PUSH (this rank stores
+ *   them into the sources' COMBINE rows). BF16 combine payload: pull iff y_layout is
+ *   EPF_LL_Y_IN_PLACE_PULL (the outputs are read where the experts wrote them, nothing moves on
+ *   the expert side). MXFP8 combine payload: pull iff the plan has an EXPERT_OUT region
+ *   (epf_plan_compute gives every LL expert-major plan one unless EPF_FLAG_COMBINE_PUSH forces
+ *   push), whatever y_layout: the send quantizes y into it. RANK_MAJOR plan (combine_ll_rm.cuh,
+ *   never an EXPERT_OUT region): pull iff y_layout is EPF_LL_Y_PACKED_PULL and both payloads are
+ *   BF16 (the pre-reduced partials overwrite their receive rows). The send half acts on it and tells
+ *   the sources in the signal word; a receive half uses it only as the hint to build its slot
+ *   table early. Scope: any thread, host or device. Pure. */
+EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR) /* combine_ll_rm.cuh: no EXPERT_OUT region */
+    return y_layout == EPF_LL_Y_PACKED_PULL && plan->payload == EPF_PAYLOAD_BF16 &&
+           plan->combine_payload == EPF_PAYLOAD_BF16;
+  if (plan->combine_payload == EPF_PAYLOAD_MXFP8) return plan->region[EPF_REGION_EXPERT_OUT].bytes != 0;
+  return y_layout == EPF_LL_Y_IN_PLACE_PULL && plan->combine_payload == EPF_PAYLOAD_BF16;
+}
+
 /* Value half of a combine signal word: 0 = the peer pushed its outputs into this rank's COMBINE
- * rows; EPF__LL_COMBINE_PULL = read them from the peer's receive rows (EPF_LL_Y_IN_PLACE_PULL). */
+ * rows; EPF__LL_COMBINE_PULL = read them from the peer's window: its receive rows
+ * (EPF_LL_Y_IN_PLACE_PULL, BF16) or its EXPERT_OUT rows (MXFP8 combine payload). */
 #define EPF__LL_COMBINE_PULL 1u
+/* Bit of a combine signal word's value half, backward of dispatch only: the peer carried the
+ * router-weight gradients of its rows (pushed: epf_ll_weight_grad_row; pulled: the weight field of
+ * its receive rows' metadata). Without it the source writes 0 for that peer's entries. */
+#define EPF__LL_COMBINE_WGRAD 2u
 
 
 /* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
 #ifndef EPF_LL_COMBINE_BATCH
 #define EPF_LL_COMBINE_BATCH 8
 #endif
+
+/* the body of the two send blocks below (defined after them) */
+EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                            void* smem, bool bwd);
 
 /* epf_ll_combine_send_block — the expert side: push this round's expert outputs to their sources.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
@@ -102,12 +145,40 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
  *             are masked now, or whose dispatch of this round the receive missed
  *             (state.dispatch_fail), get neither rows nor the signal, for the same reason.
  *             Metadata rows that do not name a valid (token < T, k < K, source) are skipped.
- *             The last block signals every other source and sets state.epoch[COMBINE_SEND] = c.
+ *             Transport by epf_ll_combine_pulls(plan, a->y_layout): push (rows into the sources'
+ *             COMBINE), BF16 pull (nothing moves) or MXFP8 pull (quantized rows into this rank's
+ *             EXPERT_OUT at epf_plan_expert_out_offset(plan, epf_ll_recv_row(plan, c, le, src,
+ *             slot))). The last block signals every other source and sets
+ *             state.epoch[COMBINE_SEND] = c.
  *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   plain 16-byte stores to peers; .sys release of the signal words after every block
- *             arrived. Blocking: no. */
+ *   Memory:   plain stores to peers (push) or to the own window (MXFP8 pull); .sys release of the
+ *             signal words after every block arrived. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                  const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_combine_send(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_dispatch_backward_send_block — the expert side of the backward of the LL dispatch
+ *   (training): an LL combine round of the expert-input gradients. Everything as
+ *   epf_ll_combine_send_block (same scope, layouts, push / pull, signals, epochs: it IS a combine
+ *   round of the rank, and it follows a dispatch round, normally epf_ll_combine_backward's), with
+ *   a->y = dx rows (one per receive row, in y_layout's order; IN_PLACE / IN_PLACE_PULL: over the
+ *   receive rows), plus, when a->weight_grad is not NULL, one FP32 per row in the same order (the
+ *   router-weight gradient the expert stage computed for the row) carried to the source:
+ *   pushed into the first 4 bytes of the source's landing row epf_ll_weight_grad_row(plan, c, t, k)
+ *   (the other parity's landing row of the row's (t, k)); pulled (EPF_LL_Y_IN_PLACE_PULL): stored
+ *   into the weight field of the row's own metadata row, where the source reads it. The signal
+ *   word says so (EPF__LL_COMBINE_WGRAD).
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                           const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_combine_send(plan, ctx, a, smem, true);
+}
+
+/* (the body is epf__ll_combine_send, shared with epf_ll_dispatch_backward_send_block: bwd = true
+ * also carries a->weight_grad; every caller passes a constant) */
+EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                            void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank;
   const int Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts, H = plan->hidden;
@@ -118,8 +189,9 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   const bool ok_round = drecv == epoch && a->recv_counts != NULL && (a->y != NULL || in_place) &&
                         (!in_place || plan->payload == EPF_PAYLOAD_BF16) &&
                         (a->y_layout == EPF_LL_Y_FIXED || a->y_layout == EPF_LL_Y_PACKED || in_place);
-  /* pull: the sources read the outputs from this rank's receive rows; nothing to push */
-  const bool pull = a->y_layout == EPF_LL_Y_IN_PLACE_PULL && plan->combine_payload == EPF_PAYLOAD_BF16;
+  /* pull: the sources read the outputs from this rank's window: BF16 from the receive rows (nothing
+   * to move), MXFP8 from EXPERT_OUT (quantized below, into this rank's own window) */
+  const bool pull = epf_ll_combine_pulls(plan, a->y_layout);
   const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
   uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
   void* ws = (char*)smem + sl.scan;
@@ -128,6 +200,8 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   const int ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
+  /* backward: this rank carries the router-weight gradients of its rows */
+  const bool wgrad = bwd && a->weight_grad != NULL && ok_round;
   int64_t u, units;
   int g;
 
@@ -139,16 +213,26 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
     epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
                      epoch, drecv, 0);
-  if (!pull) { /* block-uniform */
+  if (!pull || mx || wgrad) { /* block-uniform */
     for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
       const int s = g % R;
       int32_t n = ok_round && epf__ll_active(mask, s) ? a->recv_counts[g] : 0;
       pre[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
     }
     epf__ll_scan_block(pre, E, ws);
-    units = (int64_t)pre[E] * ngroups;
+    units = pull && !mx ? 0 : (int64_t)pre[E] * ngroups;
   } else {
     units = 0;
+  }
+  if (wgrad && pull) { /* the sources read each row's gradient from the weight field of its metadata */
+    for (u = (int64_t)ctx.block * blockDim.x + threadIdx.x; u < (int64_t)pre[E]; u += (int64_t)ctx.nblocks * blockDim.x) {
+      const uint32_t r = (uint32_t)u;
+      const int gi = epf__ll_find_group(pre, E, r);
+      const int le = gi / R, s = gi - le * R, j = (int)(r - pre[gi]);
+      epf_recv_meta_em_t* m =
+          (epf_recv_meta_em_t*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, epf_ll_recv_row(plan, epoch, le, s, j)));
+      m->weight = a->weight_grad[epf_ll_fixed_row(plan, le, s, j)];
+    }
   }
 
   /* one unit = (row, group of EPF_LL_SEND_CHUNKS 256-element chunks): one metadata load per
@@ -180,7 +264,14 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
       src = (const char*)a->y + epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j) * (int64_t)H * 2;
     else
       src = (const char*)a->y + epf_ll_fixed_row(plan, le, s, j) * (int64_t)H * 2;
-    dst = (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
+    dst = pull ? (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, wrow)) /* MXFP8 pull */
+               : (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
+    if (wgrad && c0 == 0 && lane == 0) { /* the row's gradient, into the other parity's landing row */
+      const int64_t yrow = a->y_layout == EPF_LL_Y_PACKED ? epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j)
+                                                          : epf_ll_fixed_row(plan, le, s, j);
+      *(float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, k)), s) =
+          a->weight_grad[yrow];
+    }
 #pragma unroll
     for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
       const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
@@ -211,11 +302,15 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
                                   epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
                                                          epf_ll_combine_signal_index(plan, epoch, rank)),
                                   g),
-          epoch, pull ? EPF__LL_COMBINE_PULL : 0u);
+          epoch, (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
     }
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
   }
 }
+
+/* the body of the two receive blocks below (defined after them) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                    const epf_ll_combine_args_t* a, void* smem, bool bwd);
 
 /* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
  *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
@@ -227,18 +322,43 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
  *   Does:     round c = state.epoch[COMBINE_RECV] + 1; waits (bounded; masked ranks skipped) for
  *             SIG_LL_COMBINE[c & 1][d] of every rank d; writes out (see the file manual); the last
  *             block sets state.epoch[COMBINE_RECV] = c. The outputs of rank d come from this
- *             rank's COMBINE rows (d pushed: signal value 0) or straight from d's receive rows of
- *             dispatch round c (d signalled EPF__LL_COMBINE_PULL): row epf_ll_recv_row(plan, c,
- *             le, rank, slot), slot rebuilt from topk_idx exactly as the dispatch send computed it.
+ *             rank's COMBINE rows (d pushed: signal value 0) or straight from d's window (d
+ *             signalled EPF__LL_COMBINE_PULL): row epf_ll_recv_row(plan, c, le, rank, slot) of its
+ *             receive rows (BF16) or of its EXPERT_OUT (MXFP8), slot rebuilt from topk_idx exactly
+ *             as the dispatch send computed it.
  *   Result:   [result:all] EPF_OK, or the block's first failure by priority (TIMEOUT, ABORTED,
  *             PEER_MASKED). A rank that failed contributes zero to this block's tokens.
  *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
  *   Memory:   .sys acquire per rank, __syncthreads, then plain loads of the own COMBINE region
- *             and (pull) of the peers' receive rows.
+ *             and (pull) of the peers' receive rows or EXPERT_OUT rows.
  *   Co-residency: waits on the combine send halves of every rank; in one launch with them
  *             [needs-co-residency]. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                          const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_combine_recv(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_dispatch_backward_recv_block — the source side of the backward of the LL dispatch
+ *   (training). Everything as epf_ll_combine_recv_block (scope, waits, push / pull, masked ranks,
+ *   epochs), except the sum: UNIT weights over the FIRST OCCURRENCES only (a repeated expert of a
+ *   token contributes nothing: its gradient is already inside its first occurrence's row):
+ *     out[t][h] = BF16_RNE( fma(1.0f, dx_{k_n}[h], ... fma(1.0f, dx_{k_0}[h], 0.0f)) )
+ *   over the token's present first-occurrence entries k_0 < k_1 < ...; a->topk_weights is not read.
+ *   With a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of
+ *   the row k read in the forward (a repeat: its first occurrence's row), or 0 when the id is -1
+ *   or dropped, its rank is absent this round, or the rank did not carry gradients (no weight_grad
+ *   on its side). Written by the blocks that own chunk 0 of each token.
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                                   const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_combine_recv(plan, ctx, a, smem, true);
+}
+
+/* (the body is epf__ll_combine_recv, shared with epf_ll_dispatch_backward_recv_block: bwd = true
+ * sums with unit weights over first occurrences and writes a->topk_weights_grad; every caller
+ * passes a constant) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                    const epf_ll_combine_args_t* a, void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank;
   const int H = plan->hidden, Tmax = plan->max_tokens_per_rank;
@@ -249,13 +369,16 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
   const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
   uint32_t* present = (uint32_t*)((char*)smem + sl.reduce_present); /* [EPF_MASK_WORDS] */
   uint32_t* pulled = (uint32_t*)((char*)smem + sl.reduce_pulled);   /* [EPF_MASK_WORDS] */
+  uint32_t* wgbits = (uint32_t*)((char*)smem + sl.reduce_wgrad);     /* [EPF_MASK_WORDS], backward */
+  float* const wg_out = bwd ? a->topk_weights_grad : NULL;
   /* the dispatch's slot table of this round (pull) */
   const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.reduce_slots, T, (int)blockDim.x);
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int64_t units = (int64_t)T * nchunks;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
-  /* peers pull only with a BF16 combine payload (the plan is the same on every rank) */
-  const bool early_slots = !mx && a->y_layout == EPF_LL_Y_IN_PLACE_PULL && T > 0;
+  /* an MXFP8 plan lets the peers pull iff it has EXPERT_OUT (the plan is the same on every rank) */
+  const bool can_pull = !mx || epf_ll_combine_pulls(plan, a->y_layout);
+  const bool early_slots = epf_ll_combine_pulls(plan, a->y_layout) && T > 0;
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
   int64_t u;
@@ -264,6 +387,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
   for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
     present[i] = 0u;
     pulled[i] = 0u;
+    if (bwd) wgbits[i] = 0u;
   }
   if (early_slots) /* block-uniform; dropped ids were counted by the dispatch send */
     epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
@@ -275,7 +399,8 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
     const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, &v);
     if (st == EPF_OK) {
       atomicOr(&present[i >> 5], 1u << (i & 31));
-      if (!mx && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
+      if (can_pull && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
+      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&wgbits[i >> 5], 1u << (i & 31));
     } else if (mine == EPF_OK) {
       mine = st;
     }
@@ -300,19 +425,29 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan,
         int first_k;
         const int e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
         const int d = e >= 0 ? e / EL : 0;
+        float wg = 0.f; /* backward: the router-weight gradient of (t, k) */
         if (e >= 0 && epf__ll_active(present, d)) {
           if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
             src = (const char*)epf_local_ptr(team,
                                              epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
-          } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows */
+            if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
+              wg = *(const float*)epf_local_ptr(
+                  team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, first_k)));
+          } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows (MXFP8: EXPERT_OUT) */
             int se;
             const uint32_t slot = epf_ll_slot(plan, slots, t * K + first_k, &se);
-            if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax)
+            if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax) {
+              const int64_t rr = epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot);
               src = (const char*)epf_peer_ptr(
-                  team, epf_plan_recv_token_offset(plan, epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot)), d);
+                  team, mx ? epf_plan_expert_out_offset(plan, rr) : epf_plan_recv_token_offset(plan, rr), d);
+              if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
+                wg = ((const epf_recv_meta_em_t*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, rr), d))->weight;
+            }
           }
-          if (src != NULL) wk = a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+          if (bwd && first_k != k) src = NULL; /* a repeat: its gradient is in the first occurrence's row */
+          if (src != NULL) wk = bwd ? 1.0f : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
         }
+        if (wg_out != NULL && c == 0) wg_out[(int64_t)t * K + k] = wg;
       }
       m = __ballot_sync(0xffffffffu, src != NULL);
       while (m != 0u) { /* batches of up to EPF_LL_COMBINE_BATCH rows: loads first, fmas in k order */

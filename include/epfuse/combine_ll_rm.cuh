@@ -141,8 +141,7 @@ EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_
   const bool packed = a->y_layout == EPF_LL_Y_PACKED || a->y_layout == EPF_LL_Y_PACKED_PULL;
   const bool ok_round = drecv == epoch && a->recv_counts != NULL && a->y != NULL && (packed || a->y_layout == EPF_LL_Y_FIXED);
   /* pull: the partials stay in this rank's receive rows (BF16 rows both ways: one fits over the other) */
-  const bool pull = a->y_layout == EPF_LL_Y_PACKED_PULL && plan->payload == EPF_PAYLOAD_BF16 &&
-                    plan->combine_payload == EPF_PAYLOAD_BF16;
+  const bool pull = epf_ll_combine_pulls(plan, a->y_layout);
   const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
   uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
   uint32_t* present = (uint32_t*)((char*)smem + sl.rm_present);
@@ -258,7 +257,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* pl
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   /* peers pull only with BF16 both ways (the plan is the same on every rank) */
   const bool can_pull = !mx && plan->payload == EPF_PAYLOAD_BF16;
-  const bool early_slots = can_pull && a->y_layout == EPF_LL_Y_PACKED_PULL && T > 0;
+  const bool early_slots = epf_ll_combine_pulls(plan, a->y_layout) && T > 0;
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
   int64_t u;

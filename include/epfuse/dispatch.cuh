@@ -82,6 +82,11 @@ EPF_BEGIN_DECLS
 #ifndef EPF_SEND_UNROLL
 #define EPF_SEND_UNROLL 8
 #endif
+/* The quantizing send's common path double-buffers: EPF_QSEND_UNROLL chunks quantized and stored
+ * while the next EPF_QSEND_UNROLL chunks load (2 x EPF_QSEND_UNROLL vectors in registers). */
+#ifndef EPF_QSEND_UNROLL
+#define EPF_QSEND_UNROLL 4
+#endif
 
 /* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
  *   EPF_COPY_UNROLL loads per lane in flight before the first store.
@@ -279,16 +284,25 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
       dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
       sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
     }
-    for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
-      uint4 v[EPF_SEND_UNROLL];
-      int u;
+    /* Software-pipelined: the loads of the next EPF_QSEND_UNROLL chunks are in flight while this
+     * step quantizes and stores (load everything, then quantize and store, left the loads idle
+     * during the stores: docs/performance.md, HT v8). */
+    uint4 v[EPF_QSEND_UNROLL];
+    int u;
 #pragma unroll
-      for (u = 0; u < EPF_SEND_UNROLL; ++u) {
-        const int i = base + u * 32 + lane;
-        v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+      const int i = u * 32 + lane;
+      v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
+      uint4 nx[EPF_QSEND_UNROLL];
+#pragma unroll
+      for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+        const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
+        nx[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
-      for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+      for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
         const int i = base + u * 32 + lane;
         uint8_t sb = 0;
         float sf = 0.f;
@@ -306,6 +320,8 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
           }
         }
       }
+#pragma unroll
+      for (u = 0; u < EPF_QSEND_UNROLL; ++u) v[u] = nx[u];
     }
     return dropped;
   }

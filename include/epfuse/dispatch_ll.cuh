@@ -53,6 +53,7 @@
  * Contents:
  *   bool         epf_ll_payload_supported(int payload)                                   [EPF_HD]
  *   void         epf_ll_dispatch_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
+ *   void         epf_ll_combine_backward_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *   epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *
  * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 / sm_100 compiled (-Werror); tested on an H200.
@@ -77,6 +78,24 @@ EPF_HD bool epf_ll_payload_supported(int payload) {
   return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8 || payload == EPF_PAYLOAD_FP8_128;
 }
 
+/* epf__ll_combine_weight — the combine weight of the row that pair (t, k) sends (k = the first k
+ * naming its expert): the sum over k' >= k of the token with the same id of topk_weights[t][k']
+ * (1.0f when NULL), FP32 adds in ascending k' from +0.0f (docs/low-latency.md, "Training"). */
+EPF_DEVICE_INLINE float epf__ll_combine_weight(const void* topk_idx, int is64, const float* topk_weights, int t, int k,
+                                               int K) {
+  const int64_t base = (int64_t)t * K;
+  const int64_t id = epf__ll_topk_raw(topk_idx, is64, base + k);
+  float acc = 0.0f;
+  int j;
+  for (j = k; j < K; ++j)
+    if (epf__ll_topk_raw(topk_idx, is64, base + j) == id) acc = __fadd_rn(acc, topk_weights != NULL ? topk_weights[base + j] : 1.0f);
+  return acc;
+}
+
+/* the body of the two send blocks below (defined after them) */
+EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
+                                             void* smem, bool bwd);
+
 /* epf_ll_dispatch_send_block — the send half of LL dispatch for one rank.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
  *             the rank calls it once per round, converged, with the same plan and args.
@@ -97,6 +116,31 @@ EPF_HD bool epf_ll_payload_supported(int payload) {
  *             Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                   const epf_ll_dispatch_args_t* a, void* smem) {
+  epf__ll_dispatch_send(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_combine_backward_send_block — the send half of the backward of the LL combine (training):
+ *   an LL dispatch round of the output gradients. Everything as epf_ll_dispatch_send_block (same
+ *   scope, slots, rows, signals, epochs: it IS a dispatch round of the rank; the receive half is
+ *   epf_ll_dispatch_recv_block itself), with a->x = dy [num_tokens][hidden] BF16 and the same
+ *   topk_idx / topk_weights / num_tokens as the forward round, except the metadata weight of each
+ *   row: the row's COMBINE WEIGHT, the sum over the k of the token that read the row in the forward
+ *   combine (its first occurrence and every repeat of the expert) of topk_weights[t][k], FP32 adds
+ *   in ascending k from +0.0f (1.0f per k when topk_weights is NULL). The rows carry dy exactly, so
+ *   the expert stage computes d out_row = weight * dy_row.
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it).
+ *   Rows:     the same (local expert, source, slot) as the forward round with the same routing, i.e.
+ *             the same epf_ll_fixed_row / epf_ll_packed_row; the parity is this round's (*round). */
+EPF_DEVICE_INLINE void epf_ll_combine_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                          const epf_ll_dispatch_args_t* a, void* smem) {
+  epf__ll_dispatch_send(plan, ctx, a, smem, true);
+}
+
+/* (the body is epf__ll_dispatch_send, shared with epf_ll_combine_backward_send_block: bwd = true
+ * makes the metadata weight the row's combine weight, epf__ll_combine_weight; every caller passes
+ * a constant, so the forward code carries no backward code) */
+EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
+                                             void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int rank = team.rank;
   const int T = a->num_tokens, Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts;
@@ -179,7 +223,9 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll
           epf_recv_meta_em_t m;
           uint4 v;
         } meta; /* registers only: one 16-byte store */
-        meta.m = epf_recv_meta_em_make(t, rank, k, le, a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f);
+        const float wrow = bwd ? epf__ll_combine_weight(a->topk_idx, epf_ll_index_is64(a->index_type), a->topk_weights, t, k, K)
+                               : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+        meta.m = epf_recv_meta_em_make(t, rank, k, le, wrow);
         epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), d), meta.v);
       }
     }

@@ -41,6 +41,8 @@
  *   epf_status_t epf_ll_dispatch(const epf_ll_launch_t*, const epf_ll_dispatch_args_t*, int halves, cudaStream_t)
  *   epf_status_t epf_ll_combine(const epf_ll_launch_t*, const epf_ll_combine_args_t*, int halves, cudaStream_t)
  *   epf_status_t epf_ll_expand(const epf_ll_launch_t*, const epf_ll_dispatch_args_t*, cudaStream_t)   RANK_MAJOR
+ *   epf_status_t epf_ll_combine_backward(const epf_ll_launch_t*, const epf_ll_dispatch_args_t*, int halves, cudaStream_t)
+ *   epf_status_t epf_ll_dispatch_backward(const epf_ll_launch_t*, const epf_ll_combine_args_t*, int halves, cudaStream_t)
  *   epf_status_t epf_ll_state_reset(const epf_ll_launch_t*, cudaStream_t)
  *   epf_status_t epf_ll_mask_query_async(const epf_ll_launch_t*, uint32_t* out_masks, cudaStream_t)
  *   epf_status_t epf_ll_mask_update(const epf_ll_launch_t*, const uint32_t* host_mask, cudaStream_t)
@@ -49,8 +51,8 @@
  *   int          epf_ll_blocks_per_rank(const epf_ll_launch_t*, int num_tokens, int is_combine)
  *   EPF_LL_BPR_COMBINE, EPF_LL_BPR_COMBINE_PULL             is_combine values
  *   kernels (static __global__): epf_ll_dispatch_kernel, epf_ll_combine_kernel, epf_ll_rm_dispatch_kernel,
- *   epf_ll_rm_combine_kernel, epf_ll_expand_kernel, epf_ll_clean_kernel, epf_ll_state_kernel,
- *   epf_ll_error_clear_kernel
+ *   epf_ll_rm_combine_kernel, epf_ll_expand_kernel, epf_ll_combine_backward_kernel,
+ *   epf_ll_dispatch_backward_kernel, epf_ll_clean_kernel, epf_ll_state_kernel, epf_ll_error_clear_kernel
  *   Host-side error reading: epf_error_read (host.h) on the host-mapped record, no device sync.
  *
  * Requirements: CUDA runtime API, sm_80+ (sm_90 / sm_100 compiled (-Werror); tested on an H200).
@@ -165,6 +167,32 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_expand_kernel(epf_plan_
   epf_ll_rm_expand_block(&plan, ctx, &a, epf__ll_smem);
 }
 
+/* epf_ll_combine_backward_kernel — the backward of the combine (training): epf_ll_dispatch_kernel
+ * with epf_ll_combine_backward_send_block as its send half (the receive half is the dispatch's). */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                                      epf_error_record_t* record, const uint32_t* abort_word,
+                                                      int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_combine_backward_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+/* epf_ll_dispatch_backward_kernel — the backward of the dispatch (training): epf_ll_combine_kernel
+ * with the backward halves (epf_ll_dispatch_backward_send_block / _recv_block). */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                                       epf_error_record_t* record, const uint32_t* abort_word,
+                                                       int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_dispatch_backward_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
 /* epf_ll_clean_kernel — one block per rank of the launch. */
 static __global__ void epf_ll_clean_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                            epf_error_record_t* record, const uint32_t* abort_word, int virtual_ranks) {
@@ -271,7 +299,8 @@ EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t
 /* epf_ll_blocks_per_rank — the launchers' choice when L->blocks_per_rank is 0: enough warps for
  *   one unit each (dispatch and the combine's reduce: (token, 256-element chunk); the combine
  *   push: (row, EPF_LL_SEND_CHUNKS chunks), num_tokens * top_k rows; a pull combine,
- *   EPF_LL_BPR_COMBINE_PULL: the reduce's units only, since its send half moves nothing), at most
+ *   EPF_LL_BPR_COMBINE_PULL (a BF16 pull): the reduce's units only, since its send half moves
+ *   nothing; an MXFP8 pull quantizes every row, EPF_LL_BPR_COMBINE), at most
  *   the resident capacity divided by the ranks of the launch, at least 1. is_combine: 0
  *   dispatch, EPF_LL_BPR_COMBINE (1), EPF_LL_BPR_COMBINE_PULL (2). Scope: host. Returns 1 if the
  *   occupancy query fails. */
@@ -321,11 +350,25 @@ EPF_INLINE epf_status_t epf__ll_grid(const epf_ll_launch_t* L, const void* kerne
 
 EPF_INLINE bool epf__ll_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0u; }
 
-/* epf__ll_combine_pulls — does this call's send half only signal (EPF_LL_Y_IN_PLACE_PULL with a
- * BF16 combine payload)? Then the reduce is the whole work and sizes the grid. */
+/* epf__ll_combine_pulls — does this call pull (epf_ll_combine_pulls: EPF_LL_Y_IN_PLACE_PULL with a
+ * BF16 combine payload; an MXFP8 combine payload unless the plan has EPF_FLAG_COMBINE_PUSH)? */
 EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args) {
-  return args->y_layout == EPF_LL_Y_IN_PLACE_PULL && L->plan.combine_payload == EPF_PAYLOAD_BF16;
+  return epf_ll_combine_pulls(&L->plan, args->y_layout);
 }
+
+/* epf__ll_combine_bpr_kind — the grid of a combine call: a BF16 pull's send half only signals,
+ * so the reduce is the whole work (EPF_LL_BPR_COMBINE_PULL); an MXFP8 pull quantizes every row
+ * on the expert side, the same units as a push (EPF_LL_BPR_COMBINE). RANK_MAJOR: always
+ * EPF_LL_BPR_COMBINE (push or pull, the expert side pre-reduces every (source, token) row). */
+EPF_INLINE int epf__ll_combine_bpr_kind(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args) {
+  if (L->plan.layout == EPF_LAYOUT_RANK_MAJOR) return EPF_LL_BPR_COMBINE;
+  return epf__ll_combine_pulls(L, args) && L->plan.combine_payload == EPF_PAYLOAD_BF16 ? EPF_LL_BPR_COMBINE_PULL
+                                                                                       : EPF_LL_BPR_COMBINE;
+}
+
+/* the body of epf_ll_dispatch and epf_ll_combine_backward (defined after them) */
+EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
+                                            cudaStream_t stream, bool bwd);
 
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
@@ -341,11 +384,34 @@ EPF_INLINE bool epf__ll_combine_pulls(const epf_ll_launch_t* L, const epf_ll_com
  *   (EPF_ERR_CUDA). Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
                                         cudaStream_t stream) {
+  return epf__ll_dispatch_op(L, args, halves, stream, false);
+}
+
+/* epf_ll_combine_backward — the backward of the LL combine (training): an LL dispatch round of the
+ *   output gradients. args as for epf_ll_dispatch, with args->x = dy [num_tokens][hidden] BF16 and
+ *   the SAME topk_idx / topk_weights / num_tokens (and index type) as the forward round; the rows
+ *   land in the same (local expert, source, slot) as the forward's, each with the metadata weight
+ *   = the row's combine weight (epf_ll_combine_backward_send_block). The receive half and its
+ *   outputs (counts, packed copy, *round) are the dispatch's. It is a dispatch round of the state:
+ *   the next combine round (normally epf_ll_dispatch_backward) pairs with it.
+ *   Checks: those of epf_ll_dispatch, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
+ *   plan is BF16 both ways; EPF_ERR_LAYOUT for a RANK_MAJOR plan: no rank-major backward yet).
+ *   Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_combine_backward(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args,
+                                                int halves, cudaStream_t stream) {
+  return epf__ll_dispatch_op(L, args, halves, stream, true);
+}
+
+/* (the body is epf__ll_dispatch_op, shared with epf_ll_combine_backward: bwd = true also needs
+ * epf_ll_backward_check and launches epf_ll_combine_backward_kernel) */
+EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
+                                            cudaStream_t stream, bool bwd) {
   int bpr = 0, grid = 0;
   size_t smem = 0;
   const void* kernel;
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
+  if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_payload_supported(L->plan.payload)) return EPF_ERR_NOT_SUPPORTED;
@@ -359,11 +425,17 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
     if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
     if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
   }
-  kernel = L->plan.layout == EPF_LAYOUT_RANK_MAJOR ? (const void*)epf_ll_rm_dispatch_kernel
-                                                    : (const void*)epf_ll_dispatch_kernel;
+  /* (layout, direction) -> kernel: the backward is expert-major only (epf_ll_backward_check refused
+   * a RANK_MAJOR plan above) */
+  kernel = bwd ? (const void*)epf_ll_combine_backward_kernel
+               : L->plan.layout == EPF_LAYOUT_RANK_MAJOR ? (const void*)epf_ll_rm_dispatch_kernel
+                                                          : (const void*)epf_ll_dispatch_kernel;
   st = epf__ll_grid(L, kernel, halves, args->num_tokens, 0, &bpr, &grid, &smem);
   if (st != EPF_OK) return st;
-  if (L->plan.layout == EPF_LAYOUT_RANK_MAJOR)
+  if (bwd)
+    epf_ll_combine_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
+        L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
+  else if (L->plan.layout == EPF_LAYOUT_RANK_MAJOR)
     epf_ll_rm_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                            L->abort_word, L->virtual_ranks, bpr, halves,
                                                                            *args);
@@ -374,7 +446,12 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
   return epf__cuda_status(cudaGetLastError());
 }
 
-/* epf_ll_combine — launch the LL combine: push half, reduce half, or both fused.
+/* the body of epf_ll_combine and epf_ll_dispatch_backward (defined after them) */
+EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
+                                           cudaStream_t stream, bool bwd);
+
+/* epf_ll_combine — launch the LL combine: send half (push, or pull: epf_ll_combine_pulls), reduce
+ *   half, or both fused.
  *   Checks as epf_ll_dispatch, plus: combine_payload (EPF_ERR_NOT_SUPPORTED unless
  *   epf_ll_combine_payload_supported: BF16 or MXFP8); send needs recv_counts and y (unless IN_PLACE, which needs the BF16 dispatch
  *   payload: EPF_ERR_PAYLOAD) and a known y_layout; receive needs topk_idx (num_tokens > 0) and
@@ -385,13 +462,39 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
  *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
                                        cudaStream_t stream) {
+  return epf__ll_combine_op(L, args, halves, stream, false);
+}
+
+/* epf_ll_dispatch_backward — the backward of the LL dispatch (training): an LL combine round of
+ *   the expert-input gradients dx (one BF16 row per receive row of the preceding dispatch round, in
+ *   args->y_layout's order: FIXED, PACKED, IN_PLACE or IN_PLACE_PULL, push and pull as the forward
+ *   combine) back to the tokens with UNIT weights, a repeated expert of a token contributing
+ *   nothing: out = dx [num_tokens][hidden] BF16 (epf_ll_dispatch_backward_recv_block).
+ *   args->topk_weights is not read. Router-weight gradient (optional): args->weight_grad (send:
+ *   one FP32 per row, y's row order) and args->topk_weights_grad (receive: [num_tokens][top_k]
+ *   FP32); both transports carry it (push: the source's other-parity landing row; pull: the row's
+ *   metadata).
+ *   Checks: those of epf_ll_combine, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
+ *   plan is BF16 both ways; EPF_ERR_LAYOUT for a RANK_MAJOR plan) and EPF_ERR_ALIGNMENT for gradient buffers not 4-byte aligned.
+ *   Scope: host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf_ll_dispatch_backward(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args,
+                                                 int halves, cudaStream_t stream) {
+  return epf__ll_combine_op(L, args, halves, stream, true);
+}
+
+/* (the body is epf__ll_combine_op, shared with epf_ll_dispatch_backward: bwd = true also needs
+ * epf_ll_backward_check, checks the gradient operands and launches epf_ll_dispatch_backward_kernel) */
+EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
+                                           cudaStream_t stream, bool bwd) {
   int bpr = 0, grid = 0;
   size_t smem = 0;
   const bool in_place =
       args != NULL && (args->y_layout == EPF_LL_Y_IN_PLACE || args->y_layout == EPF_LL_Y_IN_PLACE_PULL);
+  const void* kernel = bwd ? (const void*)epf_ll_dispatch_backward_kernel : (const void*)epf_ll_combine_kernel;
   bool rm;
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
+  if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st; /* RANK_MAJOR: EPF_ERR_LAYOUT */
   rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
@@ -409,8 +512,8 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
       if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
       if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
     }
-    st = epf__ll_grid(L, (const void*)epf_ll_rm_combine_kernel, halves, args->num_tokens, EPF_LL_BPR_COMBINE, &bpr,
-                      &grid, &smem);
+    st = epf__ll_grid(L, (const void*)epf_ll_rm_combine_kernel, halves, args->num_tokens,
+                      epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
     if (st != EPF_OK) return st;
     epf_ll_rm_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                           L->abort_word, L->virtual_ranks, bpr, halves,
@@ -429,12 +532,18 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
     if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
     if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
   }
-  st = epf__ll_grid(L, (const void*)epf_ll_combine_kernel, halves, args->num_tokens,
-                    epf__ll_combine_pulls(L, args) ? EPF_LL_BPR_COMBINE_PULL : EPF_LL_BPR_COMBINE, &bpr, &grid, &smem);
+  /* backward: the router-weight gradient's buffers, 4-byte aligned FP32 */
+  if (bwd && (((uintptr_t)args->weight_grad & 3u) != 0u || ((uintptr_t)args->topk_weights_grad & 3u) != 0u))
+    return EPF_ERR_ALIGNMENT;
+  st = epf__ll_grid(L, kernel, halves, args->num_tokens, epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
   if (st != EPF_OK) return st;
-  epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                     L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                     *args);
+  if (bwd)
+    epf_ll_dispatch_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
+        L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
+  else
+    epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                       L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                       *args);
   return epf__cuda_status(cudaGetLastError());
 }
 

@@ -62,11 +62,13 @@
  *   void     epf_ll_state_init(epf_ll_state_t* out, int nranks)                         [EPF_HD]
  *   epf_status_t epf_ll_plan_check(const epf_plan_t* plan)                              [EPF_HD]
  *   epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens)            [EPF_HD]
+ *   epf_status_t epf_ll_backward_check(const epf_plan_t* plan)   training direction: BF16 both ways, EXPERT_MAJOR [EPF_HD]
  *   int64_t  epf_ll_fixed_row(plan, int local_expert, int src, int slot)                [EPF_HD]
  *   void     epf_ll_fixed_row_split(plan, int64_t row, int* out_le, int* out_src, int* out_slot) [EPF_HD]
  *   int64_t  epf_ll_recv_row(plan, uint32_t epoch, int local_expert, int src, int slot) [EPF_HD]
  *   int64_t  epf_ll_packed_row(plan, int local_expert, int pos_in_expert)               [EPF_HD]
  *   int64_t  epf_ll_combine_row(plan, uint32_t epoch, int token, int k)                 [EPF_HD]
+ *   int64_t  epf_ll_weight_grad_row(plan, uint32_t epoch, int token, int k)             [EPF_HD]
  *   int64_t  epf_ll_dispatch_signal_index(plan, uint32_t epoch, int local_expert, int src) [EPF_HD]
  *   int64_t  epf_ll_combine_signal_index(plan, uint32_t epoch, int peer)                [EPF_HD]
  *   uint64_t epf_ll_rank_bytes(plan, epf_ll_buffer_t which, int index_type)            [EPF_HD]
@@ -98,6 +100,18 @@
  *   void     epf_ll_rm_slots_block(plan, const void* topk_idx, int index_type, int num_tokens,
  *                                  epf_ll_slots_t)                                  [collective:block]
  *   uint32_t epf_ll_rm_slot(plan, epf_ll_slots_t, int pair, int* out_rank)            [device]
+ *
+ * The training direction (docs/low-latency.md, "Training: the backward direction"), the same
+ * rounds with other weights, as blocks for fused kernels (same args, scope and epochs as the
+ * forward blocks they share their bodies with):
+ *   epf_ll_combine_backward_send_block(plan, ctx, const epf_ll_dispatch_args_t*, smem)  dispatch_ll.cuh
+ *       a dispatch send of dy, metadata weight = the row's combine weight; receive half:
+ *       epf_ll_dispatch_recv_block
+ *   epf_ll_dispatch_backward_send_block(plan, ctx, const epf_ll_combine_args_t*, smem)  combine_ll.cuh
+ *   epf_ll_dispatch_backward_recv_block(plan, ctx, const epf_ll_combine_args_t*, smem)  combine_ll.cuh
+ *       a combine of dx with unit weights over first occurrences, plus the router-weight gradient
+ *       (weight_grad -> topk_weights_grad)
+ *   launchers (kernels_ll.cuh): epf_ll_combine_backward, epf_ll_dispatch_backward
  *
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); tested on an H200), CUB from the toolkit (cub::WarpScan).
  */

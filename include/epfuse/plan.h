@@ -66,7 +66,8 @@ EPF_BEGIN_DECLS
   X(COMBINE, "combine landing area at the source (push / LL); else 0 bytes")                       \
   X(EXPERT_OUT, "HT pull combine: expert outputs (combine_payload rows) in the receive row "       \
                 "order, unless both directions are BF16 (then the outputs overwrite RECV_TOKENS "  \
-                "in place and this is 0 bytes)")
+                "in place and this is 0 bytes); LL expert-major MXFP8 pull combine: the "          \
+                "quantized outputs, [2 parity][E_local][R][T] rows like RECV_TOKENS")
 
 #define EPF__REGION_ENUM_ITEM(name, comment) EPF_REGION_##name,
 typedef enum epf_region_id { EPF_REGION_LIST(EPF__REGION_ENUM_ITEM) EPF_REGION_COUNT } epf_region_id_t;
@@ -306,6 +307,12 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
       (c.payload != EPF_PAYLOAD_BF16 || c.combine_payload != EPF_PAYLOAD_BF16) &&
       !epf__mul_ok(rows, p.combine_row_bytes, &sizes[EPF_REGION_EXPERT_OUT]))
     return EPF_ERR_SIZE_OVERFLOW;
+  /* LL expert-major pull combine with an MXFP8 combine payload: the expert side quantizes each
+   * output row into its own window at the row's receive position (both parities), the sources
+   * read it there */
+  if (c.mode == EPF_MODE_LL && c.layout == EPF_LAYOUT_EXPERT_MAJOR && (c.flags & EPF_FLAG_COMBINE_PUSH) == 0u &&
+      c.combine_payload == EPF_PAYLOAD_MXFP8 && !epf__mul_ok(rows, p.combine_row_bytes, &sizes[EPF_REGION_EXPERT_OUT]))
+    return EPF_ERR_SIZE_OVERFLOW;
 
   off = 0;
   for (i = 0; i < EPF_REGION_COUNT; ++i) {
@@ -363,9 +370,11 @@ EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
   return plan->region[EPF_REGION_RECV_META].offset + (uint64_t)row * plan->meta_bytes_per_row;
 }
 
-/* epf_plan_expert_out_offset — where the expert output of receive row `row` lives for an HT pull
+/* epf_plan_expert_out_offset — where the expert output of receive row `row` lives for a pull
  *   combine: in EXPERT_OUT (combine_row_bytes per row) when the plan has that region, else in
- *   place over the received BF16 row in RECV_TOKENS (both directions BF16). */
+ *   place over the received BF16 row in RECV_TOKENS (both directions BF16). HT: row of the
+ *   receive region; LL (MXFP8 combine payload): row epf_ll_recv_row(plan, epoch, le, src, slot),
+ *   parity included. */
 EPF_HD uint64_t epf_plan_expert_out_offset(const epf_plan_t* plan, int64_t row) {
   if (plan->region[EPF_REGION_EXPERT_OUT].bytes != 0)
     return plan->region[EPF_REGION_EXPERT_OUT].offset + (uint64_t)row * plan->combine_row_bytes;

@@ -68,7 +68,9 @@ typedef enum epf_scale_layout {
 
 /* flags */
 #define EPF_FLAG_FAULT_TOLERANT 0x1u  /* bounded waits mask late peers instead of failing */
-#define EPF_FLAG_COMBINE_PUSH 0x2u    /* HT combine: expert side stores into the source's window */
+#define EPF_FLAG_COMBINE_PUSH 0x2u    /* HT combine, and the LL combine with an MXFP8 combine payload:
+                                         expert side stores into the source's window (no
+                                         EXPERT_OUT region; the default is pull) */
 #define EPF_FLAG_SCALE_UE8M0 0x4u     /* per-128 FP8: round scales up to a power of two */
 #define EPF_FLAG_MX_SCALE_FLOOR 0x8u  /* MXFP8: OCP FLOOR scale rule instead of RCEIL */
 #define EPF_FLAGS_ALL 0xFu

@@ -277,6 +277,35 @@ def test_ll_round_graph_and_mask(R, E, K, H, T, seed):
     assert g.get_async_error() is None
 
 
+@pytest.mark.parametrize("R,E,K,H,T", [(3, 24, 8, 1032, 16), (5, 40, 22, 2880, 9)])
+def test_ll_backward(R, E, K, H, T, seed):
+    """The LL training direction after a forward round: ll_combine_backward (a dispatch of dy into
+    the forward's rows) and ll_dispatch_backward (experts in place: dx rows = dy rows, pulled; unit
+    weights, a repeated expert adds nothing), so dx[t] = sum of dy[t] over the distinct experts."""
+    EL = E // R
+    g = epfuse.Group.virtual(R, num_experts=E, top_k=K, hidden=H, max_tokens_per_rank=T, mode="ll")
+    x, idx, w = inputs(R, T, H, K, E, seed, dup=True, invalid=True)
+    dy, _, _ = inputs(R, T, H, K, E, seed + 7)
+    counts = torch.empty(R, EL, R, dtype=torch.int32, device="cuda")
+    out = torch.zeros(R, T, H, dtype=torch.bfloat16, device="cuda")
+    dx = torch.zeros(R, T, H, dtype=torch.bfloat16, device="cuda")
+    twg = torch.full((R, T, K), 7.0, device="cuda")
+    g.ll_dispatch(x, idx, w, counts, num_tokens=T)
+    g.ll_combine(None, counts, idx, w, out, num_tokens=T, y_layout="in_place_pull")
+    g.ll_combine_backward(dy, idx, w, counts, num_tokens=T)
+    g.ll_dispatch_backward(None, counts, idx, dx, num_tokens=T, y_layout="in_place_pull", topk_weights_grad=twg)
+    torch.cuda.synchronize()
+    ones = torch.ones(E, device="cuda")
+    assert_same(out, reference(x, idx, w, ones))
+    first = idx.clone()  # repeats of an earlier k contribute nothing in the backward of dispatch
+    for k in range(1, K):
+        rep = (idx[..., :k] == idx[..., k:k + 1]).any(-1) & (idx[..., k] >= 0)
+        first[..., k] = torch.where(rep, torch.full_like(idx[..., k], -1), idx[..., k])
+    assert_same(dx, reference(dy, first, torch.ones_like(w), ones))
+    assert torch.count_nonzero(twg) == 0  # no expert side carried gradients: 0 everywhere
+    assert g.get_async_error() is None
+
+
 def test_nccl_one_rank_group(seed):
     if not epfuse._abi.HAS_NCCL:
         pytest.skip("library built without NCCL")

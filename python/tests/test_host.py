@@ -56,6 +56,21 @@ def test_plan_real_shapes():
     assert _abi.epf_ll_rm_combine_row(ctypes.byref(r.c), 2, 9, 4) == 9 * 5 + 4
 
 
+def test_ll_combine_transport():
+    # the LL MXFP8 combine pulls by default (through EXPERT_OUT), pushes with the combine_push flag;
+    # the BF16 combine pulls only with y_layout in_place_pull
+    shape = dict(nranks=8, num_experts=256, top_k=8, hidden=7168, max_tokens_per_rank=128, mode="ll")
+    mx = epfuse.compute_plan(combine_payload="mxfp8", **shape)
+    push = epfuse.compute_plan(combine_payload="mxfp8", flags=_abi.FLAG["combine_push"], **shape)
+    bf = epfuse.compute_plan(**shape)
+    rows = 2 * mx.recv_capacity
+    assert mx.region("EXPERT_OUT")[1] == rows * mx.combine_row_bytes
+    assert push.region("EXPERT_OUT")[1] == 0 and bf.region("EXPERT_OUT")[1] == 0
+    for y in ("fixed", "packed", "in_place", "in_place_pull"):
+        assert mx.ll_combine_pulls(y) and not push.ll_combine_pulls(y)
+        assert bf.ll_combine_pulls(y) == (y == "in_place_pull")
+
+
 @pytest.mark.parametrize("kw,name", [
     (dict(nranks=3, num_experts=128), "EPF_ERR_EXPERTS_NOT_DIVISIBLE"),
     (dict(top_k=33), "EPF_ERR_TOPK"),

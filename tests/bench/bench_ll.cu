@@ -2,10 +2,12 @@
  *
  * Default: 8 virtual ranks, hidden 7168, top-8 of 256 experts (DeepSeek-V3 decode shape), tokens
  * per rank 1, 128 and 256; BF16 dispatch + BF16 combine, then MXFP8 and per-128 FP8 dispatch, and
- * the MXFP8 combine; each in the EXPERT_MAJOR layout (EM) and right after it the RANK_MAJOR layout
- * (RM: one copy per (token, rank), the receive half expands into the expert-major view, the
- * combine pre-reduces on the expert side; y in a buffer in the view's order), with the link bytes
- * both layouts move on the same routing. Routing: K distinct uniform experts per token (no -1).
+ * the MXFP8 combine pulling (the default: the expert side quantizes into its own EXPERT_OUT, the
+ * sources read it) and pushing (EPF_FLAG_COMBINE_PUSH); each in the EXPERT_MAJOR layout (EM) and
+ * right after it the RANK_MAJOR layout (RM: one copy per (token, rank), the receive half expands
+ * into the expert-major view, the combine pre-reduces on the expert side; y in a buffer in the
+ * view's order; its MXFP8 combine always pushes), with the link bytes both layouts move on the
+ * same routing. Routing: K distinct uniform experts per token (no -1).
  *
  * Timing: each operation is ONE captured CUDA graph (the ready-made fused kernel: send + receive in
  * one launch, all 8 ranks in it); --reps iterations of [dispatch graph, combine graph] are enqueued
@@ -13,7 +15,10 @@
  * operation is reported. So a time includes the graph launch gap in the stream, the slot scan,
  * the copies, the signalling and the waits: everything a decode step would pay. Combine uses
  * identity experts in place (y = the received rows), so each combine follows its dispatch; the
- * BF16 case runs twice: combine pushing (EPF_LL_Y_IN_PLACE) and pulling (EPF_LL_Y_IN_PLACE_PULL).
+ * BF16 case runs twice: combine pushing (EPF_LL_Y_IN_PLACE) and pulling (EPF_LL_Y_IN_PLACE_PULL);
+ * so does the MXFP8 combine (y in place, EPF_LL_Y_IN_PLACE: pull by the plan's default, push with
+ * EPF_FLAG_COMBINE_PUSH). The two MXFP8 transports move the same bytes (y read, the quantized row
+ * written and read back once); on NVLink the push's writes and the pull's reads cross the link.
  *
  * Bytes, all three conventions of notes/ANCHORS.md plus the copy convention (aggregate over the 8
  * virtual ranks, i.e. what the one GPU moved):
@@ -58,8 +63,9 @@ __global__ void bl_fill(uint16_t* x, int64_t n, uint32_t salt) {
 
 typedef struct {
   int R, T, H, K, E, payload, cpayload, reps, bpr, threads;
-  int pull; /* combine with EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch): the sources read the outputs
-               (rank-major: EPF_LL_Y_PACKED_PULL, the sources read the partials) */
+  int pull; /* the sources read the outputs: BF16 combine: EPF_LL_Y_IN_PLACE_PULL (BF16 dispatch;
+               rank-major: EPF_LL_Y_PACKED_PULL, the sources read the partials); MXFP8 combine: the
+               plan's default (0: EPF_FLAG_COMBINE_PUSH; rank-major pushes either way) */
   int rm;   /* RANK_MAJOR plan: one copy per (token, rank), expand in the receive half, pre-reduce */
 } bl_case_t;
 
@@ -99,6 +105,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   cfg.payload = c->payload;
   cfg.combine_payload = c->cpayload;
   cfg.layout = c->rm ? EPF_LAYOUT_RANK_MAJOR : EPF_LAYOUT_EXPERT_MAJOR;
+  cfg.flags = c->cpayload == EPF_PAYLOAD_MXFP8 && !c->pull ? EPF_FLAG_COMBINE_PUSH : 0u;
   EPF_BENCH_OK(epf_plan_compute(&cfg, &plan));
 
   EPF_BENCH_CUDA(cudaMalloc(&win, (size_t)R * plan.total_bytes));
@@ -172,8 +179,10 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   da.packed_scales = view_scales;
   memset(&ca, 0, sizeof(ca));
   ca.y = y;
-  ca.y_layout = c->rm ? (c->pull ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_PACKED)
-                : y != NULL ? EPF_LL_Y_FIXED : c->pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_IN_PLACE;
+  ca.y_layout = c->rm                                              ? (c->pull ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_PACKED)
+                : y != NULL                                      ? EPF_LL_Y_FIXED
+                : c->pull && c->cpayload == EPF_PAYLOAD_BF16 ? EPF_LL_Y_IN_PLACE_PULL
+                                                             : EPF_LL_Y_IN_PLACE;
   ca.recv_counts = recv_counts;
   ca.topk_idx = topk;
   ca.index_type = EPF_INDEX_INT32;
@@ -182,7 +191,7 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   ca.num_tokens = T;
   bpr_d = epf_ll_blocks_per_rank(&L, T, 0);
   bpr_c = epf_ll_blocks_per_rank(&L, T,
-                                 !c->rm && ca.y_layout == EPF_LL_Y_IN_PLACE_PULL && c->cpayload == EPF_PAYLOAD_BF16
+                                 !c->rm && epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_BF16
                                      ? EPF_LL_BPR_COMBINE_PULL
                                      : EPF_LL_BPR_COMBINE);
 
@@ -236,15 +245,17 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
     const double link_d = (double)(delivered - local_rows) * row;
     /* what the kernels themselves read and write in HBM: dispatch reads x once per token and
      * writes every copy + metadata; combine reads y, writes and re-reads the landing rows, writes out */
-    const int pulled = (ca.y_layout == EPF_LL_Y_IN_PLACE_PULL || ca.y_layout == EPF_LL_Y_PACKED_PULL) &&
-                       c->cpayload == EPF_PAYLOAD_BF16 && (!c->rm || c->payload == EPF_PAYLOAD_BF16);
+    const int pulled = epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_BF16;
+    const int mx_pulled = epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_MXFP8;
     /* rank-major: one row (+ its rank-major metadata) per (token, rank) written, read back by the
      * expand, which writes every (token, expert) view row (+ scales); the combine reads every
      * output row once, writes and reads one partial per (token, rank), writes out */
     const double rm_meta = (double)plan.meta_bytes_per_row;
     const double issued_d = c->rm ? (double)rm_rows * 2.0 * (row + rm_meta) + (double)delivered * row + (double)R * T * bf16_row
                                   : (double)delivered * (row + 16.0) + (double)R * T * bf16_row;
-    /* pull: every output row read once where the expert left it, out written; no landing rows */
+    /* BF16 pull: every output row read once where the expert left it, out written; no landing
+     * rows. MXFP8 pull: the same bytes as the push (the quantized row is written into the expert
+     * rank's EXPERT_OUT instead of the source's COMBINE, and read back from there) */
     const double issued_c = c->rm ? (double)delivered * bf16_row + 2.0 * (double)rm_rows * plan.combine_row_bytes + (double)R * T * bf16_row
                             : pulled ? (double)delivered * bf16_row + (double)R * T * bf16_row
                                      : (double)delivered * (bf16_row + 2.0 * plan.combine_row_bytes + 16.0) +
@@ -253,14 +264,22 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
      * combine rows back) */
     const double link_em = (double)(delivered - local_rows) * (row + 16.0 + plan.combine_row_bytes);
     const double link_rm = (double)(rm_rows - rm_local) * (row + rm_meta + plan.combine_row_bytes);
+    const double link_c = c->rm ? (double)(rm_rows - rm_local) * plan.combine_row_bytes
+                                : (double)(delivered - local_rows) * (pulled ? bf16_row : (double)plan.combine_row_bytes);
     printf("%-7s->%-7s %s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d%s\n", bl_payload(c->payload), bl_payload(c->cpayload),
            c->rm ? "RM" : "EM", R, T, H, K, E, bpr_d, bpr_c,
-           pulled ? (c->rm ? "  combine: PULL (EPF_LL_Y_PACKED_PULL)" : "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)") : "");
+           pulled      ? (c->rm ? "  combine: PULL (EPF_LL_Y_PACKED_PULL)" : "  combine: PULL (EPF_LL_Y_IN_PLACE_PULL)")
+           : mx_pulled ? "  combine: PULL (MXFP8, quantized into EXPERT_OUT)"
+           : c->cpayload == EPF_PAYLOAD_MXFP8 ? (c->rm ? "  combine: PUSH (MXFP8, rank-major)"
+                                                       : "  combine: PUSH (MXFP8, EPF_FLAG_COMBINE_PUSH)")
+                                              : "");
     printf("   link bytes (dispatch + combine, rows leaving their rank): %.3f MB %s",
            (c->rm ? link_rm : link_em) / 1e6, c->rm ? "" : "\n");
     if (c->rm)
       printf("vs %.3f MB expert-major (%lld vs %lld copies): %.1f%% saved\n", link_em / 1e6, (long long)rm_rows,
              (long long)delivered, 100.0 * (1.0 - link_rm / link_em));
+    printf("   window %.1f MB per rank, combine bytes per call (all ranks): %.1f MB issued, %.1f MB over the link\n",
+           (double)plan.total_bytes * 1e-6, issued_c * 1e-6, link_c * 1e-6);
     printf("   dispatch %8.2f us | copy-conv %7.1f GB/s = %5.1f%% of ceiling | issued %7.1f GB/s = %5.1f%% | "
            "topk-logical %7.1f GB/s | recv-logical %7.1f GB/s | link %7.1f GB/s\n",
            us_d, copy_d / us_d * 1e-3, 100.0 * copy_d / us_d * 1e-3 / ceiling_gbs, issued_d / us_d * 1e-3,
@@ -341,13 +360,14 @@ int main(int argc, char** argv) {
          c.reps, c.R);
   for (int ti = 0; ti < ntok; ++ti) {
     /* {dispatch payload, combine payload, pull combine, rank-major}: each rank-major row right
-     * after its expert-major twin */
+     * after its expert-major twin (the MXFP8 combine pull: expert-major only) */
     static const int pl[][4] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0, 0},  {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0, 1},
                                 {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1, 0},  {EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 1, 1},
                                 {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0, 0}, {EPF_PAYLOAD_MXFP8, EPF_PAYLOAD_BF16, 0, 1},
                                 {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0, 0}, {EPF_PAYLOAD_FP8_128, EPF_PAYLOAD_BF16, 0, 1},
-                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 0}, {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 1}};
-    for (int pi = 0; pi < 10; ++pi) {
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 0}, {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 1},
+                                {EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 1, 0}};
+    for (int pi = 0; pi < (int)(sizeof(pl) / sizeof(pl[0])); ++pi) {
       c.T = tokens[ti];
       c.payload = pl[pi][0];
       c.cpayload = pl[pi][1];

@@ -30,7 +30,8 @@
  *                combine-mxfp8  MXFP8 combine rows (through the buffer)
  *       ht-rm rows: dispatch, expand (local), dispatch+expand (sum of the two medians), combine.
  *   LL at each --ll-tokens T: bench_ll's five cases: BF16 dispatch with combine-push (in place),
- *       combine-pull (in place, EPF_LL_Y_IN_PLACE_PULL) and combine-mxfp8 (in place); MXFP8 and
+ *       combine-pull (in place, EPF_LL_Y_IN_PLACE_PULL) and combine-mxfp8 (in place; the plan's
+ *       default transport: pulled from the expert rank's EXPERT_OUT, the same bytes as a push); MXFP8 and
  *       FP8-128 dispatch with combine-fixed (BF16 y from a separate [expert][source][T] buffer).
  *   Row name: <model>/R<ranks>/<ht-em|ht-rm|ll>/T<tokens>/<dispatch payload>/<stage>[-<combine>].
  *

@@ -13,10 +13,18 @@
  *   llref_experts_kernel      the test's experts over received rows (window or packed copy), y in
  *                             any epf_ll_y_layout_t; grid.y = ranks in the launch from rank0 on
  *   llref_poison_window       poison one rank's window rows of a round (receive, meta, scales,
- *                             combine landing rows)
+ *                             combine landing rows, EXPERT_OUT rows)
  *   llref_check_dispatch_rank / llref_check_combine_rank
  *                             one rank's outputs against the reference: 0, or -1 with the first
  *                             difference in msg[LLREF_MSG]. No cmocka calls: safe on any thread.
+ * The training direction (epf_ll_combine_backward / epf_ll_dispatch_backward):
+ *   llref_in_t.combine_weights  the dispatch round is a backward of combine: the metadata weight the
+ *                             checks expect is llref_combine_weight (sum over the k reading the row)
+ *   llref_in_t.Ts             optional tokens per source (unequal T), NULL: T everywhere
+ *   llref_dispatch_backward   dx = unit-weight first-occurrence k-order sum of the experts' rows, and
+ *                             the router-weight gradient [R][Tmax][K] the sources must get back
+ *   llref_wgrad_value / llref_wgrad_kernel  the test's per-row router-weight gradient (GPU side)
+ *   llref_check_wgrad_rank    one source's topk_weights_grad against the reference
  */
 #ifndef EPF_LL_REF_CUH
 #define EPF_LL_REF_CUH
@@ -87,7 +95,28 @@ typedef struct llref_in {
   float* hw;      /* [R][Tmax][K] */
   uint8_t* hq;    /* FP8 payloads: [R][Tmax][H] E4M3 bytes of x (scalar reference) */
   uint8_t* hs;    /* FP8 payloads: [R][Tmax][sbytes] compact scales */
+  int combine_weights; /* backward of combine: metadata weight = llref_combine_weight */
+  const int* Ts;       /* [R] tokens of each source (unequal T), or NULL: T for every source */
 } llref_in_t;
+
+/* tokens of source s in this round */
+static inline int llref_T(const llref_in_t* in, int s) { return in->Ts != NULL ? in->Ts[s] : in->T; }
+
+/* the combine weight of the row pair (s, t, k) sends (k its first occurrence): the sum over k' >= k
+ * with the same id of w[k'], FP32 adds in ascending k' from +0.0f */
+static inline float llref_combine_weight(const llref_in_t* in, int s, int t, int k) {
+  const size_t base = ((size_t)s * in->Tmax + t) * in->K;
+  float acc = 0.0f;
+  for (int j = k; j < in->K; ++j)
+    if (in->htopk[base + j] == in->htopk[base + k]) acc = acc + in->hw[base + j];
+  return acc;
+}
+
+/* the test's router-weight gradient of a receive row: a function of the expert and the row's first
+ * element (the same fmaf on both sides) */
+__host__ __device__ static inline float llref_wgrad_value(int e, float x0) {
+  return fmaf(x0, 0.5f, (float)(e % 11) - 5.0f);
+}
 
 static inline void llref_in_free(llref_in_t* in) {
   free(in->hx);
@@ -226,7 +255,7 @@ static inline void llref_dispatch(const llref_in_t* in, uint32_t absent, llref_t
   for (int s = 0; s < R; ++s) {
     memset(cnt, 0, (size_t)E * sizeof(int));
     if ((absent >> s) & 1u) continue;
-    for (int t = 0; t < in->T; ++t)
+    for (int t = 0; t < llref_T(in, s); ++t)
       for (int k = 0; k < K; ++k) {
         const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
         const int64_t v = row[k];
@@ -269,7 +298,7 @@ static inline void llref_combine(const llref_in_t* in, uint32_t absent, int iden
   for (int s = 0; s < in->R; ++s) {
     if ((absent >> s) & 1u) continue;
     if (only_src >= 0 && s != only_src) continue;
-    for (int t = 0; t < in->T; ++t) {
+    for (int t = 0; t < llref_T(in, s); ++t) {
       const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
       for (int h = 0; h < H; ++h) {
         acc[h] = 0.0f;
@@ -296,6 +325,39 @@ static inline void llref_combine(const llref_in_t* in, uint32_t absent, int iden
   }
   free(acc);
   free(xs);
+}
+
+/* The backward of the dispatch: dx[s][t][h] ([R][Tmax][H]) = BF16 of the fmaf(1.0f, row, acc)
+ * chain over the token's present FIRST occurrences in k order (row = the experts' output of the
+ * received row, i.e. of x = dy here: BF16 plans only), and wg ([R][Tmax][K], or NULL) = for every
+ * valid, present k the row's llref_wgrad_value (a repeat: its first occurrence's row, the same
+ * value), else 0. Absent sources are not computed. */
+static inline void llref_dispatch_backward(const llref_in_t* in, uint32_t absent, int identity, uint16_t* out,
+                                           float* wg) {
+  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
+  float* acc = (float*)malloc((size_t)H * sizeof(float));
+  for (int s = 0; s < in->R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    for (int t = 0; t < llref_T(in, s); ++t) {
+      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
+      const uint16_t* x = in->hx + ((size_t)s * Tmax + t) * H;
+      for (int h = 0; h < H; ++h) acc[h] = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const int64_t v = row[k];
+        int dup = 0;
+        float g = 0.0f;
+        if (v >= 0 && v < E && !((absent >> (v / EL)) & 1u)) {
+          for (int q = 0; q < k; ++q) dup |= row[q] == v;
+          g = llref_wgrad_value((int)v, llref_bf2f(x[0]));
+          if (!dup)
+            for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, llref_bf2f(llref_expert_apply((int)v, llref_bf2f(x[h]), identity)), acc[h]);
+        }
+        if (wg != NULL) wg[((size_t)s * Tmax + t) * K + k] = g;
+      }
+      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+    }
+  }
+  free(acc);
 }
 
 /* ============================================================================================ */
@@ -364,8 +426,33 @@ static __global__ void llref_experts_kernel(epf_plan_t plan, char* win, int rank
   }
 }
 
+/* The test's router-weight gradient of every row rank r = rank0 + blockIdx.y received (BF16
+ * payload: read from the window rows of the round, before experts in place overwrite them), into
+ * wg (per-rank [recv_capacity] FP32, epf_ll_rank_bytes(EPF_LL_BUF_WEIGHT_GRAD) strides) at the
+ * fixed row, or (packed_order) at the packed row: the order of y. */
+static __global__ void llref_wgrad_kernel(epf_plan_t plan, char* win, int rank0, const uint32_t* rounds,
+                                          const int32_t* recv_counts, float* wg, int packed_order, int skip_rank) {
+  const int R = plan.nranks, EL = plan.experts_per_rank;
+  const int i = (int)blockIdx.y, r = rank0 + i;
+  const int64_t rows = plan.recv_capacity;
+  if (r == skip_rank) return;
+  const uint32_t round = rounds[i];
+  const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
+  const char* base = win + (uint64_t)i * plan.total_bytes;
+  for (int64_t fr = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; fr < rows; fr += (int64_t)gridDim.x * blockDim.x) {
+    int le, s, j;
+    epf_ll_fixed_row_split(&plan, fr, &le, &s, &j);
+    if (j >= cnt[le * R + s]) continue;
+    int pos = j;
+    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    const uint16_t* x = (const uint16_t*)(base + epf_plan_recv_token_offset(&plan, epf_ll_recv_row(&plan, round, le, s, j)));
+    wg[(uint64_t)i * rows + (packed_order ? epf_ll_packed_row(&plan, le, pos) : fr)] = llref_wgrad_value(r * EL + le, llref_bf2f(x[0]));
+  }
+}
+
 /* Poison the window rows one rank uses in the round of `epoch` (its parity): receive rows,
- * metadata, scales, combine landing rows. base: the rank's window slice. Stream-ordered. */
+ * metadata, scales, combine landing rows, and the EXPERT_OUT rows of an MXFP8 pull plan. base: the
+ * rank's window slice. Stream-ordered. */
 static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
   const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
   cudaError_t e = cudaMemsetAsync(base + epf_plan_recv_token_offset(p, row0), 0xA5,
@@ -378,6 +465,9 @@ static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, u
   if (e == cudaSuccess)
     e = cudaMemsetAsync(base + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)), 0xA5,
                         (size_t)p->max_tokens_per_rank * p->top_k * p->combine_row_bytes, s);
+  if (e == cudaSuccess && p->region[EPF_REGION_EXPERT_OUT].bytes != 0) /* MXFP8 pull: the quantized outputs */
+    e = cudaMemsetAsync(base + epf_plan_expert_out_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->combine_row_bytes,
+                        s);
   return e;
 }
 
@@ -456,8 +546,9 @@ static inline int llref_check_dispatch_rank(const llref_in_t* in, const epf_plan
             LLREF_FAIL("%s: rank %d expert %d src %d slot %d: row differs from token %d", what, d, le, s, j, t);
           if (sb > 0 && memcmp(scales + (size_t)j * sb, llref_want_scales(in, s, t), (size_t)sb) != 0)
             LLREF_FAIL("%s: rank %d expert %d src %d slot %d: scales differ from token %d", what, d, le, s, j, t);
+          const float wmeta = in->combine_weights ? llref_combine_weight(in, s, t, k) : in->hw[((size_t)s * Tmax + t) * in->K + k];
           if (meta[j].src_token != t || meta[j].src_rank != s || meta[j].k != k || meta[j].local_expert != le ||
-              memcmp(&meta[j].weight, in->hw + ((size_t)s * Tmax + t) * in->K + k, 4) != 0)
+              memcmp(&meta[j].weight, &wmeta, 4) != 0)
             LLREF_FAIL("%s: rank %d expert %d src %d slot %d: meta (%d,%d,%d,%d,%g), want (%d,%d,%d,%d)", what, d, le, s,
                        j, meta[j].src_token, meta[j].src_rank, meta[j].k, meta[j].local_expert, (double)meta[j].weight, t,
                        s, k, le);
@@ -502,7 +593,7 @@ static inline int llref_check_combine_rank(const llref_in_t* in, int s, const ui
   int rc = -1;
   if (got == NULL) LLREF_FAIL("%s: out of host memory", what);
   LLREF_CUDA(cudaMemcpy(got, out, n * 2, cudaMemcpyDeviceToHost));
-  for (int t = 0; t < in->T; ++t) {
+  for (int t = 0; t < llref_T(in, s); ++t) {
     const uint16_t* g = got + (size_t)t * in->H;
     const uint16_t* w = want + ((size_t)s * in->Tmax + t) * in->H;
     if (memcmp(g, w, (size_t)in->H * 2) != 0) {
@@ -511,6 +602,28 @@ static inline int llref_check_combine_rank(const llref_in_t* in, int s, const ui
       LLREF_FAIL("%s: combine rank %d token %d h %d: 0x%04x, want 0x%04x", what, s, t, h, g[h], w[h]);
     }
   }
+  rc = 0;
+done:
+  free(got);
+  return rc;
+}
+
+/* Source s: its topk_weights_grad ([Tmax][K] FP32, device), tokens [0, T_s), bit for bit against
+ * want ([R][Tmax][K], llref_dispatch_backward). 0, or -1 with msg. */
+static inline int llref_check_wgrad_rank(const llref_in_t* in, int s, const float* got_dev, const float* want,
+                                         const char* what, char* msg) {
+  const size_t n = (size_t)in->Tmax * in->K;
+  float* got = (float*)malloc(n * 4);
+  int rc = -1;
+  if (got == NULL) LLREF_FAIL("%s: out of host memory", what);
+  LLREF_CUDA(cudaMemcpy(got, got_dev, n * 4, cudaMemcpyDeviceToHost));
+  for (int t = 0; t < llref_T(in, s); ++t)
+    for (int k = 0; k < in->K; ++k) {
+      const float g = got[(size_t)t * in->K + k], w = want[((size_t)s * in->Tmax + t) * in->K + k];
+      if (memcmp(&g, &w, 4) != 0)
+        LLREF_FAIL("%s: weight grad rank %d token %d k %d (id %lld): %g, want %g", what, s, t, k,
+                   (long long)in->htopk[((size_t)s * in->Tmax + t) * in->K + k], (double)g, (double)w);
+    }
   rc = 0;
 done:
   free(got);

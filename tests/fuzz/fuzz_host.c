@@ -267,6 +267,8 @@ static void want_plan(const epf_config_t* c, want_plan_t* w) {
   w->region[EPF_REGION_EXPERT_OUT] = (!ll && !push && (c->payload != 1 || c->combine_payload != 1))
                                          ? rows * w->combine_row_bytes
                                          : 0;
+  if (ll && em && !push && c->combine_payload == 2) /* LL MXFP8 pull combine: quantized outputs */
+    w->region[EPF_REGION_EXPERT_OUT] = rows * w->combine_row_bytes;
 }
 
 static int bytes_zero(const void* p, size_t off, size_t n) {

@@ -6,8 +6,9 @@
  *     some cases) ids outside [-1, E); two back-to-back rounds per case (both parities); fused and
  *     split halves (with other work between the halves); fixed (zero-copy) and packed outputs; y
  *     in the fixed, packed and in-place orders, and in place with the pull combine
- *     (EPF_LL_Y_IN_PLACE_PULL: rounds 3 and 4 of every BF16-dispatch case; with an MXFP8 combine
- *     payload it falls back to pushing); int32 and int64 topk; identity experts
+ *     (EPF_LL_Y_IN_PLACE_PULL: rounds 3 and 4 of every BF16-dispatch case); with an MXFP8 combine
+ *     payload every y layout pulls (the default) or pushes (EPF_FLAG_COMBINE_PUSH, half of those
+ *     cases); int32 and int64 topk; identity experts
  *     (combine(dispatch(x)) = sum_k w_k x) and a per-expert affine transform. Checked bit-exact:
  *     every received row and metadata row, counts per (expert, source) and per expert, the packed
  *     copy, the dropped-route counter, and the combine output against an FP32 k-order fmaf
@@ -16,15 +17,22 @@
  *     threads): every (token, k)'s slot and expert, the per-expert counts and the dropped ids,
  *     against the reference, the same for every block size;
  *   - refusals with a clear status (mode, layout, tokens, payloads, hidden alignment of per-128
- *     FP8, co-residency);
+ *     FP8 and of the MXFP8 combine, co-residency);
+ *   - the MXFP8 combine, pull (the default: the expert side quantizes into its own EXPERT_OUT and
+ *     the sources read it) and push (EPF_FLAG_COMBINE_PUSH) on the same inputs: both bit-exact
+ *     against the CPU reference and identical to each other, hidden 2880 / 1056 / 5120 / 7168,
+ *     top-k 1 / 8 / 22, 3 / 5 / 8 / 13 virtual ranks, a different T on every rank (0 and 1
+ *     included), repeated and invalid ids, every y layout, fused and split halves, a masked peer;
  *   - 1000 CUDA-graph replays of dispatch -> experts -> combine with fresh routing, weights and
  *     inputs written into the captured buffers between replays (counts checked every replay, the
  *     combine output every 10th and the last, the received rows every 100th and the last); 300
- *     more with experts in place and the pull combine (combine output checked every replay);
+ *     more with experts in place and the pull combine, and 300 with the MXFP8 pull combine
+ *     (combine output checked every replay);
  *   - fault injection: a virtual rank stops taking part; with EPF_FLAG_FAULT_TOLERANT the others
  *     finish within the timeout, the error record and the masks show it, the next round skips it
  *     at once; after epf_ll_mask_clean it is re-admitted and the next round is exact again.
  *     Then two pull-combine rounds (everybody; the rank silent again: masked, survivors exact).
+ *     The same sequence with the MXFP8 pull combine;
  *     Without the flag: timeouts recorded, results as if absent, clean re-synchronises;
  *   - a real 1-rank NCCL window (when epfuse::nccl exists);
  *   - RANK_MAJOR (test_rm_*; the reference is tests/common/epf_ll_rm_ref.cuh): one copy per (token,
@@ -174,10 +182,16 @@ static void fix_free(fix_t* f) {
 /* Fresh inputs (llref_fill: routing with ~8% -1, ~6% repeats of an earlier k, and (bad_ids) ~3%
  * ids outside [-1, E)), written to the host copies and the device buffers (whole Tmax rows; rows
  * >= T are garbage the kernels must ignore). */
+static void fix_upload(fix_t* f);
 static void fix_fill(fix_t* f, int T, int bad_ids) {
+  llref_fill(&f->in, T, bad_ids, &g_seed);
+  fix_upload(f);
+}
+
+/* the host inputs of f->in (x, weights, routing) into the device buffers */
+static void fix_upload(fix_t* f) {
   const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
   size_t i;
-  llref_fill(&f->in, T, bad_ids, &g_seed);
   EPF_CHECK_CUDA(cudaMemcpy(f->x, f->in.hx, (size_t)R * Tmax * H * 2, cudaMemcpyHostToDevice));
   EPF_CHECK_CUDA(cudaMemcpy(f->w, f->in.hw, (size_t)R * Tmax * K * 4, cudaMemcpyHostToDevice));
   if (f->topk64) {
@@ -362,8 +376,10 @@ static void test_matrix(void** state) {
                                    : payload == EPF_PAYLOAD_FP8_128 ? ((ci >> 1) & 1 ? EPF_FLAG_SCALE_UE8M0 : 0u)
                                                                     : 0u;
             const int scale_layout = payload == EPF_PAYLOAD_MXFP8 && (ci & 1) ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : 0;
-            /* BF16 dispatch: rounds 3 and 4 (both parities again) use the pull combine
-             * (EPF_LL_Y_IN_PLACE_PULL; with an MXFP8 combine payload it falls back to pushing) */
+            /* MXFP8 combine: pull by default, push (EPF_FLAG_COMBINE_PUSH) in half of the cases */
+            const uint32_t push = cpayload == EPF_PAYLOAD_MXFP8 && ((ci >> 2) & 1) ? EPF_FLAG_COMBINE_PUSH : 0u;
+            /* BF16 dispatch: rounds 3 and 4 (both parities again) use EPF_LL_Y_IN_PLACE_PULL (the
+             * BF16 pull; with an MXFP8 combine payload the plan's transport, as every layout) */
             const uint32_t rounds = payload == EPF_PAYLOAD_BF16 ? 4u : T <= 128 ? 2u : 1u;
             fix_t f;
             char what[200];
@@ -373,7 +389,7 @@ static void test_matrix(void** state) {
               assert_int_equal(make_plan(R, Tmax, H, K, E, payload, 0u, 0, &plan), EPF_ERR_HIDDEN_ALIGNMENT);
               continue;
             }
-            fix_init_q(&f, R, Tmax, H, K, E, topk64, flags, 5000000000ull, payload, cpayload, scale_layout);
+            fix_init_q(&f, R, Tmax, H, K, E, topk64, flags | push, 5000000000ull, payload, cpayload, scale_layout);
             for (uint32_t round = 1; round <= rounds; ++round) { /* both parities, back to back */
               const int split = (int)((ci + pi + round) & 1);
               const int packed = (int)(((ci >> 1) + pi + round) & 1);
@@ -384,10 +400,11 @@ static void test_matrix(void** state) {
               if (payload == EPF_PAYLOAD_BF16 && round > 2) y_layout = EPF_LL_Y_IN_PLACE_PULL;
               identity = llref_y_in_place(y_layout) ? (int)(round & 1) : (int)((ci + round) & 1) == 0;
               snprintf(what, sizeof(what),
-                       "R=%d T=%d H=%d K=%d E=%d %s->%s%s round %u (split %d packed %d y %d identity %d int64 %d)", R,
-                       T, H, K, E, payload_name(payload), payload_name(cpayload),
-                       scale_layout ? " swizzled" : (flags ? " flag" : ""), round, split, packed, y_layout, identity,
-                       topk64);
+                       "R=%d T=%d H=%d K=%d E=%d %s->%s%s%s round %u (split %d packed %d y %d identity %d int64 %d)",
+                       R, T, H, K, E, payload_name(payload), payload_name(cpayload),
+                       scale_layout ? " swizzled" : (flags ? " flag" : ""),
+                       epf_ll_combine_pulls(&f.plan, y_layout) ? " pull" : " push", round, split, packed, y_layout,
+                       identity, topk64);
               fix_fill(&f, T, bad_ids);
               epf_error_clear(f.rec_h);
               run_round(&f, round, split, packed, y_layout, identity);
@@ -526,6 +543,16 @@ static void test_refusals(void** state) {
   assert_int_equal(make_plan(2, 16, 2880, 8, 64, EPF_PAYLOAD_FP8_128, 0u, 0, &plan), EPF_ERR_HIDDEN_ALIGNMENT);
   assert_int_equal(make_plan(2, 16, 7168, 8, 64, EPF_PAYLOAD_FP8_128, 0u, 0, &plan), EPF_OK);
   assert_int_equal(epf_ll_plan_check(&plan), EPF_OK);
+  /* the MXFP8 combine needs hidden % 32 == 0: 1032 is refused when planning, with a BF16 combine
+   * it is a plan (and 1056 is an MXFP8 plan, pull or push) */
+  assert_int_equal(make_plan_full(2, 16, 1032, 8, 64, EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 0u, 0, &plan),
+                   EPF_ERR_HIDDEN_ALIGNMENT);
+  assert_int_equal(make_plan_full(2, 16, 1032, 8, 64, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0, 0u, 0, &plan), EPF_OK);
+  assert_int_equal(make_plan_full(2, 16, 1056, 8, 64, EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, 0u, 0, &plan), EPF_OK);
+  assert_true(epf_ll_combine_pulls(&plan, EPF_LL_Y_FIXED) && plan.region[EPF_REGION_EXPERT_OUT].bytes != 0);
+  assert_int_equal(
+      make_plan_full(2, 16, 1056, 8, 64, EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0, EPF_FLAG_COMBINE_PUSH, 0, &plan), EPF_OK);
+  assert_true(!epf_ll_combine_pulls(&plan, EPF_LL_Y_IN_PLACE_PULL) && plan.region[EPF_REGION_EXPERT_OUT].bytes == 0);
 
   fix_init(&f, 2, 16, 2880, 8, 64, 0, 0u, 1000000000ull);
   fix_fill(&f, 16, 0);
@@ -612,24 +639,29 @@ static void test_refusals(void** state) {
 /* CUDA graphs: 1000 replays with fresh routing                                                  */
 /* ============================================================================================ */
 
-/* pull: experts in place and the pull combine (EPF_LL_Y_IN_PLACE_PULL); otherwise packed y */
-static void graph_replays(int pull, int replays) {
+/* pull: experts in place and the pull combine (EPF_LL_Y_IN_PLACE_PULL); otherwise packed y.
+ * cpayload MXFP8: packed y, and the plan's transport (pull: the default; push: EPF_FLAG_COMBINE_PUSH
+ * when !pull). */
+static void graph_replays_cp(int pull, int replays, int cpayload) {
   const int R = 8, T = 8, H = 2880, K = 8, E = 64;
-  const int y_layout = pull ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_PACKED;
+  const int mx = cpayload == EPF_PAYLOAD_MXFP8;
+  const int y_layout = pull && !mx ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_PACKED;
   fix_t f;
   cudaStream_t s;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   epf_ll_dispatch_args_t da;
   epf_ll_combine_args_t ca;
-  fix_init(&f, R, T, H, K, E, 0, 0u, 5000000000ull);
+  fix_init_q(&f, R, T, H, K, E, 0, mx && !pull ? EPF_FLAG_COMBINE_PUSH : 0u, 5000000000ull, EPF_PAYLOAD_BF16, cpayload,
+             0);
+  assert_int_equal(epf_ll_combine_pulls(&f.plan, y_layout), pull);
   f.in.T = T;
   da = fix_dargs(&f, 1);
   ca = fix_cargs(&f, y_layout);
   EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, s), EPF_OK);
-  run_experts(&f, !pull, y_layout, 0, -1, s);
+  run_experts(&f, y_layout == EPF_LL_Y_PACKED, y_layout, 0, -1, s);
   assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_SEND, s), EPF_OK); /* split halves inside the graph */
   busy_kernel<<<8, 64, 0, s>>>(g_sink, 100);
   assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_RECV, s), EPF_OK);
@@ -652,8 +684,10 @@ static void graph_replays(int pull, int replays) {
       free(counts);
     }
     /* in place: the experts overwrote the window rows (counts and rounds still checked) */
-    if (rows) check_dispatch(&f, &ref, 0u, (uint32_t)i, !pull, 1, pull ? "graph replay (pull)" : "graph replay");
-    if (full || pull) check_combine(&f, 0u, 0, pull ? "graph replay (pull)" : "graph replay");
+    if (rows)
+      check_dispatch(&f, &ref, 0u, (uint32_t)i, !llref_y_in_place(y_layout), 1,
+                     mx ? "graph replay (mxfp8)" : pull ? "graph replay (pull)" : "graph replay");
+    if (full || pull) check_combine(&f, 0u, 0, mx ? "graph replay (mxfp8)" : pull ? "graph replay (pull)" : "graph replay");
     llref_free(&ref);
   }
   assert_int_equal(f.rec_h->count, 0);
@@ -666,13 +700,15 @@ static void graph_replays(int pull, int replays) {
         assert_int_equal(st[r].arrive[ph], 0);
       }
   }
-  printf("graph: %d replays of dispatch -> experts -> combine%s with fresh routing, all exact\n", replays,
-         pull ? " (pull)" : "");
+  printf("graph: %d replays of dispatch -> experts -> combine%s%s with fresh routing, all exact\n", replays,
+         mx ? " (MXFP8 combine)" : "", pull ? " (pull)" : "");
   EPF_CHECK_CUDA(cudaGraphExecDestroy(exec));
   EPF_CHECK_CUDA(cudaGraphDestroy(graph));
   EPF_CHECK_CUDA(cudaStreamDestroy(s));
   fix_free(&f);
 }
+
+static void graph_replays(int pull, int replays) { graph_replays_cp(pull, replays, EPF_PAYLOAD_BF16); }
 
 static void test_graph_replays(void** state) {
   (void)state;
@@ -683,6 +719,12 @@ static void test_graph_replays(void** state) {
 static void test_graph_replays_pull(void** state) {
   (void)state;
   graph_replays(1, g_quick ? 20 : 300);
+}
+
+/* the MXFP8 combine pulling (the default) inside a graph: every replay's output checked */
+static void test_graph_replays_mx_pull(void** state) {
+  (void)state;
+  graph_replays_cp(1, g_quick ? 20 : 300, EPF_PAYLOAD_MXFP8);
 }
 
 /* ============================================================================================ */
@@ -1166,6 +1208,16 @@ static void test_rm_refusals(void** state) {
     /* EXPERT_MAJOR: PACKED_PULL is a rank-major layout */
     ca = fix_cargs(&fe, EPF_LL_Y_PACKED_PULL);
     assert_int_equal(epf_ll_combine(&fe.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+    /* the backward is expert-major only */
+    assert_int_equal(epf_ll_backward_check(&f.plan), EPF_ERR_LAYOUT);
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
+    ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
+    /* the transport: a rank-major plan pulls only with PACKED_PULL (BF16 here), never has the
+     * MXFP8 pull's EXPERT_OUT region */
+    assert_true(f.plan.region[EPF_REGION_EXPERT_OUT].bytes == 0);
+    assert_true(epf_ll_combine_pulls(&f.plan, EPF_LL_Y_PACKED_PULL) && !epf_ll_combine_pulls(&f.plan, EPF_LL_Y_PACKED) &&
+                !epf_ll_combine_pulls(&f.plan, EPF_LL_Y_IN_PLACE_PULL));
   }
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
   assert_int_equal(f.rec_h->count, 0);
@@ -1315,6 +1367,796 @@ static void test_rm_fault_and_bad_metadata(void** state) {
 }
 
 /* ============================================================================================ */
+/* the training direction: forward rounds, then backward rounds (epf_ll_combine_backward =      */
+/* a dispatch of dy with combine weights, epf_ll_dispatch_backward = a unit-weight combine of dx */
+/* plus the router-weight gradient)                                                              */
+/* ============================================================================================ */
+
+typedef struct {
+  int t[16];
+} ts_t; /* tokens per virtual rank (R <= 16), by value */
+
+/* the public blocks (as a fused kernel calls them), every virtual rank with its own token count,
+ * one rank optionally silent; bwd: the backward blocks instead of the forward ones */
+__global__ void blk_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                    int bpr, epf_ll_dispatch_args_t args, ts_t Ts, int silent, int bwd) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts.t[t.rank];
+  if (bwd)
+    epf_ll_combine_backward_send_block(&plan, ctx, &a, smem);
+  else
+    epf_ll_dispatch_send_block(&plan, ctx, &a, smem);
+  __syncthreads();
+  (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, smem);
+}
+
+__global__ void blk_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                   int bpr, epf_ll_combine_args_t args, ts_t Ts, int silent, int bwd) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts.t[t.rank];
+  if (bwd) {
+    epf_ll_dispatch_backward_send_block(&plan, ctx, &a, smem);
+    __syncthreads();
+    (void)epf_ll_dispatch_backward_recv_block(&plan, ctx, &a, smem);
+  } else {
+    epf_ll_combine_send_block(&plan, ctx, &a, smem);
+    __syncthreads();
+    (void)epf_ll_combine_recv_block(&plan, ctx, &a, smem);
+  }
+}
+
+/* how a round is launched: the launchers (Ts == NULL; split or fused halves) or the blocks */
+typedef struct {
+  int split;
+  const ts_t* Ts; /* per-rank tokens (f->in.Ts points at the same counts), or NULL */
+  int silent;     /* blocks only: this rank takes no part (-1: none) */
+} how_t;
+
+static void blk_launch_check(const fix_t* f, const void* kernel, int bpr, int threads, size_t smem) {
+  assert_int_equal(epf_virtual_grid_check(kernel, threads, smem, f->in.R * bpr, 0), EPF_OK);
+}
+
+/* a dispatch round: forward (bwd 0) or backward of combine (bwd 1), launched as `h` says */
+static void launch_dispatch(fix_t* f, const epf_ll_dispatch_args_t* da, int bwd, const how_t* h) {
+  if (h->Ts != NULL) {
+    const int bpr = 2, threads = 256;
+    const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+    blk_launch_check(f, (const void*)blk_dispatch_kernel, bpr, threads, smem);
+    blk_dispatch_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *da, *h->Ts,
+                                                          h->silent, bwd);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  } else if (h->split) {
+    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_BOTH, 0), EPF_OK);
+  }
+}
+
+static void launch_combine(fix_t* f, const epf_ll_combine_args_t* ca, int bwd, const how_t* h) {
+  if (h->Ts != NULL) {
+    const int bpr = 2, threads = 256;
+    const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+    blk_launch_check(f, (const void*)blk_combine_kernel, bpr, threads, smem);
+    blk_combine_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *ca, *h->Ts,
+                                                         h->silent, bwd);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  } else if (h->split) {
+    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_BOTH, 0), EPF_OK);
+  }
+}
+
+/* the backward's own device buffers: per-row weight gradients, topk_weights_grad */
+typedef struct {
+  float* wg;  /* [R][recv_capacity] */
+  float* twg; /* [R][Tmax][K] */
+} bwd_bufs_t;
+
+static void bwd_bufs_init(const fix_t* f, bwd_bufs_t* b) {
+  EPF_CHECK_CUDA(cudaMalloc(&b->wg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
+  EPF_CHECK_CUDA(cudaMalloc(&b->twg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+}
+static void bwd_bufs_free(bwd_bufs_t* b) {
+  EPF_CHECK_CUDA(cudaFree(b->wg));
+  EPF_CHECK_CUDA(cudaFree(b->twg));
+}
+
+/* a forward round (dispatch, experts, combine) of f->in, checked; absent: ranks that take no part */
+static void fwd_round(fix_t* f, uint32_t epoch, int packed, int y_layout, const how_t* h, uint32_t absent,
+                      const char* what) {
+  epf_ll_dispatch_args_t da = fix_dargs(f, packed);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
+  llref_t ref;
+  fix_poison(f, epoch);
+  launch_dispatch(f, &da, 0, h);
+  run_experts(f, packed && y_layout == EPF_LL_Y_PACKED, y_layout, 0, h->Ts != NULL ? h->silent : -1, 0);
+  launch_combine(f, &ca, 0, h);
+  EPF_CHECK_LAUNCH();
+  llref_dispatch(&f->in, absent, &ref);
+  check_dispatch(f, &ref, absent, epoch, !llref_y_in_place(y_layout), packed, what);
+  check_combine(f, absent, 0, what);
+  llref_free(&ref);
+}
+
+/* fresh dy (BF16 rows of every rank) for the backward, the routing kept */
+static void fix_new_dy(fix_t* f) {
+  for (size_t i = 0; i < (size_t)f->in.R * f->in.Tmax * f->in.H; ++i) f->in.hx[i] = llref_rand_bf16(&g_seed);
+  fix_upload(f);
+}
+
+/* the backward of one forward round: epf_ll_combine_backward (a dispatch of dy, round `epoch`),
+ * checked (rows, counts, metadata with combine weights, packed copy), then the experts (dx rows
+ * in y_layout, the per-row weight gradient when with_wg) and epf_ll_dispatch_backward, checked (dx
+ * and topk_weights_grad, bit for bit) */
+static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed, int y_layout, int identity,
+                      int with_wg, const how_t* h, uint32_t absent, const char* what) {
+  const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
+  const int silent = h->Ts != NULL ? h->silent : -1;
+  epf_ll_dispatch_args_t da = fix_dargs(f, packed);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
+  uint16_t* want = (uint16_t*)malloc((size_t)R * Tmax * H * 2);
+  float* wantg = (float*)malloc((size_t)R * Tmax * K * 4);
+  char msg[LLREF_MSG], w2[300];
+  llref_t ref;
+  assert_true(want != NULL && wantg != NULL);
+  fix_poison(f, epoch);
+  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
+  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  /* backward of combine */
+  launch_dispatch(f, &da, 1, h);
+  EPF_CHECK_LAUNCH();
+  f->in.combine_weights = 1;
+  llref_dispatch(&f->in, absent, &ref);
+  snprintf(w2, sizeof(w2), "%s: backward of combine", what);
+  check_dispatch(f, &ref, absent, epoch, 1, packed, w2);
+  f->in.combine_weights = 0;
+  /* the expert stage: per-row weight gradient (read before experts in place overwrite the rows), dx rows */
+  if (with_wg) {
+    llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256>>>(f->plan, f->win, 0, f->round, f->recv_counts, b->wg,
+                                                       y_layout == EPF_LL_Y_PACKED, silent);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  }
+  run_experts(f, packed && y_layout == EPF_LL_Y_PACKED, y_layout, identity, silent, 0);
+  /* backward of dispatch: topk_weights must not matter (unit weights) */
+  ca.topk_weights = NULL;
+  ca.weight_grad = with_wg ? b->wg : NULL;
+  ca.topk_weights_grad = b->twg;
+  launch_combine(f, &ca, 1, h);
+  EPF_CHECK_LAUNCH();
+  llref_dispatch_backward(&f->in, absent, identity, want, wantg);
+  if (!with_wg) memset(wantg, 0, (size_t)R * Tmax * K * 4); /* nobody carried gradients: 0 everywhere */
+  snprintf(w2, sizeof(w2), "%s: backward of dispatch", what);
+  for (int s = 0; s < R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    if (llref_check_combine_rank(&f->in, s, f->out + (size_t)s * Tmax * H, want, w2, msg) != 0) fail_msg("%s", msg);
+    if (llref_check_wgrad_rank(&f->in, s, b->twg + (size_t)s * Tmax * K, wantg, w2, msg) != 0) fail_msg("%s", msg);
+  }
+  llref_free(&ref);
+  free(want);
+  free(wantg);
+}
+
+/* forward then backward, launchers: hidden 2880 / 1032 / 5120 / 7168, top-k 1 / 8 / 22, 3 / 5 / 8
+ * / 13 virtual ranks, T 0 / 1 / 7 / 64, every y layout of the backward combine (push and pull),
+ * with and without the router-weight gradient, repeats, -1 and (some cases) ids outside [-1, E);
+ * two forward + backward pairs per case (both parities for every round kind) */
+static void test_backward_matrix(void** state) {
+  static const int Hs[] = {2880, 1032, 5120, 7168}, Ks[] = {1, 8, 22}, Rs[] = {3, 5, 8, 13}, Ts[] = {0, 1, 7, 64};
+  static const int ys[] = {EPF_LL_Y_FIXED, EPF_LL_Y_PACKED, EPF_LL_Y_IN_PLACE, EPF_LL_Y_IN_PLACE_PULL};
+  int cases = 0;
+  (void)state;
+  for (int ci = 0; ci < 24; ++ci) {
+    const int H = Hs[ci % 4], K = Ks[ci % 3], R = Rs[(ci / 2) % 4], T = Ts[(ci / 3) % 4];
+    const int Tmax = T <= 7 ? 16 : T;
+    int EL = ci & 1 ? 8 : 3;
+    if (R * EL < K) EL = (K + R - 1) / R;
+    const int E = R * EL, topk64 = (ci >> 2) & 1, bad = ci % 3 == 0;
+    fix_t f;
+    bwd_bufs_t b;
+    char what[200];
+    if (g_quick && (T > 7 || R > 5)) continue;
+    fix_init(&f, R, Tmax, H, K, E, topk64, 0u, 5000000000ull);
+    bwd_bufs_init(&f, &b);
+    for (int it = 0; it < 2; ++it) {
+      const int y = ys[(ci + it) % 4];
+      const int packed = y == EPF_LL_Y_PACKED ? 1 : (ci + it) & 1;
+      const int with_wg = (ci + it) % 5 != 4;
+      how_t h = {(ci + it) & 1, NULL, -1};
+      snprintf(what, sizeof(what), "backward R=%d T=%d H=%d K=%d E=%d it %d (y %d packed %d split %d wg %d int64 %d)", R, T,
+               H, K, E, it, y, packed, h.split, with_wg, topk64);
+      fix_fill(&f, T, bad);
+      epf_error_clear(f.rec_h);
+      fwd_round(&f, (uint32_t)(2 * it + 1), packed, ys[(ci + it + 1) % 4], &h, 0u, what);
+      fix_new_dy(&f);
+      bwd_round(&f, &b, (uint32_t)(2 * it + 2), packed, y, (ci + it) & 1, with_wg, &h, 0u, what);
+      if (f.rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    }
+    printf("ok  %s\n", what);
+    ++cases;
+    bwd_bufs_free(&b);
+    fix_free(&f);
+  }
+  printf("backward matrix: %d configurations, forward + backward rounds exact\n", cases);
+}
+
+/* the blocks for fused kernels: unequal T per rank (0, 1, ...), then a silent rank (fault
+ * tolerant: masked by the survivors, which stay exact), then mask clean and exact again */
+static void test_backward_blocks(void** state) {
+  const int R = 5, Tmax = 64, H = 1032, K = 8, E = 40, silent = 2;
+  ts_t ts = {{0, 1, 33, 7, 64}};
+  fix_t f;
+  bwd_bufs_t b;
+  uint32_t masks[5 * EPF_MASK_WORDS];
+  uint32_t ep = 0;
+  (void)state;
+  fix_init(&f, R, Tmax, H, K, E, 1, EPF_FLAG_FAULT_TOLERANT, 50000000ull);
+  bwd_bufs_init(&f, &b);
+  f.in.Ts = ts.t;
+  for (int phase = 0; phase < 3; ++phase) { /* 0: everybody; 1: rank 2 silent; 2: after the clean */
+    const int sil = phase == 1 ? silent : -1;
+    const uint32_t absent = phase == 1 ? 1u << silent : 0u;
+    how_t h = {0, &ts, sil};
+    for (int it = 0; it < 2; ++it) {
+      char what[160];
+      const int y = it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+      snprintf(what, sizeof(what), "blocks phase %d it %d (y %d)", phase, it, y);
+      fix_fill(&f, Tmax, it);
+      epf_error_clear(f.rec_h);
+      fwd_round(&f, ++ep, it, EPF_LL_Y_PACKED, &h, absent, what);
+      fix_new_dy(&f);
+      bwd_round(&f, &b, ++ep, it, y, 0, 1, &h, absent, what);
+      if (phase != 1 && f.rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    }
+    if (phase == 1) {
+      read_masks(&f, masks);
+      for (int r = 0; r < R; ++r)
+        if (r != silent) assert_int_equal((masks[r * EPF_MASK_WORDS] >> silent) & 1u, 0u);
+      epf_error_clear(f.rec_h);
+      assert_int_equal(epf_ll_mask_clean(&f.L, 0), EPF_OK);
+      EPF_CHECK_LAUNCH();
+      assert_int_equal(f.rec_h->count, 0);
+      {
+        epf_ll_state_t st[5];
+        EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+        ep = st[0].epoch[0]; /* the clean's common epoch base */
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < EPF_LL_PHASE_COUNT; ++p) assert_int_equal(st[r].epoch[p], ep);
+      }
+    }
+  }
+  printf("backward blocks: unequal T {0, 1, 33, 7, 64}, a silent rank masked, clean, all exact\n");
+  f.in.Ts = NULL;
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* two MoE layers sharing one window and state: forward L1, forward L2, backward L2, backward L1,
+ * twice (the second time with the pull combine and the router-weight gradient pulled) */
+static void test_backward_two_layers(void** state) {
+  const int R = 4, Tmax = 16, H = 2880, K = 8, E = 32;
+  fix_t f;
+  bwd_bufs_t b;
+  llref_in_t l1, l2; /* the layers' inputs: f.in is one of them at a time (pointers shared) */
+  uint32_t ep = 0;
+  (void)state;
+  fix_init(&f, R, Tmax, H, K, E, 0, 0u, 5000000000ull);
+  bwd_bufs_init(&f, &b);
+  assert_int_equal(llref_in_init(&l2, R, Tmax, H, K, E, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0u, 0), 0);
+  l1 = f.in;
+  for (int it = 0; it < 2; ++it) {
+    const int y = it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_PACKED;
+    how_t h = {it, NULL, -1};
+    char what[120];
+    f.in = l1;
+    fix_fill(&f, 13, 1);
+    l1 = f.in;
+    snprintf(what, sizeof(what), "two layers it %d: forward L1", it);
+    fwd_round(&f, ++ep, 1, y, &h, 0u, what);
+    f.in = l2;
+    fix_fill(&f, 16, 0);
+    l2 = f.in;
+    snprintf(what, sizeof(what), "two layers it %d: forward L2", it);
+    fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &h, 0u, what);
+    fix_new_dy(&f);
+    snprintf(what, sizeof(what), "two layers it %d: backward L2", it);
+    bwd_round(&f, &b, ++ep, 1, y, 1, 1, &h, 0u, what);
+    f.in = l1;
+    fix_new_dy(&f); /* the routing of L1 back in the device buffers, fresh dy */
+    snprintf(what, sizeof(what), "two layers it %d: backward L1", it);
+    bwd_round(&f, &b, ++ep, 0, it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED, 0, 1, &h, 0u, what);
+    assert_int_equal(f.rec_h->count, 0);
+  }
+  printf("two layers on one window: forward L1, L2, backward L2, L1 (x2) exact\n");
+  f.in = l1;
+  llref_in_free(&l2);
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* CUDA graph: forward dispatch -> experts -> combine -> backward of combine (dy) -> experts (dx
+ * rows, weight gradients) -> backward of dispatch, captured once, replayed with fresh routing,
+ * weights, x and dy; forward out, dx and topk_weights_grad checked on every replay */
+static void test_backward_graph(void** state) {
+  const int R = 8, T = 8, H = 2880, K = 8, E = 64, replays = g_quick ? 10 : 100;
+  fix_t f;
+  bwd_bufs_t b;
+  llref_in_t ib; /* the backward's inputs: dy, the same routing */
+  uint16_t *dy, *dx, *want;
+  float* wantg;
+  cudaStream_t s;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  epf_ll_dispatch_args_t da, db;
+  epf_ll_combine_args_t ca, cb;
+  char msg[LLREF_MSG];
+  (void)state;
+  fix_init(&f, R, T, H, K, E, 1, 0u, 5000000000ull);
+  bwd_bufs_init(&f, &b);
+  EPF_CHECK_CUDA(cudaMalloc(&dy, (size_t)R * T * H * 2));
+  EPF_CHECK_CUDA(cudaMalloc(&dx, (size_t)R * T * H * 2));
+  want = (uint16_t*)malloc((size_t)R * T * H * 2);
+  wantg = (float*)malloc((size_t)R * T * K * 4);
+  f.in.T = T;
+  ib = f.in; /* sizes and T; hx, routing and weights are set per replay */
+  ib.hx = (uint16_t*)malloc((size_t)R * T * H * 2);
+  assert_true(want != NULL && wantg != NULL && ib.hx != NULL);
+  da = fix_dargs(&f, 1);
+  ca = fix_cargs(&f, EPF_LL_Y_PACKED);
+  db = da;
+  db.x = dy;
+  cb = fix_cargs(&f, EPF_LL_Y_PACKED);
+  cb.out = dx;
+  cb.topk_weights = NULL;
+  cb.weight_grad = b.wg;
+  cb.topk_weights_grad = b.twg;
+  EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  assert_int_equal(epf_ll_dispatch(&f.L, &da, EPF_LL_BOTH, s), EPF_OK);
+  run_experts(&f, 1, EPF_LL_Y_PACKED, 0, -1, s);
+  assert_int_equal(epf_ll_combine(&f.L, &ca, EPF_LL_BOTH, s), EPF_OK);
+  assert_int_equal(epf_ll_combine_backward(&f.L, &db, EPF_LL_SEND, s), EPF_OK); /* split halves */
+  assert_int_equal(epf_ll_combine_backward(&f.L, &db, EPF_LL_RECV, s), EPF_OK);
+  llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256, 0, s>>>(f.plan, f.win, 0, f.round, f.recv_counts, b.wg, 1, -1);
+  EPF_CHECK_CUDA(cudaGetLastError());
+  run_experts(&f, 1, EPF_LL_Y_PACKED, 1, -1, s);
+  assert_int_equal(epf_ll_dispatch_backward(&f.L, &cb, EPF_LL_SEND, s), EPF_OK);
+  busy_kernel<<<8, 64, 0, s>>>(g_sink, 100);
+  assert_int_equal(epf_ll_dispatch_backward(&f.L, &cb, EPF_LL_RECV, s), EPF_OK);
+  EPF_CHECK_CUDA(cudaStreamEndCapture(s, &graph));
+  EPF_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 1; i <= replays; ++i) {
+    char what[64];
+    snprintf(what, sizeof(what), "graph replay %d (forward + backward)", i);
+    fix_fill(&f, T, i % 3 == 0);
+    for (size_t j = 0; j < (size_t)R * T * H; ++j) ib.hx[j] = llref_rand_bf16(&g_seed);
+    ib.htopk = f.in.htopk;
+    ib.hw = f.in.hw;
+    EPF_CHECK_CUDA(cudaMemcpy(dy, ib.hx, (size_t)R * T * H * 2, cudaMemcpyHostToDevice));
+    EPF_CHECK_CUDA(cudaMemsetAsync(f.out, 0xEE, (size_t)R * T * H * 2, s));
+    EPF_CHECK_CUDA(cudaMemsetAsync(dx, 0xEE, (size_t)R * T * H * 2, s));
+    EPF_CHECK_CUDA(cudaMemsetAsync(b.twg, 0xEE, (size_t)R * T * K * 4, s));
+    EPF_CHECK_CUDA(cudaGraphLaunch(exec, s));
+    EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+    check_combine(&f, 0u, 0, what);
+    llref_dispatch_backward(&ib, 0u, 1, want, wantg);
+    for (int r = 0; r < R; ++r) {
+      if (llref_check_combine_rank(&ib, r, dx + (size_t)r * T * H, want, what, msg) != 0) fail_msg("%s", msg);
+      if (llref_check_wgrad_rank(&ib, r, b.twg + (size_t)r * T * K, wantg, what, msg) != 0) fail_msg("%s", msg);
+    }
+  }
+  assert_int_equal(f.rec_h->count, 0);
+  {
+    epf_ll_state_t st[8];
+    EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < R; ++r)
+      for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) assert_int_equal(st[r].epoch[ph], 2 * replays);
+  }
+  printf("graph: %d replays of forward + backward (dispatch, combine, backward of combine, backward of dispatch) exact\n",
+         replays);
+  EPF_CHECK_CUDA(cudaGraphExecDestroy(exec));
+  EPF_CHECK_CUDA(cudaGraphDestroy(graph));
+  EPF_CHECK_CUDA(cudaStreamDestroy(s));
+  free(ib.hx);
+  free(want);
+  free(wantg);
+  EPF_CHECK_CUDA(cudaFree(dy));
+  EPF_CHECK_CUDA(cudaFree(dx));
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* the backward launchers refuse what they cannot do, with a clear status */
+static void test_backward_refusals(void** state) {
+  fix_t f;
+  bwd_bufs_t b;
+  (void)state;
+  fix_init(&f, 2, 16, 2880, 8, 64, 0, 0u, 1000000000ull);
+  bwd_bufs_init(&f, &b);
+  fix_fill(&f, 16, 0);
+  {
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 0);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_FIXED);
+    epf_ll_launch_t L = f.L;
+    epf_config_t c = EPF_CONFIG_INIT;
+    assert_int_equal(epf_ll_backward_check(&f.plan), EPF_OK);
+    /* quantized payloads: gradients travel in BF16 only */
+    c.nranks = 2;
+    c.num_experts = 64;
+    c.top_k = 8;
+    c.hidden = 2880;
+    c.max_tokens_per_rank = 16;
+    c.mode = EPF_MODE_LL;
+    c.payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+    c.payload = EPF_PAYLOAD_BF16;
+    c.combine_payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_SEND, 0), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_RECV, 0), EPF_ERR_NOT_SUPPORTED);
+    /* RANK_MAJOR: no rank-major backward yet, refused with EPF_ERR_LAYOUT (BF16 both ways too) */
+    c.combine_payload = EPF_PAYLOAD_BF16;
+    c.layout = EPF_LAYOUT_RANK_MAJOR;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_plan_check(&L.plan), EPF_OK);
+    assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_LAYOUT);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_LAYOUT);
+    c.layout = EPF_LAYOUT_EXPERT_MAJOR;
+    /* mode, tokens, halves, operands, alignment */
+    c.mode = EPF_MODE_HT;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_MODE);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_MODE);
+    da.num_tokens = 17;
+    ca.num_tokens = 17;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_BOTH, 0), EPF_ERR_TOKENS);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_TOKENS);
+    da.num_tokens = 16;
+    ca.num_tokens = 16;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, 0, 0), EPF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, NULL, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+    da.x = (const char*)f.x + 2;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_SEND, 0), EPF_ERR_ALIGNMENT);
+    da.x = f.x;
+    ca.weight_grad = (const float*)((const char*)b.wg + 2);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_ALIGNMENT);
+    ca.weight_grad = b.wg;
+    ca.topk_weights_grad = (float*)((char*)b.twg + 1);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_RECV, 0), EPF_ERR_ALIGNMENT);
+    ca.topk_weights_grad = b.twg;
+    ca.y_layout = 9;
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
+    /* a fused launch that cannot be resident */
+    L = f.L;
+    L.blocks_per_rank = 100000;
+    ca.y_layout = EPF_LL_Y_FIXED;
+    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+  }
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  assert_int_equal(f.rec_h->count, 0);
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
+/* the MXFP8 combine: pull (the default) and push (EPF_FLAG_COMBINE_PUSH) on the same inputs     */
+/* ============================================================================================ */
+
+/* the ready-made kernels' bodies with a token count per rank (Ts[rank]: unequal T, which one launch
+ * of the ready-made launchers cannot give: their operands hold one num_tokens) and one rank that
+ * does not take part (silent; the others have it masked) */
+__global__ void pr_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                   int bpr, int halves, epf_ll_dispatch_args_t args, const int32_t* Ts, int silent) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts[t.rank];
+  if (halves & EPF_LL_SEND) epf_ll_dispatch_send_block(&plan, ctx, &a, smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, smem);
+}
+
+__global__ void pr_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                  int bpr, int halves, epf_ll_combine_args_t args, const int32_t* Ts, int silent) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts[t.rank];
+  if (halves & EPF_LL_SEND) epf_ll_combine_send_block(&plan, ctx, &a, smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_combine_recv_block(&plan, ctx, &a, smem);
+}
+
+typedef struct {
+  int R, E, K, H, Tmax;
+  int payload;  /* dispatch payload */
+  int swz;      /* swizzled packed MXFP8 scales */
+  int y_layout; /* epf_ll_y_layout_t (IN_PLACE / IN_PLACE_PULL: BF16 dispatch) */
+  int packed;   /* packed dispatch outputs (y PACKED needs them) */
+  int split;    /* send and receive halves in separate launches */
+  int silent;   /* a rank that does not take part and that every other rank has masked, or -1 */
+  int topk64;
+} mxcase_t;
+
+/* one round of fixture f with per-rank token counts d_T (device [R]) */
+static void pr_round(fix_t* f, uint32_t epoch, const mxcase_t* c, const int32_t* d_T, int identity, int threads,
+                     int bpr) {
+  const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+  const int grid = f->in.R * bpr;
+  epf_ll_dispatch_args_t da = fix_dargs(f, c->packed);
+  epf_ll_combine_args_t ca = fix_cargs(f, c->y_layout);
+  fix_poison(f, epoch);
+  if (smem > 48u * 1024u) {
+    EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)pr_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)pr_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  }
+  if (c->split) {
+    pr_dispatch_kernel<<<grid, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, EPF_LL_SEND, da, d_T, c->silent);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    pr_dispatch_kernel<<<grid, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, EPF_LL_RECV, da, d_T, c->silent);
+  } else {
+    assert_int_equal(epf_virtual_grid_check((const void*)pr_dispatch_kernel, threads, smem, grid, 0), EPF_OK);
+    pr_dispatch_kernel<<<grid, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, EPF_LL_BOTH, da, d_T, c->silent);
+  }
+  EPF_CHECK_CUDA(cudaGetLastError());
+  run_experts(f, c->packed && c->y_layout == EPF_LL_Y_PACKED, c->y_layout, identity, c->silent, 0);
+  if (c->split) {
+    pr_combine_kernel<<<grid, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, EPF_LL_SEND, ca, d_T, c->silent);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    pr_combine_kernel<<<grid, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, EPF_LL_RECV, ca, d_T, c->silent);
+  } else {
+    assert_int_equal(epf_virtual_grid_check((const void*)pr_combine_kernel, threads, smem, grid, 0), EPF_OK);
+    pr_combine_kernel<<<grid, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, EPF_LL_BOTH, ca, d_T, c->silent);
+  }
+  EPF_CHECK_LAUNCH();
+}
+
+/* every present source s: tokens [0, Ts[s]) exact against want ([R][Tmax][H]), rows beyond still
+ * poisoned (0xEE, fix_poison) */
+static void check_combine_pr(const fix_t* f, const int* Ts, uint32_t absent, const uint16_t* want, const char* what) {
+  const int H = f->in.H, Tmax = f->in.Tmax;
+  const size_t n = (size_t)Tmax * H;
+  uint16_t* got = (uint16_t*)malloc(n * 2);
+  assert_non_null(got);
+  for (int s = 0; s < f->in.R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    EPF_CHECK_CUDA(cudaMemcpy(got, f->out + (size_t)s * n, n * 2, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < Tmax; ++t) {
+      const uint16_t* g = got + (size_t)t * H;
+      const uint16_t* w = want + ((size_t)s * Tmax + t) * H;
+      for (int h = 0; h < H; ++h) {
+        if (t < Ts[s] && g[h] != w[h])
+          fail_msg("%s: combine rank %d (T %d) token %d h %d: 0x%04x, want 0x%04x", what, s, Ts[s], t, h, g[h], w[h]);
+        if (t >= Ts[s] && g[h] != 0xEEEEu)
+          fail_msg("%s: combine rank %d (T %d) row %d beyond num_tokens written (h %d: 0x%04x)", what, s, Ts[s], t, h, g[h]);
+      }
+    }
+  }
+  free(got);
+}
+
+/* a pull round leaves the sources' COMBINE landing rows alone: still the poison of fix_poison */
+static void check_combine_rows_untouched(const fix_t* f, uint32_t epoch, uint32_t absent, const char* what) {
+  const epf_plan_t* p = &f->plan;
+  const size_t n = (size_t)p->max_tokens_per_rank * p->top_k * p->combine_row_bytes;
+  uint8_t* b = (uint8_t*)malloc(n);
+  assert_non_null(b);
+  for (int s = 0; s < f->in.R; ++s) {
+    if ((absent >> s) & 1u) continue;
+    EPF_CHECK_CUDA(cudaMemcpy(b, f->win + (size_t)s * p->total_bytes + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)),
+                              n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i)
+      if (b[i] != 0xA5u) fail_msg("%s: rank %d: COMBINE byte %zu written (0x%02x) although every peer pulled", what, s, i, b[i]);
+  }
+  free(b);
+}
+
+static void mx_case(const mxcase_t* c, int ci) {
+  const int R = c->R, Tmax = c->Tmax, H = c->H, K = c->K, E = c->E;
+  const int threads = ci & 1 ? 512 : 256, bpr = 1 + ci % 3;
+  const uint32_t absent = c->silent >= 0 ? 1u << c->silent : 0u;
+  const uint32_t flags = EPF_FLAG_FAULT_TOLERANT | (ci & 2 ? EPF_FLAG_MX_SCALE_FLOOR : 0u);
+  fix_t f[2]; /* [0]: the default plan (pull), [1]: EPF_FLAG_COMBINE_PUSH */
+  int32_t* d_T = NULL;
+  int Ts[32];
+  char what[240];
+  uint16_t *want = NULL, *o0 = NULL, *o1 = NULL;
+  const size_t nout = (size_t)R * Tmax * H;
+  for (int v = 0; v < 2; ++v) {
+    fix_init_q(&f[v], R, Tmax, H, K, E, c->topk64, flags | (v ? EPF_FLAG_COMBINE_PUSH : 0u), 2000000000ull, c->payload,
+               EPF_PAYLOAD_MXFP8, c->swz ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : 0);
+    assert_int_equal(epf_ll_combine_pulls(&f[v].plan, c->y_layout), v == 0);
+    assert_int_equal(f[v].plan.region[EPF_REGION_EXPERT_OUT].bytes != 0, v == 0);
+    if (c->silent >= 0) { /* every rank has the silent one masked from the start */
+      uint32_t m[EPF_MASK_WORDS];
+      epf_mask_init_all(m, R);
+      m[c->silent >> 5] &= ~(1u << (c->silent & 31));
+      assert_int_equal(epf_ll_mask_update(&f[v].L, m, 0), EPF_OK);
+    }
+  }
+  EPF_CHECK_CUDA(cudaMalloc(&d_T, (size_t)R * sizeof(int32_t)));
+  want = (uint16_t*)malloc(nout * 2);
+  o0 = (uint16_t*)malloc(nout * 2);
+  o1 = (uint16_t*)malloc(nout * 2);
+  assert_true(want != NULL && o0 != NULL && o1 != NULL);
+  for (uint32_t round = 1; round <= 3; ++round) { /* parities 1, 0, 1 */
+    const int bad_ids = round != 2, identity = round == 3;
+    int T = 0;
+    uint64_t s0, s1;
+    llref_t ref;
+    /* a different T on every rank: one rank 0, one 1, one Tmax, the others drawn */
+    for (int r = 0; r < R; ++r) {
+      const int q = (r + (int)round) % R;
+      Ts[r] = q == 0 ? 0 : q == 1 ? 1 : q == 2 ? Tmax : (int)(epf_test_rand(&g_seed) % (uint64_t)(Tmax + 1));
+      if (Ts[r] > T) T = Ts[r];
+    }
+    /* the same draws for both fixtures */
+    s0 = g_seed;
+    fix_fill(&f[0], T, bad_ids);
+    s1 = g_seed;
+    g_seed = s0;
+    fix_fill(&f[1], T, bad_ids);
+    assert_true(g_seed == s1);
+    /* tokens [Ts[r], T) of rank r: garbage ids on the device (the kernels must ignore them), none in
+     * the reference */
+    for (int v = 0; v < 2; ++v)
+      for (int r = 0; r < R; ++r)
+        for (int t = Ts[r]; t < T; ++t)
+          for (int k = 0; k < K; ++k) f[v].in.htopk[((size_t)r * Tmax + t) * K + k] = -1;
+    EPF_CHECK_CUDA(cudaMemcpy(d_T, Ts, (size_t)R * sizeof(int32_t), cudaMemcpyHostToDevice));
+    llref_dispatch(&f[0].in, absent, &ref);
+    memset(want, 0, nout * 2);
+    llref_combine(&f[0].in, absent, identity, -1, want);
+    for (int v = 0; v < 2; ++v) {
+      snprintf(what, sizeof(what),
+               "mx %s: R=%d Tmax=%d H=%d K=%d E=%d %s%s y %d packed %d split %d silent %d int64 %d round %u "
+               "(threads %d bpr %d)",
+               v ? "push" : "pull", R, Tmax, H, K, E, payload_name(c->payload), c->swz ? " swizzled" : "", c->y_layout,
+               c->packed, c->split, c->silent, c->topk64, round, threads, bpr);
+      epf_error_clear(f[v].rec_h);
+      pr_round(&f[v], round, c, d_T, identity, threads, bpr);
+      check_dispatch(&f[v], &ref, absent, round, !llref_y_in_place(c->y_layout), c->packed, what);
+      check_combine_pr(&f[v], Ts, absent, want, what);
+      if (v == 0) check_combine_rows_untouched(&f[v], round, absent, what);
+      if (f[v].rec_h->dropped_routes != ref.dropped)
+        fail_msg("%s: dropped_routes %u, want %u", what, f[v].rec_h->dropped_routes, ref.dropped);
+      if (f[v].rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f[v].rec_h->count, epf_status_name((epf_status_t)f[v].rec_h->status));
+    }
+    /* pull and push: the same bits (rows beyond each rank's T: the same poison) */
+    EPF_CHECK_CUDA(cudaMemcpy(o0, f[0].out, nout * 2, cudaMemcpyDeviceToHost));
+    EPF_CHECK_CUDA(cudaMemcpy(o1, f[1].out, nout * 2, cudaMemcpyDeviceToHost));
+    for (int s = 0; s < R; ++s) {
+      if ((absent >> s) & 1u) continue;
+      if (memcmp(o0 + (size_t)s * Tmax * H, o1 + (size_t)s * Tmax * H, (size_t)Tmax * H * 2) != 0)
+        fail_msg("%s: pull and push outputs of rank %d differ", what, s);
+    }
+    llref_free(&ref);
+  }
+  printf("ok  mx pull == push == reference: R=%d Tmax=%d H=%d K=%d E=%d %s y %d packed %d split %d silent %d (3 rounds)\n",
+         R, Tmax, H, K, E, payload_name(c->payload), c->y_layout, c->packed, c->split, c->silent);
+  free(want);
+  free(o0);
+  free(o1);
+  EPF_CHECK_CUDA(cudaFree(d_T));
+  fix_free(&f[0]);
+  fix_free(&f[1]);
+}
+
+/* The MXFP8 combine over the shape space: hidden 2880 / 1056 / 5120 / 7168 (1032 is refused for an
+ * MXFP8 combine, test_refusals), top-k 1 / 8 / 22 (22 over 6 or 10 experts: many repeats), 3 / 5 /
+ * 8 / 13 virtual ranks, every y layout, BF16 / MXFP8 (compact and swizzled) / per-128 FP8
+ * dispatch, fused and split halves, a masked peer, int32 and int64 ids, three rounds each with a
+ * different T per rank (0 and 1 included) and invalid ids in two of them. */
+static void test_mx_pull_push(void** state) {
+  static const mxcase_t cases[] = {
+      /* R   E    K   H     Tmax payload              swz y                        packed split silent int64 */
+      {3, 12, 8, 2880, 16, EPF_PAYLOAD_BF16, 0, EPF_LL_Y_IN_PLACE_PULL, 0, 0, -1, 0},
+      {5, 40, 22, 5120, 32, EPF_PAYLOAD_MXFP8, 1, EPF_LL_Y_FIXED, 1, 1, 3, 1},
+      {8, 64, 1, 7168, 64, EPF_PAYLOAD_BF16, 0, EPF_LL_Y_PACKED, 1, 0, -1, 1},
+      {13, 52, 22, 1056, 24, EPF_PAYLOAD_MXFP8, 0, EPF_LL_Y_FIXED, 0, 0, 7, 0},
+      {13, 26, 8, 7168, 8, EPF_PAYLOAD_BF16, 0, EPF_LL_Y_IN_PLACE, 0, 1, -1, 1},
+      {8, 32, 8, 2880, 128, EPF_PAYLOAD_BF16, 0, EPF_LL_Y_IN_PLACE_PULL, 1, 1, 0, 0},
+      {5, 10, 22, 5120, 4, EPF_PAYLOAD_FP8_128, 0, EPF_LL_Y_PACKED, 1, 0, -1, 0},
+      {3, 6, 22, 1056, 1, EPF_PAYLOAD_BF16, 0, EPF_LL_Y_FIXED, 0, 0, 2, 1},
+      {13, 104, 1, 5120, 2, EPF_PAYLOAD_MXFP8, 1, EPF_LL_Y_PACKED, 1, 1, 12, 0},
+  };
+  int n = 0;
+  (void)state;
+  for (int ci = 0; ci < (int)(sizeof(cases) / sizeof(cases[0])); ++ci) {
+    if (g_quick && (cases[ci].R > 5 || cases[ci].Tmax > 16)) continue;
+    mx_case(&cases[ci], ci);
+    ++n;
+  }
+  printf("mx pull/push: %d configurations, pull and push bit-identical and exact\n", n);
+}
+
+/* fault tolerance of the MXFP8 pull combine: a rank stops taking part -> the others finish within
+ * the timeout and mask it (pulling only from each other), the next round skips it at once, a
+ * clean re-admits it, then exact rounds with experts in place and packed y (ready-made, split). */
+static void test_fault_tolerant_mx_pull(void** state) {
+  const int R = 5, silent = 3;
+  const uint64_t timeout_ns = 50000000ull; /* 50 ms */
+  fix_t f;
+  uint32_t masks[5 * EPF_MASK_WORDS];
+  epf_error_record_t rec;
+  double dt;
+  (void)state;
+  fix_init_q(&f, R, 32, 2880, 8, 40, 0, EPF_FLAG_FAULT_TOLERANT, timeout_ns, EPF_PAYLOAD_BF16, EPF_PAYLOAD_MXFP8, 0);
+  assert_true(epf_ll_combine_pulls(&f.plan, EPF_LL_Y_FIXED));
+
+  fix_fill(&f, 32, 1);
+  (void)fault_round_y(&f, 1, -1, EPF_LL_Y_FIXED);
+  check_round_vs_ref(&f, 0u, 1, "FT mx pull round 1");
+  assert_int_equal(f.rec_h->count, 0);
+
+  epf_error_clear(f.rec_h);
+  fix_fill(&f, 32, 0);
+  dt = fault_round_y(&f, 2, silent, EPF_LL_Y_FIXED);
+  printf("FT mx pull: round with a silent rank took %.1f ms\n", dt * 1e3);
+  assert_true(dt < 3.0);
+  epf_error_read(f.rec_h, &rec);
+  assert_int_equal(rec.valid, 1);
+  assert_int_equal(rec.status, EPF_ERR_TIMEOUT);
+  assert_int_equal(rec.peer, silent);
+  assert_int_equal(rec.masked_ranks, R - 1);
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < R; ++p)
+      assert_int_equal((masks[r * EPF_MASK_WORDS] >> p) & 1u, (r != silent && p == silent) ? 0u : 1u);
+  check_round_vs_ref(&f, 1u << silent, 2, "FT mx pull round 2 (rank 3 silent)");
+
+  epf_error_clear(f.rec_h);
+  fix_fill(&f, 32, 1);
+  dt = fault_round_y(&f, 3, silent, EPF_LL_Y_FIXED);
+  assert_true(dt < (double)timeout_ns * 1e-9);
+  assert_int_equal(f.rec_h->count, 0);
+  check_round_vs_ref(&f, 1u << silent, 3, "FT mx pull round 3 (rank 3 masked)");
+
+  assert_int_equal(epf_ll_mask_clean(&f.L, 0), EPF_OK);
+  EPF_CHECK_LAUNCH();
+  assert_int_equal(f.rec_h->count, 0);
+  read_masks(&f, masks);
+  for (int r = 0; r < R; ++r) assert_int_equal(masks[r * EPF_MASK_WORDS], 0x1fu);
+
+  fix_fill(&f, 32, 0);
+  (void)fault_round_y(&f, 4, -1, EPF_LL_Y_IN_PLACE_PULL);
+  check_round_vs_ref_rows(&f, 0u, 4, 0, "FT mx pull round 4 (after clean, in place)");
+  assert_int_equal(f.rec_h->count, 0);
+  fix_fill(&f, 32, 1);
+  run_round(&f, 5, 1, 1, EPF_LL_Y_PACKED, 0);
+  check_round_vs_ref(&f, 0u, 5, "FT mx pull round 5 (ready-made, split, packed y)");
+  assert_int_equal(f.rec_h->count, 0);
+  printf("FT mx pull: silent rank masked within the timeout, skipped next round, re-admitted by clean\n");
+  fix_free(&f);
+}
+
+/* ============================================================================================ */
 /* a real 1-rank NCCL window                                                                     */
 /* ============================================================================================ */
 
@@ -1373,8 +2215,16 @@ int main(void) {
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_graph_replays),
       cmocka_unit_test(test_graph_replays_pull),
+      cmocka_unit_test(test_graph_replays_mx_pull),
+      cmocka_unit_test(test_mx_pull_push),
+      cmocka_unit_test(test_fault_tolerant_mx_pull),
       cmocka_unit_test(test_fault_tolerant),
       cmocka_unit_test(test_not_fault_tolerant),
+      cmocka_unit_test(test_backward_refusals),
+      cmocka_unit_test(test_backward_matrix),
+      cmocka_unit_test(test_backward_blocks),
+      cmocka_unit_test(test_backward_two_layers),
+      cmocka_unit_test(test_backward_graph),
       cmocka_unit_test(test_rm_refusals),
       cmocka_unit_test(test_rm_matrix),
       cmocka_unit_test(test_rm_graph),

@@ -13,11 +13,15 @@
  *          (status, dropped ids, receive overflow); the refusal of an EXPERT_MAJOR expert_out with
  *          fewer rows than recv_capacity;
  *   ll     dispatch (every payload, packed outputs on / off, fused / split) + experts (every y
- *          layout) + combine (BF16 / MXFP8): counts, rows, scales, metadata, packed copies, output,
- *          error record, over several back-to-back rounds (both parities) with a new T each; in
- *          the expert-major and (lay=rm) the rank-major layout (one copy per (token, rank), the view
- *          expanded by the receive half or epf_ll_expand, y fixed / packed / packed + pull,
- *          against tests/common/epf_ll_rm_ref.cuh).
+ *          layout) + combine (BF16 pull / push; MXFP8 pull (default) / push): counts, rows, scales,
+ *          metadata, packed copies, output, error record, over several back-to-back rounds (both
+ *          parities) with a new T each; in the expert-major and (lay=rm) the rank-major layout (one
+ *          copy per (token, rank), the view expanded by the receive half or epf_ll_expand, y fixed /
+ *          packed / packed + pull, against tests/common/epf_ll_rm_ref.cuh; MXFP8 combine: push, no
+ *          EXPERT_OUT region);
+ *          bwd=1 (BF16 both ways, expert-major): each forward round followed by its backward
+ *          (epf_ll_combine_backward of dy: rows and combine weights; experts; epf_ll_dispatch_backward:
+ *          dx and, wg=1, the router-weight gradient), every byte against the CPU reference.
  * The semantics tested are the documented ones (docs/route.md, docs/high-throughput.md,
  * docs/low-latency.md): a REPEATED expert id within a token gets no copy of its own but
  * contributes its first occurrence's output, with its own weight, in k order; ids outside [-1, E)
@@ -307,7 +311,7 @@ struct Case {
   int64_t pay = EPF_PAYLOAD_BF16, cpay = EPF_PAYLOAD_BF16;
   int64_t swz = 0;     /* MXFP8 receive / packed scales swizzled 128x4 */
   int64_t xq = 0;      /* HT: caller-quantized x */
-  int64_t push = 0;    /* HT: EPF_FLAG_COMBINE_PUSH */
+  int64_t push = 0;    /* HT, LL (MXFP8 combine): EPF_FLAG_COMBINE_PUSH */
   int64_t inplace = 0; /* HT: expert_out = NULL (EM, BF16 both ways) */
   int64_t split = 0;   /* dispatch (HT) / dispatch + combine (LL) halves in separate launches */
   int64_t A = 1;       /* expert_alignment */
@@ -329,6 +333,8 @@ struct Case {
   int64_t packed = 0;  /* LL packed outputs */
   int64_t ident = 0;   /* LL identity experts */
   int64_t threads = 0; /* LL threads per block (0: 512) */
+  int64_t bwd = 0;     /* LL: a backward pair (combine backward + dispatch backward) after each round */
+  int64_t wg = 0;      /* LL backward: the router-weight gradient carried */
 };
 
 enum { F_ROUTE = 1, F_HT = 2, F_LL = 4, F_ALL = 7 };
@@ -354,7 +360,7 @@ static const Field k_fields[] = {
     {"cpay", F_HT | F_LL, offsetof(Case, cpay), k_payload_names, 0},
     {"swz", F_HT | F_LL, offsetof(Case, swz), NULL, 0},
     {"xq", F_HT, offsetof(Case, xq), NULL, 0},
-    {"push", F_HT, offsetof(Case, push), NULL, 0},
+    {"push", F_HT | F_LL, offsetof(Case, push), NULL, 0},
     {"inplace", F_HT, offsetof(Case, inplace), NULL, 0},
     {"y", F_LL, offsetof(Case, y), k_y_names, 0},
     {"packed", F_LL, offsetof(Case, packed), NULL, 0},
@@ -377,6 +383,8 @@ static const Field k_fields[] = {
     {"rbpr", F_ROUTE | F_HT, offsetof(Case, rbpr), NULL, 0},
     {"maxb", F_ROUTE, offsetof(Case, maxb), NULL, 0},
     {"threads", F_LL, offsetof(Case, threads), NULL, 0},
+    {"bwd", F_LL, offsetof(Case, bwd), NULL, 0},
+    {"wg", F_LL, offsetof(Case, wg), NULL, 0},
 };
 
 static int64_t& field(Case& c, const Field& f) { return *(int64_t*)((char*)&c + f.off); }
@@ -625,7 +633,7 @@ static epf_config_t config_of(const Case& c) {
     cfg.payload = (int32_t)c.pay;
     cfg.combine_payload = (int32_t)c.cpay;
     cfg.scale_layout = c.swz ? EPF_SCALE_LAYOUT_SWIZZLED_128X4 : EPF_SCALE_LAYOUT_COMPACT;
-    cfg.flags = (uint32_t)c.flags;
+    cfg.flags = (uint32_t)c.flags | (c.push ? EPF_FLAG_COMBINE_PUSH : 0u);
   }
   return cfg;
 }
@@ -883,6 +891,14 @@ static Case draw_ll(Rng& g, const Limits& lim) {
     if (c.T <= 1 || epf_ll_smem_bytes(&p, th) <= (size_t)g_optin_smem) break;
     c.T = std::max<int64_t>(1, c.T / 2);
   }
+  /* the training direction (BF16 both ways, expert-major: a RANK_MAJOR plan's backward is refused,
+   * test_ll checks that), drawn last so the draws above stay as they were */
+  c.bwd = c.layout == EPF_LAYOUT_EXPERT_MAJOR && c.pay == EPF_PAYLOAD_BF16 && c.cpay == EPF_PAYLOAD_BF16 && g.pm(450);
+  c.wg = c.bwd && g.pm(700);
+  /* the MXFP8 combine pulls by default (the expert side quantizes into its own EXPERT_OUT) and
+   * pushes with EPF_FLAG_COMBINE_PUSH (a rank-major plan pushes it either way: the flag changes
+   * nothing there); drawn last, so the draws above stay those of older seeds */
+  c.push = c.cpay == EPF_PAYLOAD_MXFP8 && g.pm(400);
   return c;
 }
 
@@ -1538,6 +1554,84 @@ struct LlRef {
   LlRef& operator=(const LlRef&) = delete;
 };
 
+/* The backward of LL round epoch - 1 (same routing in `in`, fresh dy): epf_ll_combine_backward
+ * (rows + combine weights checked on every rank), the experts over dy (dx rows in c.y), the
+ * per-row weight gradient (c.wg), epf_ll_dispatch_backward: dx and topk_weights_grad bit for bit. */
+static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, const epf_ll_launch_t& L, llref_in_t& in,
+                              Dev& win, Dev& x, Dev& counts, Dev& ecounts, Dev& px, Dev& ps, Dev& pm, Dev& round,
+                              Dev& y, Dev& out, Dev& wgr, Dev& twg, epf_ll_dispatch_args_t da, epf_ll_combine_args_t ca,
+                              const Grid& lg_bdispatch, const Grid& lg_bcombine, uint32_t epoch, uint32_t dropped) {
+  const int R = (int)c.R, E = (int)c.E, K = (int)c.K, H = (int)c.H, Tm = (int)c.T, T = in.T;
+  char msg[LLREF_MSG];
+  for (size_t i = 0; i < (size_t)R * Tm * H; ++i) in.hx[i] = gen_x(g); /* dy */
+  h2d(x.p, in.hx, (size_t)R * Tm * H * 2);
+  for (int r = 0; r < R; ++r) CK(llref_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream));
+  for (Dev* b : {&counts, &ecounts, &px, &ps, &pm, &round, &y, &out, &wgr, &twg})
+    if (b->p != nullptr) d_set(b->p, POISON, b->n);
+  sync_or_die("backward uploads and poisoning");
+  epf_error_clear(g_rec_h);
+  if (c.split) {
+    launched(epf_ll_combine_backward(&L, &da, EPF_LL_SEND, g_stream), "epf_ll_combine_backward (send)", lg_bdispatch);
+    launched(epf_ll_combine_backward(&L, &da, EPF_LL_RECV, g_stream), "epf_ll_combine_backward (receive)", lg_bdispatch);
+  } else {
+    launched(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, g_stream), "epf_ll_combine_backward", lg_bdispatch);
+  }
+  sync_or_die("the LL combine backward");
+  {
+    LlRef ref;
+    in.combine_weights = 1;
+    llref_dispatch(&in, 0u, &ref.r);
+    for (int d = 0; d < R; ++d) {
+      llref_rank_bufs_t b;
+      b.win = win.c() + (uint64_t)d * plan.total_bytes;
+      b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
+      b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
+      b.round = round.as<uint32_t>() + d;
+      b.packed_x = c.packed ? px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0) : NULL;
+      b.packed_scales = NULL;
+      b.packed_meta = c.packed ? pm.as<epf_recv_meta_em_t>() + (uint64_t)d * plan.recv_capacity : NULL;
+      const int bad = llref_check_dispatch_rank(&in, &plan, &ref.r, d, &b, epoch, 1, c.packed != 0, "combine backward", msg);
+      if (bad != 0) {
+        in.combine_weights = 0;
+        FAIL("%s", msg);
+      }
+    }
+    in.combine_weights = 0;
+  }
+  if (c.wg) {
+    llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256, 0, g_stream>>>(plan, win.c(), 0, round.as<uint32_t>(),
+                                                                    counts.as<int32_t>(), wgr.as<float>(),
+                                                                    c.y == EPF_LL_Y_PACKED ? 1 : 0, -1);
+    CK(cudaGetLastError());
+  }
+  llref_experts_kernel<<<dim3(256, (unsigned)R), 256, 0, g_stream>>>(
+      plan, win.c(), 0, round.as<uint32_t>(), counts.as<int32_t>(), px.c(), ps.as<uint8_t>(), y.as<uint16_t>(),
+      c.packed && c.y == EPF_LL_Y_PACKED ? 1 : 0, (int)c.y, (int)c.ident, -1);
+  CK(cudaGetLastError());
+  ca.topk_weights = NULL; /* unit weights: never read */
+  ca.weight_grad = c.wg ? wgr.as<float>() : NULL;
+  ca.topk_weights_grad = twg.as<float>();
+  if (c.split) {
+    launched(epf_ll_dispatch_backward(&L, &ca, EPF_LL_SEND, g_stream), "epf_ll_dispatch_backward (send)", lg_bcombine);
+    launched(epf_ll_dispatch_backward(&L, &ca, EPF_LL_RECV, g_stream), "epf_ll_dispatch_backward (receive)", lg_bcombine);
+  } else {
+    launched(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, g_stream), "epf_ll_dispatch_backward", lg_bcombine);
+  }
+  sync_or_die("experts + the LL dispatch backward");
+  std::vector<uint16_t> want((size_t)R * Tm * H);
+  std::vector<float> wantg((size_t)R * Tm * K);
+  llref_dispatch_backward(&in, 0u, (int)c.ident, want.data(), wantg.data());
+  if (!c.wg) std::fill(wantg.begin(), wantg.end(), 0.0f);
+  for (int s = 0; s < R; ++s) {
+    if (llref_check_combine_rank(&in, s, out.as<uint16_t>() + (size_t)s * Tm * H, want.data(), "LL dispatch backward", msg) != 0)
+      FAIL("%s", msg);
+    if (llref_check_wgrad_rank(&in, s, twg.as<float>() + (size_t)s * Tm * K, wantg.data(), "LL dispatch backward", msg) != 0)
+      FAIL("%s", msg);
+  }
+  (void)T;
+  check_record(dropped, 0u, "backward round");
+}
+
 static void run_ll(const Case& c, uint64_t seed) {
   Rng g(seed);
   const epf_plan_t plan = plan_of(c);
@@ -1548,7 +1642,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   llref_in_t& in = li.in;
   if (llref_in_init(&in, R, Tm, H, K, E, (int)c.pay, (int)c.cpay, plan.flags, (int)plan.scale_bytes_per_row) != 0)
     FAIL("out of host memory");
-  Dev win, state, x, ids, w, counts, ecounts, px, ps, pm, round, y, out;
+  Dev win, state, x, ids, w, counts, ecounts, px, ps, pm, round, y, out, wgr, twg;
   DrainGuard drain;
   win.alloc((size_t)R * plan.total_bytes);
   d_set(win.p, 0, win.n);
@@ -1567,6 +1661,10 @@ static void run_ll(const Case& c, uint64_t seed) {
     if (plan.scale_bytes_per_row) LL_ALLOC(ps, EPF_LL_BUF_PACKED_SCALES);
   }
   if (!llref_y_in_place((int)c.y)) LL_ALLOC(y, EPF_LL_BUF_Y);
+  if (c.bwd) {
+    LL_ALLOC(wgr, EPF_LL_BUF_WEIGHT_GRAD);
+    LL_ALLOC(twg, EPF_LL_BUF_TOPK_WEIGHTS);
+  }
 #undef LL_ALLOC
   const epf_team_t team = epf_team_virtual(win.p, plan.total_bytes, 0, R);
   epf_ll_launch_t L = epf_ll_launch_make(&plan, team, state.as<epf_ll_state_t>(), g_rec_d, 1);
@@ -1580,6 +1678,9 @@ static void run_ll(const Case& c, uint64_t seed) {
   lg_dispatch.smem = lg_combine.smem = epf_ll_smem_bytes(&plan, lg_dispatch.threads);
   lg_dispatch.kernel = rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel;
   lg_combine.kernel = rm ? (const void*)epf_ll_rm_combine_kernel : (const void*)epf_ll_combine_kernel;
+  Grid lg_bdispatch = lg_dispatch, lg_bcombine = lg_combine; /* the backward's kernels */
+  lg_bdispatch.kernel = (const void*)epf_ll_combine_backward_kernel;
+  lg_bcombine.kernel = (const void*)epf_ll_dispatch_backward_kernel;
 
   epf_ll_dispatch_args_t da;
   memset(&da, 0, sizeof(da));
@@ -1611,7 +1712,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   std::vector<uint16_t> hout((size_t)R * Tm * H), want((size_t)R * Tm * H);
   char msg[LLREF_MSG];
   for (int rd = 0; rd < c.rounds; ++rd) {
-    const uint32_t epoch = (uint32_t)rd + 1u;
+    const uint32_t epoch = c.bwd ? 2u * (uint32_t)rd + 1u : (uint32_t)rd + 1u; /* bwd: a backward round after each */
     const int T = g.pm(400) ? Tm : (int)g.in(0, Tm); /* one T per launch; a new one each round */
     std::vector<int> Tv((size_t)R, T);
     gen_ids(g, c, R, Tm, K, E, Tv, in.htopk);
@@ -1721,6 +1822,8 @@ static void run_ll(const Case& c, uint64_t seed) {
       expect_poison((const uint8_t*)(o + (size_t)T * H), (size_t)(Tm - T) * H * 2, "LL combine output", s);
     }
     check_record(ref.r.dropped, 0u, strf("round %d", rd).c_str());
+    if (c.bwd) ll_backward_round(c, g, plan, L, in, win, x, counts, ecounts, px, ps, pm, round, y, out, wgr, twg, da, ca,
+                                 lg_bdispatch, lg_bcombine, epoch + 1u, ref.r.dropped);
   }
 }
 

@@ -7,7 +7,9 @@
  * rank's share, poisons every output and its window rows of the round, and checks its own rank.
  *   1. dispatch + combine: T in {1, 128} x {BF16, MXFP8 (compact / swizzled scales)}; zero-copy
  *      and packed receive; expert stage; push combine (y fixed, y packed) and, with BF16, pull
- *      (experts in place, EPF_LL_Y_IN_PLACE_PULL); fused and split halves; int32 / int64 ids;
+ *      (experts in place, EPF_LL_Y_IN_PLACE_PULL); the MXFP8 combine pulled over the LSA window
+ *      from the expert rank's EXPERT_OUT (the default) and pushed (EPF_FLAG_COMBINE_PUSH), every
+ *      y layout; fused and split halves; int32 / int64 ids;
  *      ids outside [-1, E) dropped and counted. Counts, expert counts, round, every received row,
  *      scale and metadata row, the packed copy, and the combine output bit-exact.
  *   2. back to back: bursts of 5 and 6 rounds enqueued with no host sync between them (ranks
@@ -82,6 +84,10 @@ typedef struct mg_case {
   uint32_t flags;
   uint64_t timeout_ns;
 } mg_case_t;
+
+/* a test-only bit of mg_case_t.flags (never passed to the library): the MXFP8 combine payload (it
+ * pulls unless the flags also hold EPF_FLAG_COMBINE_PUSH); without it the combine is BF16 */
+#define MG_CASE_MX_COMBINE 0x80000000u
 
 struct mg_ctx;
 
@@ -221,9 +227,9 @@ static epf_status_t mg_plan(const mg_case_t* cs, int R, epf_plan_t* out) {
   c.max_tokens_per_rank = cs->Tmax;
   c.mode = EPF_MODE_LL;
   c.payload = cs->payload;
-  c.combine_payload = EPF_PAYLOAD_BF16;
+  c.combine_payload = (cs->flags & MG_CASE_MX_COMBINE) ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
   c.scale_layout = cs->scale_layout;
-  c.flags = cs->flags;
+  c.flags = cs->flags & ~MG_CASE_MX_COMBINE;
   c.timeout_ns = cs->timeout_ns;
   st = epf_plan_compute(&c, out);
   return st == EPF_OK ? epf_ll_plan_check(out) : st;
@@ -245,8 +251,8 @@ static int mg_fix_setup(mg_ctx_t* c, mg_fix_t* f) {
   if (c->rank == 0)
     for (int i = 0; i < f->nsets; ++i)
       MG_TRUE(c,
-              llref_in_init(&c->sh->in[i], c->R, cs->Tmax, cs->H, cs->K, mg_experts(c->R), cs->payload, EPF_PAYLOAD_BF16,
-                            cs->flags, (int)p->scale_bytes_per_row) == 0,
+              llref_in_init(&c->sh->in[i], c->R, cs->Tmax, cs->H, cs->K, mg_experts(c->R), cs->payload,
+                            p->combine_payload, p->flags, (int)p->scale_bytes_per_row) == 0,
               "rank 0: out of host memory for the inputs");
 #define MG_ALLOC(ptr, which) MG_CUDA(c, cudaMalloc((void**)&(ptr), epf_ll_rank_bytes(p, which, cs->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
   for (int i = 0; i < f->nsets; ++i) {
@@ -554,6 +560,11 @@ static const mg_case_t k_dc_cases[] = {
     {1, MG_H, MG_K, EPF_PAYLOAD_MXFP8, 0, 1, 0u, MG_TIMEOUT_NS},
     {128, MG_H, MG_K, EPF_PAYLOAD_BF16, 0, 1, 0u, MG_TIMEOUT_NS},
     {128, MG_H, MG_K, EPF_PAYLOAD_MXFP8, EPF_SCALE_LAYOUT_SWIZZLED_128X4, 0, 0u, MG_TIMEOUT_NS},
+    /* the MXFP8 combine: pulled over NVLink from the expert rank's EXPERT_OUT (the default), or pushed */
+    {1, MG_H, MG_K, EPF_PAYLOAD_BF16, 0, 0, MG_CASE_MX_COMBINE, MG_TIMEOUT_NS},
+    {128, MG_H, MG_K, EPF_PAYLOAD_BF16, 0, 1, MG_CASE_MX_COMBINE, MG_TIMEOUT_NS},
+    {128, MG_H, MG_K, EPF_PAYLOAD_BF16, 0, 0, MG_CASE_MX_COMBINE | EPF_FLAG_COMBINE_PUSH, MG_TIMEOUT_NS},
+    {128, MG_H, MG_K, EPF_PAYLOAD_MXFP8, 0, 1, MG_CASE_MX_COMBINE, MG_TIMEOUT_NS},
 };
 
 /* rounds of a BF16 case (an MXFP8 case runs the first two: quantized rows cannot hold y in place) */
@@ -579,8 +590,9 @@ static void mg_body_dispatch_combine(mg_ctx_t* c) {
       double dt;
       r.T = cs->Tmax;
       snprintf(what, sizeof(what),
-               "dispatch+combine R=%d T=%d %s%s round %u (packed %d y %d split %d identity %d int64 %d)", c->R, r.T,
-               payload_name(cs->payload), cs->scale_layout ? " swizzled" : "", epoch, r.packed, r.y_layout, r.split,
+               "dispatch+combine R=%d T=%d %s%s -> %s %s round %u (packed %d y %d split %d identity %d int64 %d)", c->R,
+               r.T, payload_name(cs->payload), cs->scale_layout ? " swizzled" : "", payload_name(f.plan.combine_payload),
+               epf_ll_combine_pulls(&f.plan, r.y_layout) ? "pull" : "push", epoch, r.packed, r.y_layout, r.split,
                r.identity, cs->topk64);
       if (mg_round(c, &f, &f.L, &r, epoch, &dt, 0, NULL, NULL, NULL)) {
         stop = 1;
@@ -590,7 +602,13 @@ static void mg_body_dispatch_combine(mg_ctx_t* c) {
         (void)mg_check_record_clean(c, dropped, what);
     }
     if (mg_fix_end(c, &f) || stop) return;
-    if (c->rank == 0)
+    if (c->rank == 0 && (cs->flags & MG_CASE_MX_COMBINE))
+      printf("ok  dispatch+combine R=%d T=%d H=%d K=%d E=%d %s -> mxfp8 combine %s int%d ids: %d rounds (y fixed / "
+             "packed%s; fused + split) exact on every rank\n",
+             c->R, cs->Tmax, cs->H, cs->K, mg_experts(c->R), payload_name(cs->payload),
+             (cs->flags & EPF_FLAG_COMBINE_PUSH) ? "PUSH" : "PULL (EXPERT_OUT)", cs->topk64 ? 64 : 32, nrounds,
+             cs->payload == EPF_PAYLOAD_BF16 ? " / in place" : "");
+    else if (c->rank == 0)
       printf("ok  dispatch+combine R=%d T=%d H=%d K=%d E=%d %s%s int%d ids: %d rounds (zero copy + packed receive; push "
              "from fixed / packed y%s; fused + split) exact on every rank\n",
              c->R, cs->Tmax, cs->H, cs->K, mg_experts(c->R), payload_name(cs->payload),

@@ -360,6 +360,9 @@ static void expected_sizes(const epf_config_t* r, uint64_t* s) {
                               (r->payload != EPF_PAYLOAD_BF16 || r->combine_payload != EPF_PAYLOAD_BF16))
                                  ? rows * crow
                                  : 0;
+  /* LL expert-major MXFP8 pull combine: the quantized outputs at the receive rows */
+  if (ll && em && !(r->flags & EPF_FLAG_COMBINE_PUSH) && r->combine_payload == EPF_PAYLOAD_MXFP8)
+    s[EPF_REGION_EXPERT_OUT] = rows * crow;
 }
 
 static void test_plan_random(void** state) {

@@ -3,10 +3,13 @@
  * accessors (every (parity, expert, source, slot) row, signal word and combine row is distinct and
  * inside its region, for random configurations), epoch parity, per-rank buffer sizes and virtual
  * rank operand strides, the shared-memory carve-up of the blocks (sizes and offsets from
- * epf_ll_smem_layout), and that LL gives every (token, k) the slot the route gives it (the two
- * CPU references, epf_ll_ref.cuh and epf_route_ref.h, which the GPU tests hold the library to); and
- * the same for RANK_MAJOR plans (test_rm_layout, test_rm_slots_match_route: the rank-major
- * reference epf_ll_rm_ref.cuh gives every (token, rank) the route's rank-major slot). */
+ * epf_ll_smem_layout), the combine transport (epf_ll_combine_pulls: pull / push per payload,
+ * y layout and EPF_FLAG_COMBINE_PUSH, the EXPERT_OUT rows of an MXFP8 pull; RANK_MAJOR: pull only
+ * with EPF_LL_Y_PACKED_PULL and BF16 both ways, never an EXPERT_OUT region), and that LL gives
+ * every (token, k) the slot the route gives it (the two CPU references, epf_ll_ref.cuh and
+ * epf_route_ref.h, which the GPU tests hold the library to); and the same for RANK_MAJOR plans
+ * (test_rm_layout, test_rm_slots_match_route: the rank-major reference epf_ll_rm_ref.cuh gives
+ * every (token, rank) the route's rank-major slot). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -340,6 +343,74 @@ static void test_null_launch_and_index_type(void** state) {
   assert_int_equal(epf_ll_index_is64(EPF_INDEX_INT32), 0);
 }
 
+/* The combine transport (epf_ll_combine_pulls, and the launchers' epf__ll_combine_pulls): BF16 pulls
+ * only with EPF_LL_Y_IN_PLACE_PULL; MXFP8 pulls by default for every y layout, through the
+ * EXPERT_OUT region the plan gives it ([2][EL][R][T] combine rows, where the expert side quantizes
+ * the outputs), and EPF_FLAG_COMBINE_PUSH forces push (no region). The EXPERT_OUT row of a receive
+ * row is epf_plan_expert_out_offset's, inside the region, for both parities. */
+static void test_combine_transport(void** state) {
+  static const int ys[] = {EPF_LL_Y_FIXED, EPF_LL_Y_PACKED, EPF_LL_Y_IN_PLACE, EPF_LL_Y_IN_PLACE_PULL};
+  (void)state;
+  for (int it = 0; it < 200; ++it) {
+    const int R = rnd_in(1, 13), EL = rnd_in(1, 8), K = rnd_in(1, 22), T = rnd_in(1, 256);
+    const int H = 32 * rnd_in(1, 224);
+    for (int cp = 0; cp < 2; ++cp)
+      for (int push = 0; push < 2; ++push) {
+        epf_config_t c = ll_config(R, R * EL, K < R * EL ? K : R * EL, H, T);
+        epf_plan_t p;
+        epf_ll_launch_t L;
+        epf_ll_combine_args_t a;
+        const int mx = cp == 1;
+        c.combine_payload = mx ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+        c.payload = it & 1 ? EPF_PAYLOAD_MXFP8 : EPF_PAYLOAD_BF16;
+        c.flags = push ? EPF_FLAG_COMBINE_PUSH : 0u;
+        assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+        assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+        if (mx && !push) {
+          const uint64_t rows = 2u * (uint64_t)p.recv_capacity;
+          assert_true(p.region[EPF_REGION_EXPERT_OUT].bytes == rows * p.combine_row_bytes);
+          for (uint32_t ep = 1; ep <= 2; ++ep) {
+            const int le = rnd_in(0, EL - 1), src = rnd_in(0, R - 1), slot = rnd_in(0, T - 1);
+            const int64_t row = epf_ll_recv_row(&p, ep, le, src, slot);
+            const uint64_t o = epf_plan_expert_out_offset(&p, row);
+            assert_true(o == p.region[EPF_REGION_EXPERT_OUT].offset + (uint64_t)row * p.combine_row_bytes);
+            assert_true(o + p.combine_row_bytes <= p.region[EPF_REGION_EXPERT_OUT].offset +
+                                                       p.region[EPF_REGION_EXPERT_OUT].bytes);
+          }
+        } else {
+          assert_true(p.region[EPF_REGION_EXPERT_OUT].bytes == 0);
+        }
+        assert_true(p.region[EPF_REGION_COMBINE].bytes != 0); /* push stays possible */
+        L = epf_ll_launch_make(&p, epf_team_virtual(NULL, p.total_bytes, 0, R), NULL, NULL, 1);
+        memset(&a, 0, sizeof(a));
+        for (int yi = 0; yi < 4; ++yi) {
+          const bool want = mx ? !push : ys[yi] == EPF_LL_Y_IN_PLACE_PULL;
+          a.y_layout = ys[yi];
+          assert_int_equal(epf_ll_combine_pulls(&p, ys[yi]), want);
+          assert_int_equal(epf__ll_combine_pulls(&L, &a), want);
+          /* a BF16 pull only signals: the grid follows the reduce; an MXFP8 pull quantizes every row */
+          assert_int_equal(epf__ll_combine_bpr_kind(&L, &a),
+                           want && !mx ? EPF_LL_BPR_COMBINE_PULL : EPF_LL_BPR_COMBINE);
+        }
+        /* RANK_MAJOR: no EXPERT_OUT region (any payload, any flag); pull only with PACKED_PULL and
+         * BF16 both ways (the expert side pre-reduces, so the grid stays the push's) */
+        c.layout = EPF_LAYOUT_RANK_MAJOR;
+        assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
+        assert_int_equal(epf_ll_plan_check(&p), EPF_OK);
+        assert_true(p.region[EPF_REGION_EXPERT_OUT].bytes == 0);
+        L = epf_ll_launch_make(&p, epf_team_virtual(NULL, p.total_bytes, 0, R), NULL, NULL, 1);
+        for (int yi = 0; yi < 5; ++yi) {
+          const int y = yi < 4 ? ys[yi] : EPF_LL_Y_PACKED_PULL;
+          const bool want = y == EPF_LL_Y_PACKED_PULL && !mx && c.payload == EPF_PAYLOAD_BF16;
+          a.y_layout = y;
+          assert_int_equal(epf_ll_combine_pulls(&p, y), want);
+          assert_int_equal(epf__ll_combine_pulls(&L, &a), want);
+          assert_int_equal(epf__ll_combine_bpr_kind(&L, &a), EPF_LL_BPR_COMBINE);
+        }
+      }
+  }
+}
+
 /* Slots in HT and LL (docs/concepts.md): for the same topk_idx, the LL slot of every (token, k)
  * (the LL reference: where the GPU tests require the row to land) is the route's SLOT (the route
  * reference: what the route tests require), including -1, ids outside [-1, E) and repeats, with
@@ -575,7 +646,7 @@ int main(void) {
       cmocka_unit_test(test_rm_layout), cmocka_unit_test(test_rm_slots_match_route),
       cmocka_unit_test(test_state_init), cmocka_unit_test(test_plan_checks), cmocka_unit_test(test_layout),
       cmocka_unit_test(test_rank_buffers), cmocka_unit_test(test_smem), cmocka_unit_test(test_null_launch_and_index_type),
-      cmocka_unit_test(test_slots_match_route),
+      cmocka_unit_test(test_slots_match_route), cmocka_unit_test(test_combine_transport),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,6 +75,20 @@ EPF_HD epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens) 
   return EPF_OK;
 }
 
+/* epf_ll_backward_check — may this LL plan run the training direction (epf_ll_combine_backward,
+ *   epf_ll_dispatch_backward and their blocks)? EPF_OK, or epf_ll_plan_check's status, or
+ *   EPF_ERR_NOT_SUPPORTED unless the payload and the combine payload are both BF16 (gradients
+ *   travel unquantized: the rows carry dy and dx exactly), or EPF_ERR_LAYOUT for a RANK_MAJOR plan
+ *   (the rank-major backward is not built yet: its kernels are expert-major only). Scope: any
+ *   thread. Pure. */
+EPF_HD epf_status_t epf_ll_backward_check(const epf_plan_t* plan) {
+  const epf_status_t st = epf_ll_plan_check(plan);
+  if (st != EPF_OK) return st;
+  if (plan->layout != EPF_LAYOUT_EXPERT_MAJOR) return EPF_ERR_LAYOUT;
+  if (plan->payload != EPF_PAYLOAD_BF16 || plan->combine_payload != EPF_PAYLOAD_BF16) return EPF_ERR_NOT_SUPPORTED;
+  return EPF_OK;
+}
+
 /* epf_ll_fixed_row — the FIXED ORDER of one parity's receive rows, the one owner of the LL
  *   receive-row formula: slot `slot` of (local_expert, src) is row
  *   (local_expert * R + src) * T + slot of [EL][R][T] (= recv_capacity rows). epf_ll_recv_row adds
@@ -110,6 +124,16 @@ EPF_HD int64_t epf_ll_packed_row(const epf_plan_t* plan, int local_expert, int p
  *   output for (token, k) of the round of `epoch` lands: ((epoch & 1) * T + token) * K + k. */
 EPF_HD int64_t epf_ll_combine_row(const epf_plan_t* plan, uint32_t epoch, int token, int k) {
   return ((int64_t)(epoch & 1u) * plan->max_tokens_per_rank + token) * plan->top_k + k;
+}
+
+/* epf_ll_weight_grad_row — row of the source's COMBINE region whose first 4 bytes receive the
+ *   router-weight gradient of (token, k) pushed in the backward-of-dispatch round of `epoch`
+ *   (epf_ll_dispatch_backward): the landing row of (token, k) of the OTHER parity,
+ *   epf_ll_combine_row(plan, epoch + 1, token, k). Nobody reads or writes that row between the
+ *   push and the source's receive of the round (docs/low-latency.md, "Training: the backward
+ *   direction"). Scope: any thread. Pure. */
+EPF_HD int64_t epf_ll_weight_grad_row(const epf_plan_t* plan, uint32_t epoch, int token, int k) {
+  return epf_ll_combine_row(plan, epoch + 1u, token, k);
 }
 
 /* epf_ll_dispatch_signal_index — word of SIG_LL_DISPATCH (epf_plan_signal_offset) in which `src`
@@ -153,6 +177,7 @@ EPF_HD uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, epf_ll_buffer_t which,
     case EPF_LL_BUF_PACKED_META: return rows * (uint64_t)sizeof(epf_recv_meta_em_t);
     case EPF_LL_BUF_ROUND: return 4u;
     case EPF_LL_BUF_Y: return rows * H * 2u;
+    case EPF_LL_BUF_WEIGHT_GRAD: return rows * 4u;
     default: return 0u;
   }
 }
@@ -194,6 +219,8 @@ EPF_HD epf_ll_combine_args_t epf_ll_combine_args_for_rank(const epf_ll_combine_a
   r.topk_weights =
       (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
   r.out = epf__ll_adv(a->out, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0));
+  r.weight_grad = (const float*)epf__ll_cadv(a->weight_grad, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_WEIGHT_GRAD, 0));
+  r.topk_weights_grad = (float*)epf__ll_adv(a->topk_weights_grad, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
   return r;
 }
 
@@ -209,10 +236,12 @@ EPF_HD int epf__ll_segments(int threads) {
  *                       (min(warps, EPF_LL_SCAN_SEGMENTS) * E words), per-expert counts (E words);
  *     dispatch receive: per-group counts, scanned in place (2 * (E + 1) words reserved);
  *     combine send:     the per-group prefix (E + 1 words), then 16 * EPF_MASK_WORDS spare bytes;
- *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull);
+ *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull), then
+ *                       the bits of the ranks that carried weight gradients (backward);
  *     RANK_MAJOR plans (rm_* fields): the send's per-rank table after its expert table; the
  *     receive / expand / combine send's source presence, rows (+ prefix), [EL][R] counts and
- *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull).
+ *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull; rank-major plans
+ *     have no backward, so reduce_wgrad is not theirs).
  *   The halves of a stage reuse the memory: each stage needs the larger of its halves.
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threads) {
@@ -235,7 +264,8 @@ EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threa
   l.reduce_pulled = H + EPF_MASK_WORDS * 4u;
   l.reduce_slots = H + epf__ll_align16(2u * EPF_MASK_WORDS * 4u);
   send_end = l.push_prefix + epf__ll_align16((E + 1u) * 4u) + 16u * EPF_MASK_WORDS;
-  recv_end = l.reduce_slots + l.slots_bytes;
+  l.reduce_wgrad = l.reduce_slots + l.slots_bytes;
+  recv_end = l.reduce_wgrad + epf__ll_align16(EPF_MASK_WORDS * 4u);
   l.combine_bytes = send_end > recv_end ? send_end : recv_end;
   /* RANK_MAJOR (ll_rm.cuh): the send adds a per-rank slot table after the expert table; the
    * receive, the expand and the combine send share the sources' presence, rows and prefix, the

@@ -53,18 +53,23 @@ typedef enum epf_ll_phase {
  *            source reads its outputs straight from this rank's receive rows (PULL, like the HT
  *            default): every output row crosses memory once instead of three times (read + push
  *            + read back). Same results, bit for bit. BF16 combine payload only (with an MXFP8
- *            combine payload it behaves as IN_PLACE). Extra rule: this rank must leave the
- *            round's receive rows untouched until its next dispatch receive returns (by then
- *            every source has finished reading them). The mode travels in the combine signal
- *            word, so ranks may mix IN_PLACE_PULL with the other layouts in one round.
+ *            combine payload the plan chooses the transport, see below). Extra rule: this rank
+ *            must leave the round's receive rows untouched until its next dispatch receive returns
+ *            (by then every source has finished reading them). The mode travels in the combine
+ *            signal word, so ranks may mix IN_PLACE_PULL with the other layouts in one round.
  *   PACKED_PULL    RANK_MAJOR plans only: y in the PACKED order (a caller buffer), and the
  *            combine pulls: the expert side writes each (source, token) row's pre-reduced partial
  *            over that row's own receive row in its window (nothing is pushed) and each source
  *            reads its partials from there. BF16 dispatch and combine payloads (otherwise it
  *            behaves as PACKED: pushed). Same buffer rule as IN_PLACE_PULL.
+ * EXPERT_MAJOR plans with an MXFP8 combine payload: the layout only says where y is; the PLAN
+ * chooses the transport (epf_ll_combine_pulls, combine_ll.cuh): pull by default — the expert side
+ * quantizes each row into its own EXPERT_OUT row and the sources read it there — or push with
+ * EPF_FLAG_COMBINE_PUSH (IN_PLACE_PULL then behaves as IN_PLACE).
  * A RANK_MAJOR plan (combine_ll_rm.cuh) takes FIXED, PACKED or PACKED_PULL: y in the order of the
  * expert-major view that epf_ll_rm_expand_block wrote (the window's rows are rank-major rows, so
- * IN_PLACE and IN_PLACE_PULL are refused). */
+ * IN_PLACE and IN_PLACE_PULL are refused); it has no EXPERT_OUT region, so with an MXFP8 combine
+ * payload it always pushes. */
 typedef enum epf_ll_y_layout {
   EPF_LL_Y_FIXED = 0,
   EPF_LL_Y_PACKED = 1,
@@ -133,6 +138,12 @@ typedef struct epf_ll_combine_args {
                                   the slot table before waiting; what each peer did travels in
                                   its signal word) */
   int32_t reserved;
+  /* the training direction (epf_ll_dispatch_backward); the forward combine ignores both: */
+  const float* weight_grad;    /* send: one FP32 per row of y (the router-weight gradient the expert
+                                  stage computed for that receive row), in y's row order (FIXED and
+                                  IN_PLACE*: epf_ll_fixed_row; PACKED: epf_ll_packed_row), or NULL */
+  float* topk_weights_grad;    /* recv out: [T][top_k] FP32: the value of the row each valid k reads
+                                  (a repeat: its first occurrence's), 0 for -1 / dropped / absent, or NULL */
 } epf_ll_combine_args_t;
 
 /* Per-rank buffers, for sizing and for virtual-rank strides (epf_ll_rank_bytes). */
@@ -146,7 +157,8 @@ typedef enum epf_ll_buffer {
   EPF_LL_BUF_PACKED_SCALES,  /* [EL * R * T][scale_bytes_per_row] compact, or swizzled 128x4 (MXFP8) */
   EPF_LL_BUF_PACKED_META,    /* [EL * R * T] epf_recv_meta_em_t */
   EPF_LL_BUF_ROUND,          /* one uint32 */
-  EPF_LL_BUF_Y               /* [EL * R * T] BF16 rows of hidden (FIXED or PACKED y) */
+  EPF_LL_BUF_Y,              /* [EL * R * T] BF16 rows of hidden (FIXED or PACKED y) */
+  EPF_LL_BUF_WEIGHT_GRAD     /* [EL * R * T] FP32 (epf_ll_combine_args_t.weight_grad) */
 } epf_ll_buffer_t;
 
 /* ---- shared-memory scratch ------------------------------------------------------------------ */
@@ -198,6 +210,8 @@ typedef struct epf_ll_smem_layout {
   size_t dispatch_bytes; /* epf_ll_dispatch_smem_bytes: the larger of the two dispatch halves */
   size_t combine_bytes;  /* epf_ll_combine_smem_bytes: the larger of the two combine halves */
   size_t bytes;          /* epf_ll_smem_bytes: every LL block and epf_ll_mask_clean_block */
+  size_t reduce_wgrad;   /* combine receive: [EPF_MASK_WORDS] ranks that carried weight gradients
+                            (backward of dispatch), after the slot table */
 } epf_ll_smem_layout_t;
 
 /* One source's slot table in shared memory (epf_ll_slots_at, filled by epf_ll_slots_block): where

@@ -120,6 +120,13 @@ class PlanInfo:
     def region(self, name: str):
         return self.regions[name]
 
+    def ll_combine_pulls(self, y_layout="fixed") -> bool:
+        """epf_ll_combine_pulls: does an LL combine with this plan and y layout pull (the sources read
+        the outputs from the expert ranks' windows) rather than push? BF16 combine: only with
+        y_layout 'in_place_pull'. MXFP8 combine: by default, for every y layout (the expert side
+        quantizes into its EXPERT_OUT region); flags=FLAG['combine_push'] makes it push."""
+        return bool(_abi.epf_ll_combine_pulls(byref(self.c), _enum(_abi.Y_LAYOUT, y_layout, "y layout")))
+
     def __repr__(self):
         c = self.c
         return (f"PlanInfo(nranks={c.nranks}, experts={c.num_experts}, top_k={c.top_k}, hidden={c.hidden}, "
@@ -471,6 +478,35 @@ class Group:
         a.y_layout = _enum(_abi.Y_LAYOUT, y_layout, "y layout")
         check(_abi.epf_ll_combine(byref(self._ll), byref(a), self._halves(halves), stream_handle(stream)),
               "epf_ll_combine")
+
+    def ll_combine_backward(self, dy, topk_idx, topk_weights, recv_counts, *, num_tokens: Optional[int] = None,
+                            index_dtype="int64", expert_counts=None, packed_x=None, packed_meta=None, round=None,
+                            halves: str = "both", stream=None) -> None:
+        """Backward of the LL combine (epf_ll_combine_backward): an LL dispatch of dy with the
+        forward's routing; each row's metadata weight is its combine weight. BF16 plans only."""
+        a = _abi.LlDispatchArgs()
+        a.x, a.topk_idx, a.topk_weights = ptr(dy), ptr(topk_idx), ptr(topk_weights)
+        a.num_tokens = self.plan.max_tokens_per_rank if num_tokens is None else int(num_tokens)
+        a.index_type = _index_type(index_dtype)
+        a.recv_counts, a.expert_counts = ptr(recv_counts), ptr(expert_counts)
+        a.packed_x, a.packed_meta, a.round = ptr(packed_x), ptr(packed_meta), ptr(round)
+        check(_abi.epf_ll_combine_backward(byref(self._ll), byref(a), self._halves(halves), stream_handle(stream)),
+              "epf_ll_combine_backward")
+
+    def ll_dispatch_backward(self, dx_rows, recv_counts, topk_idx, dx, *, num_tokens: Optional[int] = None,
+                             index_dtype="int64", y_layout="fixed", weight_grad=None, topk_weights_grad=None,
+                             halves: str = "both", stream=None) -> None:
+        """Backward of the LL dispatch (epf_ll_dispatch_backward): dx[t] = sum over the first
+        occurrences k of dx_rows of (t, k), FP32 in k order, BF16; optionally the router-weight
+        gradient: weight_grad (one FP32 per row, y_layout order) -> topk_weights_grad [T][K]."""
+        a = _abi.LlCombineArgs()
+        a.y, a.recv_counts, a.topk_idx, a.out = ptr(dx_rows), ptr(recv_counts), ptr(topk_idx), ptr(dx)
+        a.num_tokens = self.plan.max_tokens_per_rank if num_tokens is None else int(num_tokens)
+        a.index_type = _index_type(index_dtype)
+        a.y_layout = _enum(_abi.Y_LAYOUT, y_layout, "y layout")
+        a.weight_grad, a.topk_weights_grad = ptr(weight_grad), ptr(topk_weights_grad)
+        check(_abi.epf_ll_dispatch_backward(byref(self._ll), byref(a), self._halves(halves), stream_handle(stream)),
+              "epf_ll_dispatch_backward")
 
     @staticmethod
     def _halves(h: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int16, c_int32, c_int64, c_size_t,
+from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int16, c_int32, c_int64, c_size_t,
                     c_uint8, c_uint32, c_uint64, c_void_p)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,10 +39,13 @@ SCALE_LAYOUT = {"compact": 1, "swizzled": 2, "swizzled_128x4": 2, "segment_mn_ma
 INDEX_TYPE = {"default": 0, "int32": 1, "int64": 2}
 Y_LAYOUT = {"fixed": 0, "packed": 1, "in_place": 2, "in_place_pull": 3, "packed_pull": 4}
 LL_BUFFER = {"x": 0, "topk_idx": 1, "topk_weights": 2, "recv_counts": 3, "expert_counts": 4, "packed_x": 5,
-             "packed_scales": 6, "packed_meta": 7, "round": 8, "y": 9}
+             "packed_scales": 6, "packed_meta": 7, "round": 8, "y": 9, "weight_grad": 10}
+# config flags (epf_config_t.flags, OR them): combine_push forces the push combine (HT; LL with an
+# MXFP8 combine payload, which pulls by default)
+FLAG = {"fault_tolerant": 0x1, "combine_push": 0x2, "scale_ue8m0": 0x4, "mx_scale_floor": 0x8}
 _C_NAMES = [(MODE, "EPF_MODE_"), (LAYOUT, "EPF_LAYOUT_"), (PAYLOAD, "EPF_PAYLOAD_"),
             (SCALE_LAYOUT, "EPF_SCALE_LAYOUT_"), (INDEX_TYPE, "EPF_INDEX_"), (Y_LAYOUT, "EPF_LL_Y_"),
-            (LL_BUFFER, "EPF_LL_BUF_")]
+            (LL_BUFFER, "EPF_LL_BUF_"), (FLAG, "EPF_FLAG_")]
 _C_SPELLING = {"em": None, "rm": None, "fp8": None, "swizzled": None, "fp8_128": "FP8_128",
                "swizzled_128x4": "SWIZZLED_128X4"}
 REGION_COUNT = 13
@@ -140,7 +143,7 @@ class LlDispatchArgs(Structure):  # epf_ll_dispatch_args_t
 class LlCombineArgs(Structure):  # epf_ll_combine_args_t
     _fields_ = [("y", c_void_p), ("recv_counts", c_void_p), ("topk_idx", c_void_p), ("topk_weights", c_void_p),
                 ("out", c_void_p), ("num_tokens", c_int32), ("index_type", c_int32), ("y_layout", c_int32),
-                ("reserved", c_int32)]
+                ("reserved", c_int32), ("weight_grad", c_void_p), ("topk_weights_grad", c_void_p)]
 
 
 class LlLaunch(Structure):  # epf_ll_launch_t
@@ -216,6 +219,7 @@ epf_ht_dispatch = _proto("epf_ht_dispatch", _S, P(Route), Team, P(Plan), P(HtSte
 epf_ht_expand = _proto("epf_ht_expand", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p)
 epf_ht_combine = _proto("epf_ht_combine", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p, c_void_p)
 epf_ll_plan_check = _proto("epf_ll_plan_check", _S, P(Plan))
+epf_ll_combine_pulls = _proto("epf_ll_combine_pulls", c_bool, P(Plan), c_int)
 epf_ll_rank_bytes = _proto("epf_ll_rank_bytes", c_uint64, P(Plan), c_int, c_int)
 epf_ll_launch_make = _proto("epf_ll_launch_make", LlLaunch, P(Plan), Team, c_void_p, c_void_p, c_int)
 epf_ll_dispatch = _proto("epf_ll_dispatch", _S, P(LlLaunch), P(LlDispatchArgs), c_int, c_void_p)
@@ -223,6 +227,8 @@ epf_ll_combine = _proto("epf_ll_combine", _S, P(LlLaunch), P(LlCombineArgs), c_i
 epf_ll_expand = _proto("epf_ll_expand", _S, P(LlLaunch), P(LlDispatchArgs), c_void_p)
 epf_ll_rm_recv_row = _proto("epf_ll_rm_recv_row", c_int64, P(Plan), c_uint32, c_int, c_int)
 epf_ll_rm_combine_row = _proto("epf_ll_rm_combine_row", c_int64, P(Plan), c_uint32, c_int, c_int)
+epf_ll_combine_backward = _proto("epf_ll_combine_backward", _S, P(LlLaunch), P(LlDispatchArgs), c_int, c_void_p)
+epf_ll_dispatch_backward = _proto("epf_ll_dispatch_backward", _S, P(LlLaunch), P(LlCombineArgs), c_int, c_void_p)
 epf_ll_state_reset = _proto("epf_ll_state_reset", _S, P(LlLaunch), c_void_p)
 epf_ll_mask_query_async = _proto("epf_ll_mask_query_async", _S, P(LlLaunch), c_void_p, c_void_p)
 epf_ll_mask_update = _proto("epf_ll_mask_update", _S, P(LlLaunch), P(c_uint32), c_void_p)
