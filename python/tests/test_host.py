@@ -69,6 +69,13 @@ def test_ll_combine_transport():
     for y in ("fixed", "packed", "in_place", "in_place_pull"):
         assert mx.ll_combine_pulls(y) and not push.ll_combine_pulls(y)
         assert bf.ll_combine_pulls(y) == (y == "in_place_pull")
+    # rank-major: never an EXPERT_OUT region; pulls only with packed_pull and BF16 both ways
+    rm_mx = epfuse.compute_plan(combine_payload="mxfp8", layout="rank_major", **shape)
+    rm_bf = epfuse.compute_plan(layout="rank_major", **shape)
+    assert rm_mx.region("EXPERT_OUT")[1] == 0 and rm_bf.region("EXPERT_OUT")[1] == 0
+    for y in ("fixed", "packed", "in_place", "in_place_pull", "packed_pull"):
+        assert not rm_mx.ll_combine_pulls(y)
+        assert rm_bf.ll_combine_pulls(y) == (y == "packed_pull")
 
 
 @pytest.mark.parametrize("kw,name", [

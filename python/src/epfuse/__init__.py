@@ -124,7 +124,8 @@ class PlanInfo:
         """epf_ll_combine_pulls: does an LL combine with this plan and y layout pull (the sources read
         the outputs from the expert ranks' windows) rather than push? BF16 combine: only with
         y_layout 'in_place_pull'. MXFP8 combine: by default, for every y layout (the expert side
-        quantizes into its EXPERT_OUT region); flags=FLAG['combine_push'] makes it push."""
+        quantizes into its EXPERT_OUT region); flags=FLAG['combine_push'] makes it push. Rank-major
+        plans (no EXPERT_OUT region): only with y_layout 'packed_pull' and BF16 both ways."""
         return bool(_abi.epf_ll_combine_pulls(byref(self.c), _enum(_abi.Y_LAYOUT, y_layout, "y layout")))
 
     def __repr__(self):
@@ -483,7 +484,8 @@ class Group:
                             index_dtype="int64", expert_counts=None, packed_x=None, packed_meta=None, round=None,
                             halves: str = "both", stream=None) -> None:
         """Backward of the LL combine (epf_ll_combine_backward): an LL dispatch of dy with the
-        forward's routing; each row's metadata weight is its combine weight. BF16 plans only."""
+        forward's routing; each row's metadata weight is its combine weight. BF16, expert-major
+        plans only (rank-major: EPF_ERR_LAYOUT)."""
         a = _abi.LlDispatchArgs()
         a.x, a.topk_idx, a.topk_weights = ptr(dy), ptr(topk_idx), ptr(topk_weights)
         a.num_tokens = self.plan.max_tokens_per_rank if num_tokens is None else int(num_tokens)
