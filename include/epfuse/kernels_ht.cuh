@@ -146,7 +146,7 @@ typedef struct epf__ht_kargs {
   int32_t blocks_per_rank;
   epf_wait_t wait;
 } epf__ht_kargs_t;
-#if defined(__cplusplus)
+#if defined(__cplusplus) && !defined(__CUDACC_RTC__)
 static_assert(sizeof(epf__ht_kargs_t) == offsetof(epf_ht_step_t, topk_idx), "epf__ht_kargs_t: the leading fields of epf_ht_step_t");
 #endif
 
