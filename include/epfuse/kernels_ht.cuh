@@ -527,7 +527,8 @@ EPF_INLINE epf_status_t epf_ht_combine_backward(const epf_route_t* route, epf_te
  *   first names each rank; RNE to BF16. Pull, or push with EPF_FLAG_COMBINE_PUSH, as the forward.
  *   step->expert_out: the dx rows, BF16 [count][expert_rows][H] — EXPERT_MAJOR in receive-row order
  *   (expert_rows >= recv_capacity), RANK_MAJOR in the expert-major view's order (expert_rows >= 1);
- *   NULL: EXPERT_MAJOR pull only, the dx rows written in place over the receive rows.
+ *   NULL: EXPERT_MAJOR only, the dx rows written in place over the receive rows (pulled from there,
+ *   or pushed from there with EPF_FLAG_COMBINE_PUSH, as the forward combine does).
  *   Router-weight gradient (optional): step->weight_grad (FP32 [count][expert_rows], in expert_out's
  *   row order — EXPERT_MAJOR in place: expert_rows >= recv_capacity) and step->topk_weights_grad
  *   (FP32 [count][max_tokens][top_k]) both given: topk_weights_grad[t][k] = the weight_grad of the
@@ -536,7 +537,7 @@ EPF_INLINE epf_status_t epf_ht_combine_backward(const epf_route_t* route, epf_te
  *   both transports carry it.
  *   Epochs: the route's epoch + 1, stored back by the round (docs/high-throughput.md "Training").
  *   Statuses: as epf_ht_combine_backward, and EPF_ERR_INVALID_ARGUMENT (NULL out; expert_out NULL
- *   outside EXPERT_MAJOR pull; too few expert_rows; only one of weight_grad / topk_weights_grad).
+ *   outside EXPERT_MAJOR; too few expert_rows; only one of weight_grad / topk_weights_grad).
  *   Scope: host, on `stream`; every rank of the team calls it once per backward round.
  *   Graph-capturable. */
 EPF_INLINE epf_status_t epf_ht_dispatch_backward(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
@@ -546,8 +547,7 @@ EPF_INLINE epf_status_t epf_ht_dispatch_backward(const epf_route_t* route, epf_t
   epf_status_t st = epf__ht_backward_check(route, team, plan, step);
   if (st != EPF_OK) return st;
   if (step->out == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  if (step->expert_out == NULL && (plan->layout != EPF_LAYOUT_EXPERT_MAJOR || (plan->flags & EPF_FLAG_COMBINE_PUSH)))
-    return EPF_ERR_INVALID_ARGUMENT;
+  if (step->expert_out == NULL && plan->layout != EPF_LAYOUT_EXPERT_MAJOR) return EPF_ERR_INVALID_ARGUMENT;
   if ((step->weight_grad == NULL) != (step->topk_weights_grad == NULL)) return EPF_ERR_INVALID_ARGUMENT;
   /* rows of expert_out / weight_grad: one per receive row (EXPERT_MAJOR), at least one (RANK_MAJOR view) */
   if ((step->expert_out != NULL || step->weight_grad != NULL) &&

@@ -425,7 +425,7 @@ class Group:
                           weight_grad=None, topk_weights_grad=None, blocks_per_rank: int = 0, stream=None) -> None:
         """Backward of the HT dispatch (epf_ht_dispatch_backward): the experts' input gradients
         (expert_out: [count][expert_rows][H] BF16 in the forward's expert_out order; None: in place,
-        expert-major pull) back to the tokens with unit weights, repeats adding nothing: dx
+        expert-major) back to the tokens with unit weights, repeats adding nothing: dx
         [count][T][H] BF16. weight_grad ([count][expert_rows] float32, d w per row) together with
         topk_weights_grad ([count][T][top_k] float32, written): the router-weight gradient."""
         s = self._ht_step(topk_weights=topk_weights, out=dx, expert_out=expert_out, expert_rows=expert_rows,
