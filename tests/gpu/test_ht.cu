@@ -662,6 +662,7 @@ static void test_backward_refusals(void** state) {
   s = make_backward_step(&c, &d, 1);
   s.topk_weights = NULL;
   assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, EPF_HT_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  EPF_CHECK_CUDA(cudaGetLastError()); /* nothing was launched by the refusals above */
   s = make_backward_step(&c, &d, 1);
   s.weight_grad = NULL; /* one of the two */
   assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
