@@ -31,6 +31,11 @@
  *        EXPERT_MAJOR expert side: one receive row's output where its source reads it
  *   void epf_combine_prereduce_rm_row_warp(team, plan, row, src_offset, expert_out, expert_rows, const epf_wait_t*)
  *        RANK_MAJOR expert side: one receive row's k-order partial
+ *   void epf_combine_prereduce_rm_row_unit_warp(team, plan, row, src_offset, dx_rows, expert_rows,
+ *                                               const float* weight_grad, const epf_wait_t*)
+ *        the same with unit weights, each view row once (the backward of dispatch)
+ *   float* epf_combine_weight_grad_ptr(team, plan, int64_t row, int entry, int peer)
+ *        where a receive row's router-weight gradient travels back (its metadata weight slot)
  *   void epf_combine_signal_block(team, plan, uint32_t epoch)                     [collective:block]
  *   epf_status_t epf_combine_wait_block(team, plan, uint32_t epoch, epf_wait_t w) [collective:block]
  *   void epf_bf16x8_fma(float acc[8], uint4 v, float w)   one 16-byte BF16 vector into FP32 accumulators
@@ -310,6 +315,21 @@ EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan
   epf_combine_put_row_warp(plan, expert_out_row, (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank));
 }
 
+/* epf_combine_weight_grad_ptr — where the router-weight gradient of receive row `row` travels back
+ *   (the backward of dispatch, docs/high-throughput.md "Training"): the row's metadata weight slot
+ *   in `peer`'s window — EXPERT_MAJOR: epf_recv_meta_em_t.weight; RANK_MAJOR: entry `entry`'s
+ *   weight (epf_recv_meta_rm_weight_at). The expert side writes it (peer = team.rank) before it
+ *   signals the combine; the source reads it (peer = the row's rank) after
+ *   epf_combine_wait_block. The metadata's weight is not needed again once the expert stage has
+ *   read it. Scope: any thread. Pure pointer arithmetic (row in [0, recv_capacity), entry in
+ *   [0, top_k)). */
+EPF_DEVICE_INLINE float* epf_combine_weight_grad_ptr(epf_team_t team, const epf_plan_t* plan, int64_t row, int entry,
+                                                     int peer) {
+  char* meta = (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), peer);
+  if (plan->layout == EPF_LAYOUT_EXPERT_MAJOR) return &((epf_recv_meta_em_t*)meta)->weight;
+  return (float*)(meta + epf_recv_meta_rm_weight_at(plan->top_k, entry));
+}
+
 /* epf_combine_expert_row_em_warp — EXPERT_MAJOR expert side, one receive row: put the expert
  *   output `y` (BF16 [hidden], local) where the row's source will read it.
  *   Push plans (EPF_FLAG_COMBINE_PUSH): into the source's COMBINE row (src_token * top_k + k), both
@@ -335,6 +355,40 @@ EPF_DEVICE_INLINE void epf_combine_expert_row_em_warp(epf_team_t team, const epf
   }
 }
 
+/* epf__combine_prereduce_rm_row_warp — epf_combine_prereduce_rm_row_warp (unit == 0) and
+ * epf_combine_prereduce_rm_row_unit_warp (unit != 0: weight 1, each view row once, the router-weight
+ * gradients into the row's entries when weight_grad != NULL). [collective:warp] */
+EPF_DEVICE_INLINE void epf__combine_prereduce_rm_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                          const int32_t* src_offset, const void* expert_out,
+                                                          int64_t expert_rows, const epf_wait_t* w, int unit,
+                                                          const float* weight_grad) {
+  const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, row, src_offset);
+  const bool ok = m.em_row >= 0 && m.em_row < expert_rows;
+  const char* y = ok ? (const char*)expert_out + (uint64_t)m.em_row * (uint64_t)plan->hidden * 2u : NULL;
+  uint32_t present;
+  char* out;
+  epf_error_report_warp(w, m.token_ok ? m.entry_bad : epf_lane_id() == 0, EPF_ERR_BAD_METADATA,
+                        epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row)), 0, 0);
+  if (!m.token_ok) return; /* warp-uniform */
+  if (unit) {
+    /* a repeat names its first occurrence's view row again: that row counts once, at its first
+     * (lowest) entry; entries whose row was not placed contribute nothing */
+    const uint32_t same =
+        __match_any_sync(0xffffffffu, m.em_row >= 0 ? (unsigned long long)m.em_row : ~(unsigned long long)epf_lane_id());
+    present = __ballot_sync(0xffffffffu, ok && __ffs((int)same) - 1 == epf_lane_id());
+    if (weight_grad != NULL && epf_lane_id() < m.num_local) /* entry j's gradient: its view row's, 0 if not placed */
+      *epf_combine_weight_grad_ptr(team, plan, row, epf_lane_id(), team.rank) = ok ? weight_grad[m.em_row] : 0.f;
+  } else {
+    present = __ballot_sync(0xffffffffu, ok);
+  }
+  out = (plan->flags & EPF_FLAG_COMBINE_PUSH)
+            ? (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, (int64_t)m.src_token * plan->nranks + team.rank),
+                                  m.src_rank)
+            : (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, row));
+  epf__combine_reduce_warp(y, unit ? 1.0f : m.weight, present, plan->hidden, 0,
+                           plan->combine_payload == EPF_PAYLOAD_MXFP8, epf_mx_rule_from_flags(plan->flags), out);
+}
+
 /* epf_combine_prereduce_rm_row_warp — RANK_MAJOR expert side, one receive row: the partial of this
  *   rank's entries of the row's token, fma in k order (repeats included: they name their first
  *   occurrence's view row, with their own weight) from 0 in FP32, written as one combine_payload
@@ -350,19 +404,27 @@ EPF_DEVICE_INLINE void epf_combine_expert_row_em_warp(epf_team_t team, const epf
 EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
                                                          const int32_t* src_offset, const void* expert_out,
                                                          int64_t expert_rows, const epf_wait_t* w) {
-  const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, row, src_offset);
-  const bool ok = m.em_row >= 0 && m.em_row < expert_rows;
-  const char* y = ok ? (const char*)expert_out + (uint64_t)m.em_row * (uint64_t)plan->hidden * 2u : NULL;
-  char* out;
-  epf_error_report_warp(w, m.token_ok ? m.entry_bad : epf_lane_id() == 0, EPF_ERR_BAD_METADATA,
-                        epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row)), 0, 0);
-  if (!m.token_ok) return; /* warp-uniform */
-  out = (plan->flags & EPF_FLAG_COMBINE_PUSH)
-            ? (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, (int64_t)m.src_token * plan->nranks + team.rank),
-                                  m.src_rank)
-            : (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, row));
-  epf__combine_reduce_warp(y, m.weight, __ballot_sync(0xffffffffu, ok), plan->hidden, 0,
-                           plan->combine_payload == EPF_PAYLOAD_MXFP8, epf_mx_rule_from_flags(plan->flags), out);
+  epf__combine_prereduce_rm_row_warp(team, plan, row, src_offset, expert_out, expert_rows, w, 0, NULL);
+}
+
+/* epf_combine_prereduce_rm_row_unit_warp — the backward of the RANK_MAJOR dispatch, expert side, one
+ *   receive row: the partial of the row's token over this rank's entries with UNIT weights, each
+ *   view row once (a repeat adds nothing: its gradient is already in its first occurrence's row),
+ *   in k order from 0 in FP32 (acc = fma(1, dx_row, acc)), written where
+ *   epf_combine_prereduce_rm_row_warp writes (push: the source's COMBINE row; pull: the row's
+ *   epf_plan_expert_out_offset). weight_grad (this rank's [expert_rows] FP32, in view order, or
+ *   NULL): each entry j's router-weight gradient — its view row's value, 0 for a row at or past
+ *   expert_rows — goes into the row's metadata (epf_combine_weight_grad_ptr), where the source
+ *   reads it.
+ *   Scope:    [collective:warp] every lane, converged; uniform arguments.
+ *   Input:    dx_rows: this rank's input gradients (BF16 [expert_rows][hidden], view order).
+ *   Memory:   as epf_combine_prereduce_rm_row_warp; publish with epf_arrive_last_block_epoch +
+ *             epf_combine_signal_block. */
+EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_unit_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                              const int32_t* src_offset, const void* dx_rows,
+                                                              int64_t expert_rows, const float* weight_grad,
+                                                              const epf_wait_t* w) {
+  epf__combine_prereduce_rm_row_warp(team, plan, row, src_offset, dx_rows, expert_rows, w, 1, weight_grad);
 }
 
 /* epf_combine_signal_block — publish combine readiness of `epoch` to every peer: thread p
