@@ -17,6 +17,10 @@
  *     pushes, EPF_LL_Y_FIXED).
  *   - Check the result bit for bit against a CPU reference (examples/common/ex_common.h): the
  *     same reference and the same checks for both modes.
+ *   - --backward (HT, BF16): the training direction on the forward's route, no route update:
+ *     epf_ht_combine_backward (dy into the very receive rows) -> [epf_ht_expand] -> the experts'
+ *     backward (dx rows and each row's router-weight gradient dot(dy, y)) ->
+ *     epf_ht_dispatch_backward (dx per token, unit weights; topk_weights_grad), checked bit for bit.
  * Key concepts: virtual ranks (docs/concepts.md), the plan's regions (docs/layouts.md), epochs
  *   (every launch reads its epoch on the device, so a round is graph-capturable), caller-owned
  *   state (epf_ht_state_t zeroed once; epf_ll_state_t set by epf_ll_state_reset), the error record
@@ -44,20 +48,24 @@
 #define EX_WARMUP 3 /* timed iterations that do not count */
 
 typedef struct {
-  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest;
+  int mode, R, T, H, K, E, layout, payload, iters, verify_all, samples, ctest, backward;
   uint64_t seed;
 } opts_t;
 
 static void usage(const char* argv0) {
   printf("usage: %s [--mode ht|ll] [--ranks 8] [--tokens 4096 (ht) | 128 (ll)] [--hidden 7168]\n"
          "          [--topk 8] [--experts 256] [--layout em|rm] [--payload bf16|mxfp8|fp8] [--iters 20]\n"
-         "          [--samples 512 | --verify-all] [--seed N] [--ctest]\n"
+         "          [--samples 512 | --verify-all] [--seed N] [--backward] [--ctest]\n"
          "  An R-rank EP team as virtual ranks on one GPU: dispatch -> experts (a per-expert scale) ->\n"
          "  combine, checked bit for bit against a CPU reference on --samples tokens (all tokens with\n"
          "  --verify-all), then timed.\n"
          "  --mode ht: high-throughput (default): route update, dispatch, experts, combine; 4096 tokens.\n"
          "  --mode ll: low-latency (decode): fixed-slot dispatch, experts, combine; 128 tokens per rank;\n"
          "             expert-major only (--layout rm is refused).\n"
+         "  --backward (ht, BF16): after the forward round, the training direction on its route:\n"
+         "             epf_ht_combine_backward (dy into the receive rows) -> [expand] -> the experts'\n"
+         "             backward -> epf_ht_dispatch_backward (dx and the router-weight gradient), checked\n"
+         "             bit for bit like the forward.\n"
          "  --ctest: exit 77 instead of 1 when no GPU is present (CTest reports \"Not Run\").\n",
          argv0);
 }
@@ -65,7 +73,7 @@ static void usage(const char* argv0) {
 static int parse(int argc, char** argv, opts_t* o) {
   o->mode = EPF_MODE_HT; o->R = 8; o->T = -1; o->H = 7168; o->K = 8; o->E = 256;
   o->layout = EPF_LAYOUT_EXPERT_MAJOR; o->payload = EPF_PAYLOAD_BF16;
-  o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345;
+  o->iters = 20; o->verify_all = 0; o->samples = 512; o->ctest = 0; o->seed = 12345; o->backward = 0;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -76,6 +84,7 @@ static int parse(int argc, char** argv, opts_t* o) {
     if (!strcmp(a, "--seed") && v) { o->seed = strtoull(v, NULL, 0); ++i; continue; }
     if (!strcmp(a, "--verify-all")) { o->verify_all = 1; continue; }
     if (!strcmp(a, "--ctest")) { o->ctest = 1; continue; }
+    if (!strcmp(a, "--backward")) { o->backward = 1; continue; }
     if (!strcmp(a, "--mode") && v) {
       ++i;
       if (!strcmp(v, "ht")) o->mode = EPF_MODE_HT;
@@ -343,6 +352,164 @@ static void ht_stage(void* ctx, int stage, cudaStream_t s) {
   }
 }
 
+/* ---- --backward: the training direction on the forward's route --------------------------------- */
+
+/* ex_experts_backward_kernel — the demo experts' backward, over the rows ex_experts_kernel covers
+ * (EXPERT_MAJOR: the receive region, where the backward of combine put dy; RANK_MAJOR: the expand
+ * view of dy): dx = bf16(dy * f(le, rank)) (the expert is y = f * x; a real layer also scales dy by
+ * the row's combine weight, the EXPERT_MAJOR metadata weight) into dx_rows, and the router-weight
+ * gradient of the row, dot(dy, y) over the forward's output row y (expert_out, the same row
+ * index), as one FP32 fma chain in h order, into wgrad. Grid (any, R). BF16 plans. */
+// example-begin ht_experts_backward
+__global__ void ex_experts_backward_kernel(epf_route_t route, epf_plan_t plan, const char* window, const uint16_t* view,
+                                           const uint16_t* expert_out, int64_t expert_rows, uint16_t* dx_rows,
+                                           float* wgrad) {
+  const int rank = (int)blockIdx.y;
+  const epf_route_segment_t* seg = (const epf_route_segment_t*)epf_route_ptr(&route, rank, EPF_ROUTE_RECV_SEGMENT);
+  const char* base = window + (uint64_t)rank * plan.total_bytes;
+  const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), nw = (int)(gridDim.x * (blockDim.x >> 5));
+  for (int le = 0; le < plan.experts_per_rank; ++le) {
+    const int64_t cap = plan.layout == EPF_LAYOUT_EXPERT_MAJOR ? plan.recv_capacity : expert_rows;
+    int64_t end = seg[le].begin + seg[le].count;
+    if (end > cap) end = cap;
+    for (int64_t r = seg[le].begin + gw; r < end; r += nw) {
+      const uint64_t i = (uint64_t)rank * expert_rows + r;
+      const uint16_t* dy = plan.layout == EPF_LAYOUT_EXPERT_MAJOR
+                               ? (const uint16_t*)(base + epf_plan_recv_token_offset(&plan, r))
+                               : view + i * plan.hidden;
+      ex_expert_row_warp(&plan, (const uint8_t*)dy, NULL, ex_expert_factor(le, rank), dx_rows + i * plan.hidden);
+      if (epf_lane_id() == 0) { /* d w = dot(dy, y): one chain, h ascending (the reference's order) */
+        const uint16_t* y = expert_out + i * plan.hidden;
+        float acc = 0.f;
+        for (int h = 0; h < plan.hidden; ++h) acc = __fmaf_rn(epf_bf16_to_float(dy[h]), epf_bf16_to_float(y[h]), acc);
+        wgrad[i] = acc;
+      }
+    }
+  }
+}
+// example-end ht_experts_backward
+
+/* the CPU reference of one token's backward (BF16 plan): dx[H] and its K router-weight gradients
+ * (the token's ids distinct, nothing dropped: every k has its own row). EXPERT_MAJOR: dx =
+ * bf16(sum over k ascending of fma(1, bf16(dy * f_k), acc)); RANK_MAJOR: per rank in first-
+ * occurrence order the same chain over its k, rounded to BF16, then summed with weight 1 in that
+ * order. wg[k] = dot(dy, y_k), y_k = bf16(x * f_k), one fma chain in h order. Scratch 2 * H. */
+static void ex_ref_backward(const epf_plan_t* p, const uint16_t* x, const uint16_t* dy, const int32_t* topk,
+                            float* scratch, uint16_t* dx, float* wg) {
+  const int H = p->hidden, K = p->top_k, EL = p->experts_per_rank;
+  float* acc = scratch;
+  float* part = scratch + H;
+  int first[64], order[64], nd = 0;
+  for (int h = 0; h < H; ++h) acc[h] = 0.f;
+  for (int k = 0; k < K; ++k) {
+    const int e = topk[k];
+    const float f = ex_expert_factor(e % EL, e / EL);
+    float a = 0.f;
+    int seen = 0;
+    first[k] = 1; /* a repeated id (K > E) adds nothing to dx; its d w equals its first occurrence's */
+    for (int j = 0; j < k; ++j) first[k] &= topk[j] != e;
+    for (int h = 0; h < H; ++h) a = fmaf(ex_bf16_f(dy[h]), ex_bf16_f(ex_bf16_rne(ex_bf16_f(x[h]) * f)), a);
+    wg[k] = a;
+    for (int j = 0; j < nd; ++j) seen |= order[j] == e / EL;
+    if (!seen) order[nd++] = e / EL;
+  }
+  if (p->layout == EPF_LAYOUT_EXPERT_MAJOR) {
+    for (int k = 0; k < K; ++k) {
+      const float f = ex_expert_factor(topk[k] % EL, topk[k] / EL);
+      if (first[k])
+        for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(ex_bf16_f(dy[h]) * f)), acc[h]);
+    }
+  } else {
+    for (int j = 0; j < nd; ++j) {
+      for (int h = 0; h < H; ++h) part[h] = 0.f;
+      for (int k = 0; k < K; ++k) {
+        const float f = ex_expert_factor(topk[k] % EL, order[j]);
+        if (first[k] && topk[k] / EL == order[j])
+          for (int h = 0; h < H; ++h) part[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(ex_bf16_f(dy[h]) * f)), part[h]);
+      }
+      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(part[h])), acc[h]);
+    }
+  }
+  for (int h = 0; h < H; ++h) dx[h] = ex_bf16_rne(acc[h]);
+}
+
+/* run_ht_backward — after the forward round of run_ht (same route, no update in between): dy in,
+ * the backward of combine, [expand], the experts' backward, the backward of dispatch; then dx and
+ * topk_weights_grad checked on --samples tokens (all with --verify-all). 0 when they match. */
+static int run_ht_backward(const opts_t* o, const inputs_t* in, uint64_t* seed, const epf_route_t* route, epf_team_t team,
+                           const epf_plan_t* plan, const epf_ht_step_t* fwd, const void* d_topk, const char* window,
+                           const epf_error_record_t* rec_h) {
+  const int T = o->T, H = o->H, K = o->K, R = o->R;
+  const int64_t n = (int64_t)R * T, xr = fwd->expert_rows;
+  uint16_t* dy = (uint16_t*)malloc((size_t)n * H * 2);
+  for (int64_t i = 0; i < n * H; ++i) {
+    const uint64_t r = ex_rand(seed);
+    dy[i] = ex_bf16_rne((float)((int64_t)(r % 20001) - 10000) / 4000.0f);
+  }
+  void *d_dy, *d_dx;
+  uint16_t* d_dxr;
+  float *d_wg, *d_twg;
+  EX_CK(cudaMalloc(&d_dy, (size_t)n * H * 2));
+  EX_CK(cudaMalloc(&d_dx, (size_t)n * H * 2));
+  EX_CK(cudaMalloc(&d_dxr, (size_t)R * xr * H * 2));
+  EX_CK(cudaMalloc(&d_wg, (size_t)R * xr * 4));
+  EX_CK(cudaMalloc(&d_twg, (size_t)n * K * 4));
+  EX_CK(cudaMemcpy(d_dy, dy, (size_t)n * H * 2, cudaMemcpyHostToDevice));
+  EX_CK(cudaMemset(d_dx, 0xA7, (size_t)n * H * 2));
+  EX_CK(cudaMemset(d_twg, 0xA7, (size_t)n * K * 4));
+
+  // example-begin ht_backward
+  epf_ht_step_t bs = *fwd;          /* the forward's step: weights, state, view, expert_rows, wait */
+  bs.x = d_dy;                      /* [R][T][H] BF16: the gradient of the combine output */
+  bs.topk_idx = d_topk;             /* the forward's ids (the backward launchers read them here) */
+  bs.out = d_dx;                    /* [R][T][H] BF16: the gradient of the dispatch input */
+  bs.expert_out = d_dxr;            /* the experts' dx rows, in the forward's expert_out order */
+  bs.weight_grad = d_wg;            /* one FP32 per expert_out row: d w of that row */
+  bs.topk_weights_grad = d_twg;     /* [R][T][K] FP32 out */
+  EX_CS(epf_ht_combine_backward(route, team, plan, &bs, EPF_HT_BOTH, 0));
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(route, team, plan, &bs, 0)); /* view of dy */
+  ex_experts_backward_kernel<<<dim3(64, (unsigned)R), 256>>>(*route, *plan, window, (const uint16_t*)bs.em_view,
+                                                              (const uint16_t*)fwd->expert_out, xr, d_dxr, d_wg);
+  EX_CK(cudaGetLastError());
+  EX_CS(epf_ht_dispatch_backward(route, team, plan, &bs, 0));
+  // example-end ht_backward
+  EX_CK(cudaDeviceSynchronize());
+  if (record_check(rec_h)) return 1;
+
+  uint16_t* dx = (uint16_t*)malloc((size_t)n * H * 2);
+  float* twg = (float*)malloc((size_t)n * K * 4);
+  float* scratch = (float*)malloc((size_t)2 * H * 4);
+  uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
+  float wg[64];
+  EX_CK(cudaMemcpy(dx, d_dx, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
+  EX_CK(cudaMemcpy(twg, d_twg, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
+  const int64_t nver = o->verify_all || o->samples >= n ? n : o->samples;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < nver; ++i) {
+    const int64_t t = o->verify_all || o->samples >= n ? i : (int64_t)(ex_rand(seed) % (uint64_t)n);
+    ex_ref_backward(plan, in->x + t * H, dy + t * H, in->topk + t * K, scratch, want, wg);
+    if (memcmp(want, dx + t * H, (size_t)H * 2) != 0 || memcmp(wg, twg + t * K, (size_t)K * 4) != 0) {
+      if (bad < 5) fprintf(stderr, "BACKWARD MISMATCH rank %lld token %lld\n", (long long)(t / T), (long long)(t % T));
+      ++bad;
+    }
+  }
+  printf("backward: epf_ht_combine_backward -> %sexperts' backward -> epf_ht_dispatch_backward\n",
+         plan->layout == EPF_LAYOUT_RANK_MAJOR ? "expand -> " : "");
+  printf("verify backward: %lld of %lld tokens bit-exact (dx and router-weight gradients)%s: %s\n", (long long)(nver - bad),
+         (long long)nver, nver < n ? " (sample; --verify-all for all)" : "", bad ? "FAILED" : "OK");
+  free(dy);
+  free(dx);
+  free(twg);
+  free(scratch);
+  free(want);
+  EX_CK(cudaFree(d_dy));
+  EX_CK(cudaFree(d_dx));
+  EX_CK(cudaFree(d_dxr));
+  EX_CK(cudaFree(d_wg));
+  EX_CK(cudaFree(d_twg));
+  return bad != 0;
+}
+
 static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
   const int R = o.R, T = o.T, H = o.H, K = o.K, E = o.E, EL = E / R;
   const int64_t n = (int64_t)R * T;
@@ -445,6 +612,7 @@ static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
   if (record_check(rec_h)) return 1;
   if (verify_out(&o, &plan, in, d_out, seed, o.layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major"))
     return 1;
+  if (o.backward && run_ht_backward(&o, in, seed, &route, team, &plan, &hs, d_topk, window, rec_h)) return 1;
 
   /* ---- timing: copy ceiling, then route + dispatch + combine back to back --------------------- */
   const int it = o.iters + EX_WARMUP;
@@ -693,6 +861,12 @@ int main(int argc, char** argv) {
                         "use --layout em or leave --layout out\n");
       return 2;
     }
+  }
+  if (o.backward && (o.mode != EPF_MODE_HT || o.payload != EPF_PAYLOAD_BF16)) { /* before the GPU check */
+    fprintf(stderr, "--backward: the HT training direction moves BF16 gradients: use --mode ht --payload bf16 "
+                    "(epf_ht_combine_backward / epf_ht_dispatch_backward refuse other payloads with %s)\n",
+            epf_status_name(EPF_ERR_NOT_SUPPORTED));
+    return 2;
   }
   ex_gpu_or_exit(1, o.ctest);
   uint64_t seed = o.seed;

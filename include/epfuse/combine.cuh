@@ -325,9 +325,9 @@ EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan
  *   [0, top_k)). */
 EPF_DEVICE_INLINE float* epf_combine_weight_grad_ptr(epf_team_t team, const epf_plan_t* plan, int64_t row, int entry,
                                                      int peer) {
-  const uint64_t at = plan->layout == EPF_LAYOUT_EXPERT_MAJOR ? (uint64_t)offsetof(epf_recv_meta_em_t, weight)
-                                                              : (uint64_t)epf_recv_meta_rm_weight_at(plan->top_k, entry);
-  return (float*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row) + at, peer);
+  char* meta = (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), peer);
+  if (plan->layout == EPF_LAYOUT_EXPERT_MAJOR) return &((epf_recv_meta_em_t*)meta)->weight;
+  return (float*)(meta + epf_recv_meta_rm_weight_at(plan->top_k, entry));
 }
 
 /* epf_combine_expert_row_em_warp — EXPERT_MAJOR expert side, one receive row: put the expert

@@ -325,7 +325,7 @@ EPF_DEVICE_INLINE void epf_ht_combine_expert_warp(const epf_ht_view_t* v, const 
  *   view rows in k order (epf_combine_prereduce_rm_row_unit_warp). With weight_grad, each receive
  *   row's router-weight gradient goes into its metadata (epf_combine_weight_grad_ptr).
  *   Input:    dx_rows: BF16 [expert_rows][hidden] — EXPERT_MAJOR in receive-row order (NULL: in place
- *             over the receive rows, BF16 pull), RANK_MAJOR in the expert-major view's order.
+ *             over the receive rows), RANK_MAJOR in the expert-major view's order.
  *             weight_grad: FP32 [expert_rows] in the same row order (d w of each row: dot(dy_row,
  *             out_row), computed by the expert stage), or NULL.
  *   Scope:    [collective:warp] every lane, converged; uniform arguments; a BF16 plan (payload and

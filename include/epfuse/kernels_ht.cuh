@@ -146,7 +146,7 @@ typedef struct epf__ht_kargs {
   int32_t blocks_per_rank;
   epf_wait_t wait;
 } epf__ht_kargs_t;
-#if defined(__cplusplus)
+#if defined(__cplusplus) && !defined(__CUDACC_RTC__)
 static_assert(sizeof(epf__ht_kargs_t) == offsetof(epf_ht_step_t, topk_idx), "epf__ht_kargs_t: the leading fields of epf_ht_step_t");
 #endif
 
@@ -471,15 +471,15 @@ EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team
 
 /* epf__ht_backward_check — what both backward launchers need beyond epf__ht_launch_check: a BF16
  *   plan (payload and combine payload: EPF_ERR_NOT_SUPPORTED otherwise; gradients travel as BF16
- *   and accumulate in FP32), no caller-quantized rows (EPF_ERR_PAYLOAD), the routing ids and
- *   weights (EPF_ERR_INVALID_ARGUMENT). Host; no CUDA calls. */
+ *   and accumulate in FP32), no caller-quantized rows (EPF_ERR_PAYLOAD), the routing ids
+ *   (EPF_ERR_INVALID_ARGUMENT). Host; no CUDA calls. */
 EPF_INLINE epf_status_t epf__ht_backward_check(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
                                                const epf_ht_step_t* step) {
   const epf_status_t st = epf__ht_launch_check(route, team, plan, step);
   if (st != EPF_OK) return st;
   if (plan->payload != EPF_PAYLOAD_BF16 || plan->combine_payload != EPF_PAYLOAD_BF16) return EPF_ERR_NOT_SUPPORTED;
   if (step->x_quantized) return EPF_ERR_PAYLOAD;
-  if (step->topk_idx == NULL || step->topk_weights == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (step->topk_idx == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return EPF_OK;
 }
 
@@ -508,7 +508,8 @@ EPF_INLINE epf_status_t epf_ht_combine_backward(const epf_route_t* route, epf_te
   epf__ht_kargs_t s;
   epf_status_t st = epf__ht_backward_check(route, team, plan, step);
   if (st != EPF_OK) return st;
-  if (step->x == NULL || (halves & EPF_HT_BOTH) == 0 || (halves & ~EPF_HT_BOTH) != 0) return EPF_ERR_INVALID_ARGUMENT;
+  if (step->x == NULL || step->topk_weights == NULL || (halves & EPF_HT_BOTH) == 0 || (halves & ~EPF_HT_BOTH) != 0)
+    return EPF_ERR_INVALID_ARGUMENT;
   st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_backward_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
@@ -527,7 +528,8 @@ EPF_INLINE epf_status_t epf_ht_combine_backward(const epf_route_t* route, epf_te
  *   first names each rank; RNE to BF16. Pull, or push with EPF_FLAG_COMBINE_PUSH, as the forward.
  *   step->expert_out: the dx rows, BF16 [count][expert_rows][H] — EXPERT_MAJOR in receive-row order
  *   (expert_rows >= recv_capacity), RANK_MAJOR in the expert-major view's order (expert_rows >= 1);
- *   NULL: EXPERT_MAJOR pull only, the dx rows written in place over the receive rows.
+ *   NULL: EXPERT_MAJOR only, the dx rows written in place over the receive rows (pulled from there,
+ *   or pushed from there with EPF_FLAG_COMBINE_PUSH, as the forward combine does).
  *   Router-weight gradient (optional): step->weight_grad (FP32 [count][expert_rows], in expert_out's
  *   row order — EXPERT_MAJOR in place: expert_rows >= recv_capacity) and step->topk_weights_grad
  *   (FP32 [count][max_tokens][top_k]) both given: topk_weights_grad[t][k] = the weight_grad of the
@@ -535,8 +537,10 @@ EPF_INLINE epf_status_t epf_ht_combine_backward(const epf_route_t* route, epf_te
  *   NULL: not carried. It travels in each receive row's metadata (epf_combine_weight_grad_ptr):
  *   both transports carry it.
  *   Epochs: the route's epoch + 1, stored back by the round (docs/high-throughput.md "Training").
+ *   Uses step->expert_out, out, topk_idx (the forward's ids), expert_rows, weight_grad,
+ *   topk_weights_grad, state, blocks_per_rank, wait (topk_weights is not read).
  *   Statuses: as epf_ht_combine_backward, and EPF_ERR_INVALID_ARGUMENT (NULL out; expert_out NULL
- *   outside EXPERT_MAJOR pull; too few expert_rows; only one of weight_grad / topk_weights_grad).
+ *   outside EXPERT_MAJOR; too few expert_rows; only one of weight_grad / topk_weights_grad).
  *   Scope: host, on `stream`; every rank of the team calls it once per backward round.
  *   Graph-capturable. */
 EPF_INLINE epf_status_t epf_ht_dispatch_backward(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
@@ -546,8 +550,7 @@ EPF_INLINE epf_status_t epf_ht_dispatch_backward(const epf_route_t* route, epf_t
   epf_status_t st = epf__ht_backward_check(route, team, plan, step);
   if (st != EPF_OK) return st;
   if (step->out == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  if (step->expert_out == NULL && (plan->layout != EPF_LAYOUT_EXPERT_MAJOR || (plan->flags & EPF_FLAG_COMBINE_PUSH)))
-    return EPF_ERR_INVALID_ARGUMENT;
+  if (step->expert_out == NULL && plan->layout != EPF_LAYOUT_EXPERT_MAJOR) return EPF_ERR_INVALID_ARGUMENT;
   if ((step->weight_grad == NULL) != (step->topk_weights_grad == NULL)) return EPF_ERR_INVALID_ARGUMENT;
   /* rows of expert_out / weight_grad: one per receive row (EXPERT_MAJOR), at least one (RANK_MAJOR view) */
   if ((step->expert_out != NULL || step->weight_grad != NULL) &&

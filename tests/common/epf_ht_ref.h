@@ -13,6 +13,12 @@
  *   ref_combine_token(...)        the bit-exact BF16 combine output of one token
  *   experts_kernel                the tests' experts on the GPU: y = bf16(dequant(row) * f(le, rank))
  *                                 (also used by tests/gpu/test_shapes.cu)
+ * The training direction (the backward round on the same route; x of the model = dy):
+ *   check_recv_rank_ex(..., combine_weights = 1, ...)  the receive regions after the backward of
+ *                                 combine (EXPERT_MAJOR metadata weight = ref_combine_weight)
+ *   experts_backward_kernel       the tests' expert backward: dx = bf16(dy * grad_factor(le, rank)),
+ *                                 weight_grad = dy[0] * wgrad_factor(le, rank)
+ *   ref_dispatch_backward_token   the bit-exact dx of one token and its router-weight gradients
  *
  * Duplicate expert ids within a token (docs/route.md): the first occurrence carries the token to
  * the expert (one EXPERT_MAJOR row per (token, distinct expert)); in the combine every k
@@ -370,8 +376,11 @@ static inline void model_place(const ht_case_t* c, model_t* m) {
  * RECV_META, sc: RECV_SCALES or unused for BF16), against the model (model_place done): every row
  * the model places below the capacity holds its payload bytes, scales (compact or swizzled) and
  * metadata. Returns 0, or 1 with the first difference in msg. */
-static inline int check_recv_rank(const ht_case_t* c, const model_t* m, const epf_plan_t* p, int dst, const uint8_t* tok,
-                                  const uint8_t* meta, const uint8_t* sc, char* msg, size_t msg_bytes) {
+static inline float ref_combine_weight(const ht_case_t* c, const model_t* m, int64_t st, int k);
+
+static inline int check_recv_rank_ex(const ht_case_t* c, const model_t* m, const epf_plan_t* p, int dst, const uint8_t* tok,
+                                     const uint8_t* meta, const uint8_t* sc, int combine_weights, char* msg,
+                                     size_t msg_bytes) {
   const int R = c->R, T = c->T, K = c->K, H = c->H, EL = c->E / c->R;
   const int64_t cap = p->recv_capacity;
   const int sbr = sb_per_row(c);
@@ -418,9 +427,12 @@ static inline int check_recv_rank(const ht_case_t* c, const model_t* m, const ep
         if (c->layout == EPF_LAYOUT_EXPERT_MAJOR) {
           const epf_recv_meta_em_t* me = (const epf_recv_meta_em_t*)mt;
           const int e = m->topk[st * K + k];
+          const float want_w = combine_weights ? ref_combine_weight(c, m, st, k) : m->w[st * K + k];
           if (me->src_token != t || me->src_rank != s || me->k != k || me->local_expert != e - dst * EL ||
-              me->weight != m->w[st * K + k])
-            HT_REF_FAIL("rank %d row %lld: metadata differs", dst, (long long)row);
+              memcmp(&me->weight, &want_w, 4) != 0)
+            HT_REF_FAIL("rank %d row %lld: metadata differs (token %d/%d, src %d/%d, k %d/%d, expert %d/%d, weight %a/%a)", dst,
+                        (long long)row, me->src_token, t, me->src_rank, s, me->k, k, me->local_expert, e - dst * EL,
+                        (double)me->weight, (double)want_w);
         } else {
           int n = 0;
           for (int kk = 0; kk < K; ++kk) {
@@ -438,6 +450,12 @@ static inline int check_recv_rank(const ht_case_t* c, const model_t* m, const ep
       }
     }
   return 0;
+}
+
+/* check_recv_rank — check_recv_rank_ex for a forward dispatch (metadata weight = topk_weights[t][k]) */
+static inline int check_recv_rank(const ht_case_t* c, const model_t* m, const epf_plan_t* p, int dst, const uint8_t* tok,
+                                  const uint8_t* meta, const uint8_t* sc, char* msg, size_t msg_bytes) {
+  return check_recv_rank_ex(c, m, p, dst, tok, meta, sc, 0, msg, msg_bytes);
 }
 
 /* check_expand_rank — RANK_MAJOR: rank dst's expand view (view: its [expert_rows][row_bytes],
@@ -532,6 +550,121 @@ static inline void ref_combine_token(const ht_case_t* c, const model_t* m, const
     }
   }
   for (int h = 0; h < H; ++h) want[h] = bf16_rne(acc[h]);
+}
+
+
+/* ---- the training direction (docs/high-throughput.md "Training") ------------------------------ */
+/* The backward round on the same route: the model's x holds dy (BF16 [R][T][H]); the test's expert
+ * backward (experts_backward_kernel) turns each received dy row of local expert le on rank d into
+ *   dx_row[h]      = bf16(dy[h] * grad_factor(le, d))
+ *   weight_grad    = dy[0] * wgrad_factor(le, d)           (FP32, one multiply)
+ * so that every value names its token (dy) and its expert (le, d). */
+
+static inline float grad_factor(int le, int rank) { return 0.75f + 0.0625f * (float)(le % 5) + 0.125f * (float)(rank % 4); }
+static inline float wgrad_factor(int le, int rank) { return 1.5f - 0.25f * (float)(le % 3) + 0.03125f * (float)(rank % 7); }
+
+/* ref_combine_weight — the EXPERT_MAJOR metadata weight of the row (t, k) owns after the backward of
+ * combine: the sum in ascending k' (FP32 adds from 0) of w[t][k'] over every k' whose first
+ * occurrence is k (k itself and its repeats). */
+static inline float ref_combine_weight(const ht_case_t* c, const model_t* m, int64_t st, int k) {
+  const int32_t* r = m->topk + st * c->K;
+  float s = 0.f;
+  for (int q = 0; q < c->K; ++q)
+    if (r[q] >= 0 && ht_ref_first_k(r, q) == k) s += m->w[st * c->K + q];
+  return s;
+}
+
+/* ref_dispatch_backward_token — the backward of dispatch for token st = s * T + t (model_place done,
+ * m->x = dy): want[H] = dx of the token, wg[K] = its router-weight gradients.
+ *   EXPERT_MAJOR: acc = fma(1, dx_k, acc) over first-occurrence k ascending whose row was received
+ *                 (row < capacity); a repeat adds nothing.
+ *   RANK_MAJOR:   per destination rank in first-occurrence order, if the token's row there was
+ *                 received: part = fma(1, dx_k, part) over the first-occurrence k on that rank
+ *                 ascending whose view row is below expert_rows; acc = fma(1, bf16(part), acc).
+ *   wg[k]: for a valid id, the weight_grad of the row k reads (its first occurrence's; 0 when that
+ *   copy was dropped at the capacity or, RANK_MAJOR, not placed in the view); 0 for -1.
+ * Scratch: acc, part [H] floats. */
+static inline void ref_dispatch_backward_token(const ht_case_t* c, const model_t* m, const epf_plan_t* p, int64_t expert_rows,
+                                               int64_t st, float* acc, float* part, uint16_t* want, float* wg) {
+  const int R = c->R, K = c->K, H = c->H, EL = c->E / c->R;
+  const int64_t cap = p->recv_capacity;
+  const uint16_t* dy = m->x + st * H;
+  const int32_t* r = m->topk + st * K;
+  for (int h = 0; h < H; ++h) acc[h] = 0.f;
+  for (int k = 0; k < K; ++k) {
+    wg[k] = 0.f;
+    if (r[k] < 0) continue;
+    const int kf = ht_ref_first_k(r, k), e = r[kf], d = e / EL;
+    const int recv = c->layout == EPF_LAYOUT_EXPERT_MAJOR ? m->row[st * K + kf] < cap
+                                                          : m->row[st * R + d] < cap && m->em_row[st * K + kf] < expert_rows;
+    if (recv) wg[k] = bf16_f(dy[0]) * wgrad_factor(e % EL, d);
+  }
+  if (c->layout == EPF_LAYOUT_EXPERT_MAJOR) {
+    for (int k = 0; k < K; ++k) {
+      const int e = r[k];
+      if (e < 0 || ht_ref_first_k(r, k) != k || m->row[st * K + k] >= cap) continue;
+      const float g = grad_factor(e % EL, e / EL);
+      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, bf16_f(bf16_rne(bf16_f(dy[h]) * g)), acc[h]);
+    }
+  } else {
+    int order[32], nd = 0;
+    for (int k = 0; k < K; ++k) {
+      if (r[k] < 0) continue;
+      int seen = 0;
+      for (int j = 0; j < nd; ++j) seen |= order[j] == r[k] / EL;
+      if (!seen) order[nd++] = r[k] / EL;
+    }
+    for (int j = 0; j < nd; ++j) {
+      const int d = order[j];
+      if (m->row[st * R + d] >= cap) continue;
+      for (int h = 0; h < H; ++h) part[h] = 0.f;
+      for (int k = 0; k < K; ++k) {
+        const int e = r[k];
+        if (e < 0 || e / EL != d || ht_ref_first_k(r, k) != k || m->em_row[st * K + k] >= expert_rows) continue;
+        const float g = grad_factor(e % EL, d);
+        for (int h = 0; h < H; ++h) part[h] = fmaf(1.0f, bf16_f(bf16_rne(bf16_f(dy[h]) * g)), part[h]);
+      }
+      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, bf16_f(bf16_rne(part[h])), acc[h]);
+    }
+  }
+  for (int h = 0; h < H; ++h) want[h] = bf16_rne(acc[h]);
+}
+
+/* experts_backward_kernel — the tests' expert backward on the GPU, over the rows experts_kernel
+ * covers (EM: the receive region's segments below the capacity; RM: the expand view's segments
+ * below expert_rows): dx = bf16(dy * grad_factor(le, rank)) into dx_out ([index][expert_rows][H])
+ * or, in_place (EM), over the received row; weight_grad[index][row] = dy[0] * wgrad_factor(le,
+ * rank) when wgrad_out != NULL. Grid (any, count) as experts_kernel. BF16 plans. */
+static __global__ void experts_backward_kernel(epf_route_t route, epf_plan_t plan, char* window, int rank_base,
+                                               const uint16_t* view, int64_t expert_rows, uint16_t* dx_out,
+                                               float* wgrad_out, int in_place) {
+  const int index = (int)blockIdx.y, rank = rank_base + index;
+  const epf_route_segment_t* seg = (const epf_route_segment_t*)epf_route_ptr(&route, index, EPF_ROUTE_RECV_SEGMENT);
+  char* base = window + (uint64_t)index * plan.total_bytes;
+  const int lane = epf_lane_id();
+  const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), nw = (int)(gridDim.x * (blockDim.x >> 5));
+  for (int le = 0; le < plan.experts_per_rank; ++le) {
+    const float g = 0.75f + 0.0625f * (float)(le % 5) + 0.125f * (float)(rank % 4);
+    const float gw8 = 1.5f - 0.25f * (float)(le % 3) + 0.03125f * (float)(rank % 7);
+    const int64_t cap = plan.layout == EPF_LAYOUT_EXPERT_MAJOR ? plan.recv_capacity : expert_rows;
+    int64_t end = seg[le].begin + seg[le].count;
+    if (end > cap) end = cap;
+    for (int64_t r = seg[le].begin + gw; r < end; r += nw) {
+      const uint16_t* dy = plan.layout == EPF_LAYOUT_EXPERT_MAJOR
+                               ? (const uint16_t*)(base + epf_plan_recv_token_offset(&plan, r))
+                               : view + ((uint64_t)index * expert_rows + r) * plan.hidden;
+      uint16_t* dx = in_place ? (uint16_t*)(base + epf_plan_recv_token_offset(&plan, r))
+                              : dx_out + ((uint64_t)index * expert_rows + r) * plan.hidden;
+      if (wgrad_out != NULL && lane == 0) /* element 0 is rewritten (in place) by lane 0 only, below */
+        wgrad_out[(uint64_t)index * expert_rows + r] = __fmul_rn(epf_bf16_to_float(dy[0]), gw8);
+      for (int h0 = lane * 8; h0 < plan.hidden; h0 += 256) {
+        uint16_t vals[8];
+        for (int i = 0; i < 8; ++i)
+          vals[i] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(epf_bf16_to_float(dy[h0 + i]), g)));
+        for (int i = 0; i < 8; ++i) dx[h0 + i] = vals[i];
+      }
+    }
+  }
 }
 
 #endif /* EPF_HT_REF_H */

@@ -56,6 +56,14 @@ typedef struct {
   epf_error_record_t* rec_d;
   int64_t expert_rows;
   int index64;
+  /* the training direction (BF16 plans): dy, the expert stage's dx rows and router-weight
+   * gradients, the backward outputs */
+  uint16_t* d_dy;    /* [R][T][H] */
+  uint16_t* d_dxr;   /* [R][expert_rows][H] dx rows (EM: receive order; RM: view order) */
+  float* d_wg;       /* [R][expert_rows] */
+  uint16_t* d_dx;    /* [R][T][H] */
+  float* d_twg;      /* [R][T][K] */
+  uint16_t* h_dy;    /* host copy of dy */
 } ht_dev_t;
 
 static void dev_setup(const ht_case_t* c, int64_t capacity, ht_dev_t* d, char* nccl_window, epf_team_t* nccl_team) {
@@ -94,6 +102,14 @@ static void dev_setup(const ht_case_t* c, int64_t capacity, ht_dev_t* d, char* n
   EPF_CHECK_CUDA(cudaHostAlloc(&d->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped));
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&d->rec_d, d->rec_h, 0));
   epf_error_clear(d->rec_h);
+  if (c->payload == EPF_PAYLOAD_BF16 && c->combine_payload == EPF_PAYLOAD_BF16) {
+    EPF_CHECK_CUDA(cudaMalloc(&d->d_dy, (size_t)c->R * c->T * c->H * 2));
+    EPF_CHECK_CUDA(cudaMalloc(&d->d_dxr, (size_t)c->R * d->expert_rows * c->H * 2));
+    EPF_CHECK_CUDA(cudaMalloc(&d->d_wg, (size_t)c->R * d->expert_rows * 4));
+    EPF_CHECK_CUDA(cudaMalloc(&d->d_dx, (size_t)c->R * c->T * c->H * 2));
+    EPF_CHECK_CUDA(cudaMalloc(&d->d_twg, (size_t)c->R * c->T * c->K * 4));
+    d->h_dy = (uint16_t*)malloc((size_t)c->R * c->T * c->H * 2);
+  }
 }
 
 static void dev_free(ht_dev_t* d, int own_window) {
@@ -109,6 +125,14 @@ static void dev_free(ht_dev_t* d, int own_window) {
   if (d->d_view_scales) EPF_CHECK_CUDA(cudaFree(d->d_view_scales));
   EPF_CHECK_CUDA(cudaFree(d->d_state));
   EPF_CHECK_CUDA(cudaFreeHost(d->rec_h));
+  if (d->d_dy) {
+    EPF_CHECK_CUDA(cudaFree(d->d_dy));
+    EPF_CHECK_CUDA(cudaFree(d->d_dxr));
+    EPF_CHECK_CUDA(cudaFree(d->d_wg));
+    EPF_CHECK_CUDA(cudaFree(d->d_dx));
+    EPF_CHECK_CUDA(cudaFree(d->d_twg));
+    free(d->h_dy);
+  }
 }
 
 static epf_ht_step_t make_step(const ht_case_t* c, ht_dev_t* d) {
@@ -267,6 +291,184 @@ static void check_round(const ht_case_t* c, ht_dev_t* d, model_t* m, int check_r
 }
 
 
+/* ---- the training direction ------------------------------------------------------------------- */
+
+/* the step of a backward round: dy in x, the forward's ids and weights, the expert stage's dx rows
+ * (or in place) and router-weight gradients, the outputs */
+static epf_ht_step_t make_backward_step(const ht_case_t* c, ht_dev_t* d, int grads) {
+  epf_ht_step_t s = make_step(c, d);
+  s.x = d->d_dy;
+  s.x_scales = NULL;
+  s.out = d->d_dx;
+  s.expert_out = c->in_place ? NULL : d->d_dxr;
+  s.topk_idx = d->d_topk;
+  s.weight_grad = grads ? d->d_wg : NULL;
+  s.topk_weights_grad = grads ? d->d_twg : NULL;
+  return s;
+}
+
+/* fresh dy into d_dy (and h_dy), outputs poisoned */
+static void upload_dy(const ht_case_t* c, ht_dev_t* d) {
+  const int64_t n = (int64_t)c->R * c->T * c->H;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = epf_test_rand(&g_seed);
+    float f = (float)((int64_t)(r % 20001) - 10000) / 1000.0f * ldexpf(1.0f, (int)((r >> 20) % 7) - 3);
+    if ((r >> 40) % 64 == 0) f = 0.0f;
+    d->h_dy[i] = bf16_rne(f);
+  }
+  EPF_CHECK_CUDA(cudaMemcpy(d->d_dy, d->h_dy, (size_t)n * 2, cudaMemcpyHostToDevice));
+  EPF_CHECK_CUDA(cudaMemset(d->d_dx, 0xA9, (size_t)n * 2));
+  EPF_CHECK_CUDA(cudaMemset(d->d_twg, 0xAB, (size_t)c->R * c->T * c->K * 4));
+  EPF_CHECK_CUDA(cudaMemset(d->d_dxr, 0xB7, (size_t)c->R * d->expert_rows * c->H * 2));
+  EPF_CHECK_CUDA(cudaMemset(d->d_wg, 0xBB, (size_t)c->R * d->expert_rows * 4));
+  if (d->d_view) EPF_CHECK_CUDA(cudaMemset(d->d_view, 0xC7, (size_t)c->R * d->expert_rows * d->plan.row_bytes));
+}
+
+/* part 1: backward of combine (+ expand); part 2: the experts' backward + backward of dispatch */
+static void launch_backward(const ht_case_t* c, ht_dev_t* d, cudaStream_t stream, int part, int split, int grads) {
+  epf_ht_step_t hs = make_backward_step(c, d, grads);
+  if (part & 1) {
+    if (split) {
+      assert_int_equal(epf_ht_combine_backward(&d->route, d->team, &d->plan, &hs, EPF_HT_SEND, stream), EPF_OK);
+      assert_int_equal(epf_ht_combine_backward(&d->route, d->team, &d->plan, &hs, EPF_HT_RECV, stream), EPF_OK);
+    } else {
+      assert_int_equal(epf_ht_combine_backward(&d->route, d->team, &d->plan, &hs, EPF_HT_BOTH, stream), EPF_OK);
+    }
+    if (c->layout == EPF_LAYOUT_RANK_MAJOR) assert_int_equal(epf_ht_expand(&d->route, d->team, &d->plan, &hs, stream), EPF_OK);
+  }
+  if (!(part & 2)) return;
+  experts_backward_kernel<<<dim3(64, (unsigned)c->R), 256, 0, stream>>>(d->route, d->plan, d->window, 0, (const uint16_t*)d->d_view,
+                                                                        d->expert_rows, d->d_dxr, grads ? d->d_wg : NULL,
+                                                                        c->in_place);
+  EPF_CHECK_CUDA(cudaGetLastError());
+  assert_int_equal(epf_ht_dispatch_backward(&d->route, d->team, &d->plan, &hs, stream), EPF_OK);
+}
+
+/* the copies a round drops (dispatch at the capacity, RANK_MAJOR expand past expert_rows): what
+ * the forward counts, and what the backward counts again (model_place done) */
+static uint64_t expected_dropped(const ht_case_t* c, const ht_dev_t* d, const model_t* m) {
+  const int R = c->R, T = c->T, K = c->K;
+  const int64_t cap = d->plan.recv_capacity;
+  uint64_t n = 0;
+  for (int64_t i = 0; i < (int64_t)R * T * (c->layout == EPF_LAYOUT_RANK_MAJOR ? R : K); ++i) n += m->row[i] >= cap;
+  if (c->layout == EPF_LAYOUT_RANK_MAJOR)
+    for (int64_t st = 0; st < (int64_t)R * T; ++st)
+      for (int k = 0; k < K; ++k) {
+        const int e = m->topk[st * K + k];
+        if (e < 0 || ht_ref_first_k(m->topk + st * K, k) != k) continue;
+        if (m->row[st * R + e / (c->E / R)] < cap && m->em_row[st * K + k] >= d->expert_rows) ++n;
+      }
+  return n;
+}
+
+/* check_backward: check_recv — the receive regions after the backward of combine (dy rows, the
+ * EXPERT_MAJOR combine weights, the RANK_MAJOR expand view); check_out — dx and the router-weight
+ * gradients of every token against ref_dispatch_backward_token, and the error record (the drops
+ * counted again, no error) */
+static void check_backward(const ht_case_t* c, ht_dev_t* d, model_t* m, int check_recv, int check_out, int grads) {
+  const int R = c->R, T = c->T, K = c->K, H = c->H;
+  const epf_plan_t* p = &d->plan;
+  char msg[256];
+  model_t mb;
+  model_place(c, m);
+  mb = *m;
+  mb.x = d->h_dy; /* the backward dispatches dy */
+  if (check_recv) {
+    const size_t tok_bytes = p->region[EPF_REGION_RECV_TOKENS].bytes, meta_bytes = p->region[EPF_REGION_RECV_META].bytes;
+    uint8_t* tok = (uint8_t*)malloc(tok_bytes);
+    uint8_t* meta = (uint8_t*)malloc(meta_bytes);
+    for (int dst = 0; dst < R; ++dst) {
+      const char* b = d->window + (uint64_t)dst * p->total_bytes;
+      EPF_CHECK_CUDA(cudaMemcpy(tok, b + p->region[EPF_REGION_RECV_TOKENS].offset, tok_bytes, cudaMemcpyDeviceToHost));
+      EPF_CHECK_CUDA(cudaMemcpy(meta, b + p->region[EPF_REGION_RECV_META].offset, meta_bytes, cudaMemcpyDeviceToHost));
+      if (check_recv_rank_ex(c, &mb, p, dst, tok, meta, NULL, 1, msg, sizeof(msg))) fail_msg("backward of combine: %s", msg);
+    }
+    free(tok);
+    free(meta);
+    if (c->layout == EPF_LAYOUT_RANK_MAJOR) {
+      uint8_t* view = (uint8_t*)malloc((size_t)R * d->expert_rows * p->row_bytes);
+      EPF_CHECK_CUDA(cudaMemcpy(view, d->d_view, (size_t)R * d->expert_rows * p->row_bytes, cudaMemcpyDeviceToHost));
+      for (int dst = 0; dst < R; ++dst)
+        if (check_expand_rank(c, &mb, p, dst, view + (uint64_t)dst * d->expert_rows * p->row_bytes, d->expert_rows, msg, sizeof(msg)))
+          fail_msg("backward of combine: %s", msg);
+      free(view);
+    }
+  }
+  if (!check_out) return;
+  {
+    uint16_t* dx = (uint16_t*)malloc((size_t)R * T * H * 2);
+    float* twg = (float*)malloc((size_t)R * T * K * 4);
+    float* acc = (float*)malloc((size_t)H * 4);
+    float* part = (float*)malloc((size_t)H * 4);
+    uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
+    float wg[32];
+    EPF_CHECK_CUDA(cudaMemcpy(dx, d->d_dx, (size_t)R * T * H * 2, cudaMemcpyDeviceToHost));
+    EPF_CHECK_CUDA(cudaMemcpy(twg, d->d_twg, (size_t)R * T * K * 4, cudaMemcpyDeviceToHost));
+    for (int64_t st = 0; st < (int64_t)R * T; ++st) {
+      ref_dispatch_backward_token(c, &mb, p, d->expert_rows, st, acc, part, want, wg);
+      for (int h = 0; h < H; ++h)
+        if (dx[st * H + h] != want[h])
+          fail_msg("backward of dispatch: rank %d token %d h %d: got %04x want %04x", (int)(st / T), (int)(st % T), h,
+                   dx[st * H + h], want[h]);
+      for (int k = 0; k < K && grads; ++k)
+        if (memcmp(&twg[st * K + k], &wg[k], 4) != 0)
+          fail_msg("router-weight gradient: rank %d token %d k %d (id %d): got %a want %a", (int)(st / T), (int)(st % T), k,
+                   m->topk[st * K + k], (double)twg[st * K + k], (double)wg[k]);
+    }
+    if (!grads) { /* not carried: topk_weights_grad keeps its poison */
+      uint32_t u;
+      memcpy(&u, &twg[0], 4);
+      if ((int64_t)R * T * K > 0 && u != 0xABABABABu) fail_msg("topk_weights_grad written although not carried");
+    }
+    free(dx);
+    free(twg);
+    free(acc);
+    free(part);
+    free(want);
+  }
+}
+
+/* the error record after a whole forward + backward round: no error, every dropped copy counted
+ * twice (forward and backward) */
+static void check_record_round(const ht_case_t* c, ht_dev_t* d, model_t* m, int directions) {
+  epf_error_record_t rec;
+  model_place(c, m);
+  const uint64_t want = expected_dropped(c, d, m) * (uint64_t)directions;
+  epf_error_read(d->rec_h, &rec);
+  if (rec.status != 0) fail_msg("error record: %s (peer %d)", epf_status_name((epf_status_t)rec.status), rec.peer);
+  if (rec.recv_overflow != want) fail_msg("recv_overflow %u, expected %llu", rec.recv_overflow, (unsigned long long)want);
+  epf_error_clear(d->rec_h);
+}
+
+/* forward then backward on the same route, `rounds` times with fresh routing, x, weights and dy;
+ * split: the backward of combine in two launches; grads: the router-weight gradient carried */
+static void run_backward_case(const ht_case_t* c, int rounds, int split, int grads) {
+  ht_dev_t d;
+  model_t m;
+  const int64_t cap = c->capacity ? c->capacity : exact_capacity(c);
+  dev_setup(c, cap, &d, NULL, NULL);
+  model_alloc(c, &m);
+  for (int r = 0; r < rounds; ++r) {
+    upload_inputs(c, &d, &m);
+    launch_round(c, &d, 0, 3);
+    EPF_CHECK_LAUNCH();
+    check_round(c, &d, &m, 0, 1); /* the forward's output and record (clears it) */
+    upload_dy(c, &d);
+    launch_backward(c, &d, 0, 1, split, grads);
+    EPF_CHECK_LAUNCH();
+    check_backward(c, &d, &m, 1, 0, grads);
+    launch_backward(c, &d, 0, 2, split, grads);
+    EPF_CHECK_LAUNCH();
+    check_backward(c, &d, &m, 0, 1, grads);
+    check_record_round(c, &d, &m, 1); /* the backward counts the drops again */
+  }
+  printf("HT backward R=%d T=%d H=%d K=%d E=%d %s%s%s%s%s routing=%d cap=%lld: %d forward+backward round(s) OK\n", c->R, c->T,
+         c->H, c->K, c->E, c->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major", c->push ? " push" : " pull",
+         c->in_place ? " in-place" : "", split ? " split" : "", grads ? " +weight-grad" : "", c->routing, (long long)cap, rounds);
+  model_free(&m);
+  dev_free(&d, 1);
+}
+
 static void run_case(const ht_case_t* c, int rounds) {
   ht_dev_t d;
   model_t m;
@@ -407,6 +609,224 @@ static void test_graph(void** state) {
   dev_free(&d, 1);
 }
 
+/* ---- the training direction: forward then backward on the same route -------------------------- */
+
+static const ht_case_t k_backward_cases[] = {
+    /* R  T     H     K   E    layout payload combine routing push align xq cap inplace swz seg */
+    {3, 37, 2880, 6, 48, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {5, 37, 1032, 22, 40, EM, BF, BF, ROUTE_PARTIAL, 1, 1, 0, 0, 0, 0, 0},  /* push, > 8 copies, -1 */
+    {8, 1, 7168, 8, 256, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 1, 0, 0},    /* in place, T = 1 */
+    {13, 37, 5120, 1, 52, EM, BF, BF, ROUTE_RANDOM, 0, 128, 0, 0, 0, 0, 0}, /* top-1, aligned segments */
+    {8, 37, 2880, 22, 16, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0, 0},   /* K > E: repeats */
+    {5, 64, 1032, 8, 20, EM, BF, BF, ROUTE_SKEWED, 1, 1, 0, 0, 0, 0, 0},    /* repeats, push */
+    {8, 37, 4096, 8, 64, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 200, 0, 0, 0},  /* overflow: dropped again */
+    {3, 37, 2880, 6, 48, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {5, 37, 1032, 22, 40, RM, BF, BF, ROUTE_PARTIAL, 1, 1, 0, 0, 0, 0, 0},
+    {8, 1, 7168, 8, 256, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0},
+    {13, 37, 5120, 1, 52, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {8, 37, 2880, 22, 16, RM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0, 0},
+    {8, 37, 4096, 8, 64, RM, BF, BF, ROUTE_SKEWED, 1, 1, 0, 60, 0, 0, 0},   /* overflow, rank-major push */
+    {5, 37, 2880, 8, 40, EM, BF, BF, ROUTE_PARTIAL, 1, 1, 0, 0, 1, 0, 0},   /* in place, push */
+    {13, 300, 2880, 22, 416, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+    {8, 1000, 7168, 8, 256, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
+};
+
+static void test_backward(void** state) {
+  const int small = getenv("EPF_TEST_SMALL") != NULL;
+  (void)state;
+  for (size_t i = 0; i < sizeof(k_backward_cases) / sizeof(k_backward_cases[0]); ++i) {
+    if (small && i != 0 && i != 7) continue;
+    /* alternate: router-weight gradient carried or not, fused or split backward of combine */
+    run_backward_case(&k_backward_cases[i], k_backward_cases[i].T > 64 ? 1 : 2, (int)(i % 3 == 1), (int)(i % 4 != 3));
+  }
+}
+
+/* what the backward launchers refuse, before any CUDA work */
+static void test_backward_refusals(void** state) {
+  const ht_case_t c = {2, 8, 1024, 2, 8, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0};
+  const ht_case_t cr = {2, 8, 1024, 2, 8, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0};
+  const ht_case_t cm = {2, 8, 1024, 2, 8, EM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0};
+  ht_dev_t d, dr, dm;
+  epf_ht_step_t s;
+  (void)state;
+  dev_setup(&c, exact_capacity(&c), &d, NULL, NULL);
+  s = make_backward_step(&c, &d, 1);
+  assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, 0, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, 4, 0), EPF_ERR_INVALID_ARGUMENT);
+  s.topk_idx = NULL;
+  assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, EPF_HT_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  s = make_backward_step(&c, &d, 1);
+  s.x = NULL;
+  assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, EPF_HT_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  s = make_backward_step(&c, &d, 1);
+  s.topk_weights = NULL;
+  assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, EPF_HT_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+  EPF_CHECK_CUDA(cudaGetLastError()); /* nothing was launched by the refusals above */
+  s = make_backward_step(&c, &d, 1);
+  s.weight_grad = NULL; /* one of the two */
+  assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  s = make_backward_step(&c, &d, 1);
+  s.out = NULL;
+  assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  s = make_backward_step(&c, &d, 1);
+  s.expert_rows = d.plan.recv_capacity - 1;
+  assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  s = make_backward_step(&c, &d, 1);
+  s.x_quantized = 1;
+  assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, EPF_HT_BOTH, 0), EPF_ERR_PAYLOAD);
+  s = make_backward_step(&c, &d, 1);
+  s.state = NULL;
+  assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  s = make_backward_step(&c, &d, 1);
+  s.blocks_per_rank = EPF_HT_MAX_BLOCKS_PER_RANK + 1;
+  assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  /* rank-major: no in-place dx rows */
+  dev_setup(&cr, exact_capacity(&cr), &dr, NULL, NULL);
+  s = make_backward_step(&cr, &dr, 0);
+  s.expert_out = NULL;
+  assert_int_equal(epf_ht_dispatch_backward(&dr.route, dr.team, &dr.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
+  /* gradients are BF16: a quantized plan is refused by both */
+  dev_setup(&cm, exact_capacity(&cm), &dm, NULL, NULL);
+  s = make_backward_step(&cm, &dm, 0);
+  s.x = dm.d_x;
+  s.out = dm.d_out;
+  s.expert_out = dm.d_expert_out;
+  assert_int_equal(epf_ht_combine_backward(&dm.route, dm.team, &dm.plan, &s, EPF_HT_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
+  assert_int_equal(epf_ht_dispatch_backward(&dm.route, dm.team, &dm.plan, &s, 0), EPF_ERR_NOT_SUPPORTED);
+  dev_free(&d, 1);
+  dev_free(&dr, 1);
+  dev_free(&dm, 1);
+}
+
+/* two layers on ONE window, their routes sharing the window's epoch words (docs/route.md), a
+ * training step interleaved as a model runs it: forward L1, forward L2, backward L2, backward L1 —
+ * every output checked; several steps in a row */
+static void run_two_layers(const ht_case_t* c1, const ht_case_t* c2, int steps) {
+  ht_dev_t d1, d2;
+  model_t m1, m2;
+  uint32_t* d_epoch;
+  uint32_t first;
+  dev_setup(c1, exact_capacity(c1), &d1, NULL, NULL);
+  dev_setup(c2, exact_capacity(c2), &d2, d1.window, &d1.team); /* layer 2: the same window (and plan) */
+  assert_int_equal(d1.plan.config_hash, d2.plan.config_hash);
+  EPF_CHECK_CUDA(cudaMalloc(&d_epoch, (size_t)c1->R * 4));
+  {
+    epf_route_header_t h;
+    uint32_t* e = (uint32_t*)malloc((size_t)c1->R * 4);
+    assert_int_equal(epf_route_read_header(&d1.route, 0, 0, &h), EPF_OK);
+    first = h.epoch;
+    for (int r = 0; r < c1->R; ++r) e[r] = first;
+    EPF_CHECK_CUDA(cudaMemcpy(d_epoch, e, (size_t)c1->R * 4, cudaMemcpyHostToDevice));
+    free(e);
+  }
+  d1.route.epoch_words = d_epoch;
+  d2.route.epoch_words = d_epoch;
+  model_alloc(c1, &m1);
+  model_alloc(c2, &m2);
+  for (int step = 0; step < steps; ++step) {
+    upload_inputs(c1, &d1, &m1);
+    upload_inputs(c2, &d2, &m2);
+    upload_dy(c1, &d1);
+    upload_dy(c2, &d2);
+    /* forward L1, forward L2 (L2's dispatch overwrites L1's receive rows: the backward sends dy again) */
+    launch_round(c1, &d1, 0, 3);
+    EPF_CHECK_LAUNCH();
+    check_round(c1, &d1, &m1, 0, 1);
+    launch_round(c2, &d2, 0, 3);
+    EPF_CHECK_LAUNCH();
+    check_round(c2, &d2, &m2, 0, 1);
+    /* backward L2, backward L1 (the two records are one: d1.rec_d / d2.rec_d are separate) */
+    launch_backward(c2, &d2, 0, 3, step & 1, 1);
+    EPF_CHECK_LAUNCH();
+    check_backward(c2, &d2, &m2, 0, 1, 1);
+    check_record_round(c2, &d2, &m2, 1);
+    launch_backward(c1, &d1, 0, 1, 0, 1);
+    EPF_CHECK_LAUNCH();
+    check_backward(c1, &d1, &m1, 1, 0, 1);
+    launch_backward(c1, &d1, 0, 2, 0, 1);
+    EPF_CHECK_LAUNCH();
+    check_backward(c1, &d1, &m1, 0, 1, 1);
+    check_record_round(c1, &d1, &m1, 1);
+  }
+  {
+    /* every route update advanced the shared word by one, every backward round by two */
+    uint32_t* e = (uint32_t*)malloc((size_t)c1->R * 4);
+    EPF_CHECK_CUDA(cudaMemcpy(e, d_epoch, (size_t)c1->R * 4, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < c1->R; ++r)
+      if (e[r] != first + 6u * (uint32_t)steps) fail_msg("rank %d epoch word %u, want %u", r, e[r], first + 6u * (uint32_t)steps);
+    free(e);
+  }
+  printf("two layers on one window (%s / %s), shared epoch words: %d steps of forward L1, L2, backward L2, L1 OK\n",
+         c1->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major",
+         c2->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major", steps);
+  model_free(&m1);
+  model_free(&m2);
+  dev_free(&d2, 0);
+  dev_free(&d1, 1);
+  EPF_CHECK_CUDA(cudaFree(d_epoch));
+}
+
+static void test_two_layers(void** state) {
+  /* one plan (window) for both layers: same shapes and flags; different routing per layer */
+  const ht_case_t em1 = {5, 64, 2880, 8, 40, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0};
+  const ht_case_t em2 = {5, 64, 2880, 8, 40, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 0, 0, 0, 0};
+  const ht_case_t rm1 = {8, 64, 1032, 6, 64, RM, BF, BF, ROUTE_PARTIAL, 1, 1, 0, 0, 0, 0, 0};
+  const ht_case_t rm2 = {8, 64, 1032, 6, 64, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0};
+  (void)state;
+  run_two_layers(&em1, &em2, getenv("EPF_TEST_SMALL") ? 1 : 3);
+  if (!getenv("EPF_TEST_SMALL")) run_two_layers(&rm1, &rm2, 3);
+}
+
+/* a CUDA graph of a whole training step of one layer (route update, dispatch, experts, combine,
+ * backward of combine, [expand], the experts' backward, backward of dispatch), replayed with fresh
+ * routing, x, weights and dy: the epochs advance on the device only */
+static void test_backward_graph(void** state) {
+  const ht_case_t cases[2] = {{4, 32, 1032, 6, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0},
+                              {5, 32, 2880, 8, 40, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0}};
+  (void)state;
+  if (getenv("EPF_TEST_SMALL")) return;
+  for (int ci = 0; ci < 2; ++ci) {
+    const ht_case_t* c = &cases[ci];
+    ht_dev_t d;
+    model_t m;
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    dev_setup(c, exact_capacity(c), &d, NULL, NULL);
+    model_alloc(c, &m);
+    EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    upload_inputs(c, &d, &m);
+    upload_dy(c, &d);
+    EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    launch_round(c, &d, s, 3);
+    launch_backward(c, &d, s, 3, 0, 1);
+    EPF_CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    EPF_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 200; ++i) {
+      if (i > 0) {
+        upload_inputs(c, &d, &m);
+        upload_dy(c, &d);
+      }
+      EPF_CHECK_CUDA(cudaGraphLaunch(ge, s));
+      EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+      if (i % 25 == 0 || i == 199) {
+        check_round(c, &d, &m, 0, 1); /* forward output; the record holds forward + backward drops */
+        check_backward(c, &d, &m, 0, 1, 1);
+      } else {
+        epf_error_clear(d.rec_h);
+      }
+    }
+    printf("graph: 200 replays of a forward + backward step (%s) with fresh routing OK\n",
+           c->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major push" : "expert-major pull");
+    EPF_CHECK_CUDA(cudaGraphExecDestroy(ge));
+    EPF_CHECK_CUDA(cudaGraphDestroy(g));
+    EPF_CHECK_CUDA(cudaStreamDestroy(s));
+    model_free(&m);
+    dev_free(&d, 1);
+  }
+}
+
 #if EPF_TEST_WITH_NCCL
 static void test_nccl_one_rank(void** state) {
   const ht_case_t cases[2] = {{1, 37, 2880, 2, 8, EM, MX, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0},
@@ -453,7 +873,8 @@ static void test_nccl_one_rank(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_cases), cmocka_unit_test(test_back_to_back),
-      cmocka_unit_test(test_graph),
+      cmocka_unit_test(test_graph), cmocka_unit_test(test_backward_refusals), cmocka_unit_test(test_backward),
+      cmocka_unit_test(test_two_layers), cmocka_unit_test(test_backward_graph),
 #if EPF_TEST_WITH_NCCL
       cmocka_unit_test(test_nccl_one_rank),
 #endif

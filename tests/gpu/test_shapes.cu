@@ -11,7 +11,11 @@
  *          tests' experts + combine (BF16 / MXFP8, pull / push / in place / expert_out): every byte
  *          of every rank's receive regions and expand view, the combine output, the error record
  *          (status, dropped ids, receive overflow); the refusal of an EXPERT_MAJOR expert_out with
- *          fewer rows than recv_capacity;
+ *          fewer rows than recv_capacity; BF16 plans also draw backward rounds (bwd=1/2) on each
+ *          forward's route: epf_ht_combine_backward (dy into the receive rows, combine weights in
+ *          the metadata; fused or split) + expand + the tests' expert backward +
+ *          epf_ht_dispatch_backward (dx, and with bwd=2 the router-weight gradients), checked
+ *          against tests/common/epf_ht_ref.h's model, whose placement is computed independently;
  *   ll     dispatch (every payload, packed outputs on / off, fused / split) + experts (every y
  *          layout) + combine (BF16 / MXFP8): counts, rows, scales, metadata, packed copies, output,
  *          error record, over several back-to-back rounds (both parities) with a new T each.
@@ -325,6 +329,8 @@ struct Case {
   int64_t packed = 0;  /* LL packed outputs */
   int64_t ident = 0;   /* LL identity experts */
   int64_t threads = 0; /* LL threads per block (0: 512) */
+  int64_t bwd = 0;     /* HT, BF16 both ways: after each forward round a backward round on its route
+                          (1: dx only; 2: also the router-weight gradient) */
 };
 
 enum { F_ROUTE = 1, F_HT = 2, F_LL = 4, F_ALL = 7 };
@@ -373,6 +379,7 @@ static const Field k_fields[] = {
     {"rbpr", F_ROUTE | F_HT, offsetof(Case, rbpr), NULL, 0},
     {"maxb", F_ROUTE, offsetof(Case, maxb), NULL, 0},
     {"threads", F_LL, offsetof(Case, threads), NULL, 0},
+    {"bwd", F_HT, offsetof(Case, bwd), NULL, 0},
 };
 
 static int64_t& field(Case& c, const Field& f) { return *(int64_t*)((char*)&c + f.off); }
@@ -842,6 +849,8 @@ static Case draw_ht(Rng& g, const Limits& lim) {
     else
       c.xr = g.pm(600) ? ht_view_worst(c) : std::max<int64_t>(1, ht_view_worst(c) * g.pick<int64_t>({10, 100, 300, 700}) / 1000);
   }
+  /* the training direction (BF16 plans): a backward round after each forward round */
+  if (c.pay == EPF_PAYLOAD_BF16 && c.cpay == EPF_PAYLOAD_BF16 && !c.xq) c.bwd = g.pick<int64_t>({0, 1, 2, 2});
   return c;
 }
 
@@ -1319,6 +1328,38 @@ static void ht_check_out(const Case& c, const epf_plan_t& p, const HtIn& in, con
                 "combine output", s);
 }
 
+/* the backward round of an HT configuration (docs/high-throughput.md "Training"), checked through
+ * the model of tests/common/epf_ht_ref.h: its placement is computed independently of the route
+ * reference above, from the same ids (invalid ids and tokens past each rank's T as -1) */
+static void ht_model_of(const Case& c, const epf_plan_t& p, const HtIn& in, const std::vector<uint16_t>& dy, ht_case_t* hc,
+                        model_t* m) {
+  const int R = in.R, Tm = in.Tm, K = in.K, H = in.H, E = in.E;
+  memset(hc, 0, sizeof(*hc));
+  hc->R = R;
+  hc->T = Tm;
+  hc->H = H;
+  hc->K = K;
+  hc->E = E;
+  hc->layout = (int)c.layout;
+  hc->payload = EPF_PAYLOAD_BF16;
+  hc->combine_payload = EPF_PAYLOAD_BF16;
+  hc->push = (int)c.push;
+  hc->align = (int)c.A;
+  hc->capacity = p.recv_capacity;
+  hc->in_place = (int)c.inplace;
+  model_alloc(hc, m);
+  for (int s = 0; s < R; ++s)
+    for (int t = 0; t < Tm; ++t)
+      for (int k = 0; k < K; ++k) {
+        const size_t i = ((size_t)s * Tm + t) * K + k;
+        const int64_t e = in.ids[i];
+        m->topk[i] = t < in.T[(size_t)s] && e >= 0 && e < E ? (int32_t)e : -1;
+        m->w[i] = in.w[i];
+      }
+  memcpy(m->x, dy.data(), dy.size() * 2);
+  model_place(hc, m);
+}
+
 static void run_ht(const Case& c, uint64_t seed) {
   Rng g(seed);
   const epf_plan_t plan = plan_of(c);
@@ -1334,7 +1375,7 @@ static void run_ht(const Case& c, uint64_t seed) {
   if (st != EPF_OK) FAIL("epf_route_size: %s", epf_status_name(st));
   if (em && !c.inplace && xr < plan.recv_capacity) FAIL("test bug: EXPERT_MAJOR expert_rows %lld < recv_capacity", (long long)xr);
 
-  Dev win, rbuf, ids, dT, x, xs, w, out, eout, view, vsc, state;
+  Dev win, rbuf, ids, dT, x, xs, w, out, eout, view, vsc, state, wgd, twg;
   DrainGuard drain;
   win.alloc((size_t)R * plan.total_bytes);
   d_set(win.p, 0, win.n);
@@ -1352,6 +1393,9 @@ static void run_ht(const Case& c, uint64_t seed) {
   hg_dispatch.kernel = (const void*)epf_ht_dispatch_kernel;
   hg_expand.kernel = (const void*)epf_ht_expand_kernel;
   hg_combine.kernel = (const void*)epf_ht_combine_kernel;
+  Grid hg_cbwd = hgrid, hg_dbwd = hgrid;
+  hg_cbwd.kernel = (const void*)epf_ht_combine_backward_kernel;
+  hg_dbwd.kernel = (const void*)epf_ht_dispatch_backward_kernel;
   ids.alloc((size_t)R * Tm * K * (c.idx64 ? 8 : 4));
   dT.alloc((size_t)R * 4);
   x.alloc((size_t)R * Tm * (c.xq ? plan.row_bytes : (uint64_t)H * 2));
@@ -1365,6 +1409,10 @@ static void run_ht(const Case& c, uint64_t seed) {
   }
   state.alloc((size_t)R * sizeof(epf_ht_state_t));
   d_set(state.p, 0, state.n);
+  if (c.bwd) {
+    wgd.alloc((size_t)R * xr * 4);
+    twg.alloc((size_t)R * Tm * K * 4);
+  }
   const epf_team_t team = epf_team_virtual(win.p, plan.total_bytes, 0, R);
 
   HtIn in;
@@ -1490,6 +1538,89 @@ static void run_ht(const Case& c, uint64_t seed) {
       par_for(R, [&](int s) { ht_check_out(c, plan, in, rr, xr, s, hout.data() + (size_t)s * Tm * H); });
       g_st.overflow += (int64_t)over;
       check_record(dropped, (uint32_t)over, strf("round %d", round).c_str());
+
+      if (c.bwd) {
+        /* backward of combine: dy into the forward's receive rows; experts' backward; backward of
+         * dispatch: dx and (bwd 2) the router-weight gradients */
+        std::vector<uint16_t> dy((size_t)R * Tm * H), hdx((size_t)R * Tm * H);
+        std::vector<float> htw((size_t)R * Tm * K);
+        for (auto& v : dy) v = gen_x(g);
+        h2d(x.p, dy.data(), dy.size() * 2);
+        d_set(out.p, POISON, out.n);
+        if (!c.inplace) d_set(eout.p, POISON, eout.n);
+        if (!em) d_set(view.p, POISON, view.n);
+        d_set(wgd.p, POISON, wgd.n);
+        d_set(twg.p, POISON, twg.n);
+        epf_ht_step_t hb = hs;
+        hb.x = x.p;
+        hb.x_scales = NULL;
+        hb.expert_rows = xr;
+        hb.topk_idx = ids.p;
+        hb.weight_grad = c.bwd == 2 ? wgd.as<float>() : NULL;
+        hb.topk_weights_grad = c.bwd == 2 ? twg.as<float>() : NULL;
+        if (c.split) {
+          launched(epf_ht_combine_backward(&route, team, &plan, &hb, EPF_HT_SEND, g_stream), "epf_ht_combine_backward (send)", hg_cbwd);
+          launched(epf_ht_combine_backward(&route, team, &plan, &hb, EPF_HT_RECV, g_stream), "epf_ht_combine_backward (receive)",
+                   hg_cbwd);
+        } else {
+          launched(epf_ht_combine_backward(&route, team, &plan, &hb, EPF_HT_BOTH, g_stream), "epf_ht_combine_backward", hg_cbwd);
+        }
+        if (!em) launched(epf_ht_expand(&route, team, &plan, &hb, g_stream), "epf_ht_expand (backward)", hg_expand);
+        sync_or_die("backward of combine + expand");
+        ht_case_t hc;
+        model_t mb;
+        ht_model_of(c, plan, in, dy, &hc, &mb);
+        struct ModelFree {
+          model_t* m;
+          ~ModelFree() { model_free(m); }
+        } mfree{&mb};
+        for (int d = 0; d < R; ++d) {
+          char msg[256];
+          const char* b = win.c() + (uint64_t)d * plan.total_bytes;
+          d2h(htok.data(), b + reg[EPF_REGION_RECV_TOKENS].offset, htok.size());
+          d2h(hmeta.data(), b + reg[EPF_REGION_RECV_META].offset, hmeta.size());
+          if (check_recv_rank_ex(&hc, &mb, &plan, d, htok.data(), hmeta.data(), NULL, 1, msg, sizeof(msg)))
+            FAIL("backward of combine: %s", msg);
+          if (!em) {
+            d2h(hview.data(), view.c() + (uint64_t)d * xr * plan.row_bytes, hview.size());
+            if (check_expand_rank(&hc, &mb, &plan, d, hview.data(), xr, msg, sizeof(msg))) FAIL("backward of combine: %s", msg);
+          }
+        }
+        experts_backward_kernel<<<dim3(64, (unsigned)R), 256, 0, g_stream>>>(route, plan, win.c(), 0, view.as<uint16_t>(), xr,
+                                                                              eout.as<uint16_t>(), hb.weight_grad == NULL ? NULL : wgd.as<float>(),
+                                                                              c.inplace ? 1 : 0);
+        CK(cudaGetLastError());
+        launched(epf_ht_dispatch_backward(&route, team, &plan, &hb, g_stream), "epf_ht_dispatch_backward", hg_dbwd);
+        sync_or_die("experts' backward + backward of dispatch");
+        epoch += 2; /* the backward round ran at epoch + 1 (combine) and + 2 (dispatch) */
+        d2h(hdx.data(), out.p, hdx.size() * 2);
+        d2h(htw.data(), twg.p, htw.size() * 4);
+        par_for(R, [&](int s) {
+          std::vector<float> acc((size_t)H), part((size_t)H);
+          std::vector<uint16_t> want((size_t)H);
+          std::vector<float> wgv((size_t)K);
+          float* wg = wgv.data();
+          for (int t = 0; t < in.T[(size_t)s]; ++t) {
+            const int64_t st = (int64_t)s * Tm + t;
+            ref_dispatch_backward_token(&hc, &mb, &plan, xr, st, acc.data(), part.data(), want.data(), wg);
+            const uint16_t* got = hdx.data() + (size_t)st * H;
+            if (memcmp(got, want.data(), (size_t)H * 2) != 0) {
+              int h = 0;
+              while (got[h] == want[(size_t)h]) ++h;
+              FAIL("backward of dispatch: rank %d token %d h %d: 0x%04x, want 0x%04x", s, t, h, got[h], want[(size_t)h]);
+            }
+            for (int k = 0; k < K && c.bwd == 2; ++k)
+              if (memcmp(&htw[(size_t)st * K + k], &wg[k], 4) != 0)
+                FAIL("router-weight gradient: rank %d token %d k %d (id %lld): %a, want %a", s, t, k,
+                     (long long)in.ids[(size_t)st * K + k], (double)htw[(size_t)st * K + k], (double)wg[k]);
+          }
+          expect_poison((const uint8_t*)(hdx.data() + ((size_t)s * Tm + in.T[(size_t)s]) * H),
+                        (size_t)(Tm - in.T[(size_t)s]) * H * 2, "backward of dispatch output", s);
+          expect_poison((const uint8_t*)(htw.data() + ((size_t)s * Tm + (c.bwd == 2 ? in.T[(size_t)s] : 0)) * K),
+                        (size_t)(Tm - (c.bwd == 2 ? in.T[(size_t)s] : 0)) * K * 4, "topk_weights_grad", s);
+        });
+        check_record(0, (uint32_t)over, strf("round %d backward", round).c_str());
+      }
     } catch (...) {
       route_ref_free(&rr);
       throw;

@@ -362,7 +362,8 @@ class Group:
 
     # ---- HT --------------------------------------------------------------------------------------
     def _ht_step(self, *, x=None, x_scales=None, topk_weights=None, out=None, expert_out=None, em_view=None,
-                 em_view_scales=None, expert_rows=0, x_quantized=False, blocks_per_rank=0) -> _abi.HtStep:
+                 em_view_scales=None, expert_rows=0, x_quantized=False, blocks_per_rank=0, topk_idx=None,
+                 weight_grad=None, topk_weights_grad=None) -> _abi.HtStep:
         s = _abi.HtStep()
         _abi.epf_ht_step_init(byref(s))
         s.x, s.x_scales, s.topk_weights, s.out = ptr(x), ptr(x_scales), ptr(topk_weights), ptr(out)
@@ -372,6 +373,7 @@ class Group:
         s.x_quantized = 1 if x_quantized else 0
         s.blocks_per_rank = int(blocks_per_rank)
         s.wait = self._wait()
+        s.topk_idx, s.weight_grad, s.topk_weights_grad = ptr(topk_idx), ptr(weight_grad), ptr(topk_weights_grad)
         return s
 
     def dispatch(self, handle: Handle, x, topk_idx, topk_weights, *, x_scales=None, x_quantized: bool = False,
@@ -406,6 +408,31 @@ class Group:
                           blocks_per_rank=blocks_per_rank)
         check(_abi.epf_ht_combine(byref(handle.route), self.team, byref(self.plan.c), byref(s), ptr(topk_idx),
                                   stream_handle(stream)), "epf_ht_combine")
+
+    # ---- HT training: the backward direction on the forward's route (docs/high-throughput.md) ------
+    def combine_backward(self, handle: Handle, dy, topk_idx, topk_weights, *, halves: str = "both",
+                         blocks_per_rank: int = 0, stream=None) -> None:
+        """Backward of the HT combine (epf_ht_combine_backward): dy [count][T][H] BF16 into the very
+        receive rows of the forward (same handle, no update in between), unweighted; expert-major
+        metadata weights become each row's combine weight. Rank-major: then expand() as in the
+        forward. BF16 plans only."""
+        p = {"send": _abi.LIMITS["EPF_HT_SEND"], "recv": _abi.LIMITS["EPF_HT_RECV"], "both": _abi.LIMITS["EPF_HT_BOTH"]}[halves]
+        s = self._ht_step(x=dy, topk_weights=topk_weights, topk_idx=topk_idx, blocks_per_rank=blocks_per_rank)
+        check(_abi.epf_ht_combine_backward(byref(handle.route), self.team, byref(self.plan.c), byref(s), p,
+                                           stream_handle(stream)), "epf_ht_combine_backward")
+
+    def dispatch_backward(self, handle: Handle, dx, topk_idx, topk_weights, *, expert_out=None, expert_rows: int = 0,
+                          weight_grad=None, topk_weights_grad=None, blocks_per_rank: int = 0, stream=None) -> None:
+        """Backward of the HT dispatch (epf_ht_dispatch_backward): the experts' input gradients
+        (expert_out: [count][expert_rows][H] BF16 in the forward's expert_out order; None: in place,
+        expert-major) back to the tokens with unit weights, repeats adding nothing: dx
+        [count][T][H] BF16. weight_grad ([count][expert_rows] float32, d w per row) together with
+        topk_weights_grad ([count][T][top_k] float32, written): the router-weight gradient."""
+        s = self._ht_step(topk_weights=topk_weights, out=dx, expert_out=expert_out, expert_rows=expert_rows,
+                          topk_idx=topk_idx, weight_grad=weight_grad, topk_weights_grad=topk_weights_grad,
+                          blocks_per_rank=blocks_per_rank)
+        check(_abi.epf_ht_dispatch_backward(byref(handle.route), self.team, byref(self.plan.c), byref(s),
+                                            stream_handle(stream)), "epf_ht_dispatch_backward")
 
     # ---- views of this group's window --------------------------------------------------------------
     def _region_view(self, name: str, row_bytes: int, typestr="|u1") -> DeviceArray:

@@ -128,7 +128,8 @@ class RouteStep(Structure):  # epf_route_step_t
 class HtStep(Structure):  # epf_ht_step_t
     _fields_ = [("x", c_void_p), ("x_scales", c_void_p), ("topk_weights", c_void_p), ("out", c_void_p),
                 ("expert_out", c_void_p), ("em_view", c_void_p), ("em_view_scales", c_void_p), ("state", c_void_p),
-                ("expert_rows", c_int64), ("x_quantized", c_int32), ("blocks_per_rank", c_int32), ("wait", Wait)]
+                ("expert_rows", c_int64), ("x_quantized", c_int32), ("blocks_per_rank", c_int32), ("wait", Wait),
+                ("topk_idx", c_void_p), ("weight_grad", c_void_p), ("topk_weights_grad", c_void_p)]
 
 
 class LlDispatchArgs(Structure):  # epf_ll_dispatch_args_t
@@ -215,6 +216,8 @@ epf_ht_check = _proto("epf_ht_check", _S, P(Plan), P(Route), P(HtStep))
 epf_ht_dispatch = _proto("epf_ht_dispatch", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p, c_int, c_void_p)
 epf_ht_expand = _proto("epf_ht_expand", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p)
 epf_ht_combine = _proto("epf_ht_combine", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p, c_void_p)
+epf_ht_combine_backward = _proto("epf_ht_combine_backward", _S, P(Route), Team, P(Plan), P(HtStep), c_int, c_void_p)
+epf_ht_dispatch_backward = _proto("epf_ht_dispatch_backward", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p)
 epf_ll_plan_check = _proto("epf_ll_plan_check", _S, P(Plan))
 epf_ll_rank_bytes = _proto("epf_ll_rank_bytes", c_uint64, P(Plan), c_int, c_int)
 epf_ll_launch_make = _proto("epf_ll_launch_make", LlLaunch, P(Plan), Team, c_void_p, c_void_p, c_int)
