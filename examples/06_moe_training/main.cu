@@ -228,8 +228,10 @@ static std::vector<Case> cases(const Opts& o) {
       c.E = o.E ? o.E : (l == 0 ? 16 : 40);
       c.K = o.K ? o.K : (l == 0 ? 4 : 6);
       c.name = std::string(l == 0 ? "em" : "rm") + (p ? "_push" : "_pull");
-      if (c.R < 2 || c.Tmax < 2 || c.H < 8 || c.H % 8 || c.I < 1 || c.E % c.R || c.K < 3 || c.K > c.E || c.K > 32)
-        usage_exit("need R >= 2, T >= 2, H a multiple of 8, I >= 1, E a multiple of R, 3 <= K <= min(E, 32)");
+      if (c.R < 2 || c.Tmax < 2 || c.H < 8 || c.H % 8 || c.I < 1 || c.I > 4096 || c.E % c.R || c.K < 3 || c.K > c.E ||
+          c.K > 32)
+        usage_exit("need R >= 2, T >= 2, H a multiple of 8, 1 <= I <= 4096 (shared memory), E a multiple of R, "
+                   "3 <= K <= min(E, 32)");
       v.push_back(c);
     }
   }
@@ -379,7 +381,7 @@ static __device__ const uint16_t* ex06_arrived_row(const epf_plan_t& plan, const
                                                    int64_t expert_rows, int idx, int64_t r) {
   if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR)
     return (const uint16_t*)(window + (uint64_t)idx * plan.total_bytes + epf_plan_recv_token_offset(&plan, r));
-  return view + ((uint64_t)idx * expert_rows + r) * plan.hidden;
+  return (const uint16_t*)((const char*)view + ((uint64_t)idx * expert_rows + r) * plan.row_bytes);
 }
 
 /* the rows [begin, end) of local expert le on rank idx, clipped at the rows that exist */
@@ -639,7 +641,7 @@ static void layer_init(Layer& L, const Model& m, const Place& pl) {
   L.w3 = dev_upload(m.w3);
   L.w2 = dev_upload(m.w2);
   const size_t rows = (size_t)R * L.expert_rows, tok = (size_t)R * Tm;
-  if (c.layout == EPF_LAYOUT_RANK_MAJOR) L.view = dev_alloc<uint16_t>(rows * H);
+  if (c.layout == EPF_LAYOUT_RANK_MAJOR) L.view = (uint16_t*)dev_alloc<char>(rows * L.plan.row_bytes); /* [R][expert_rows] rows */
   L.saved_x = dev_alloc<uint16_t>(rows * H);
   L.out = dev_alloc<uint16_t>(rows * H);
   L.dxr = dev_alloc<uint16_t>(rows * H);
