@@ -195,9 +195,10 @@ def check_case(torch, d, dev, verbose):
            "dtopk_weights": load(torch, p("dtopk_weights.f32"), "f32", (N, K)),
            "dW1": load(torch, p("dw1.f32"), "f32", (E, H, I)), "dW3": load(torch, p("dw3.f32"), "f32", (E, H, I)),
            "dW2": load(torch, p("dw2.f32"), "f32", (E, I, H))}
+    repeats = sum(int(((topk[:, j:j + 1] == topk[:, :j]).any(1) & (topk[:, j] >= 0)).sum().item()) for j in range(1, K))
     print(f"{os.path.basename(os.path.normpath(d))}: {'RANK_MAJOR' if rank_major else 'EXPERT_MAJOR'}"
           f"{', push' if m.get('push') else ''}, R={R} (T per rank {m.get('tokens')}), N={N}, H={H}, I={I}, E={E}, "
-          f"top-{K}, seed {m.get('seed')}; repeats {int(sum((topk[:, j:j + 1] == topk[:, :j]).any(1).sum().item() for j in range(1, K)))}, "
+          f"top-{K}, seed {m.get('seed')}; repeated ids {repeats}, "
           f"-1 ids {int((topk < 0).sum().item())}; vs PyTorch autograd float64 on {dev}")
     ref = autograd_reference(torch, x, topk, w, w1, w3, w2, dy)
     bound = error_bounds(torch, x, topk, w, w1, w3, w2, dy, rank_major, E // R)

@@ -37,6 +37,7 @@
  *   ex06_moe_training                  both layouts x both combine transports, small shapes
  *   ex06_moe_training --ctest          the same (CTest; exit 77 without a GPU)
  *   ex06_moe_training --dump DIR       also writes DIR/<case>/ for scripts/moe_training_torch.py
+ *   ex06_moe_training --cpu-reference  no GPU: the CPU reference alone (its gradient check, --dump)
  *   options: --layout em|rm|both --combine pull|push|both --R --T (max tokens per rank) --H --I
  *            --E --K --steps N --seed N
  */
