@@ -50,7 +50,7 @@ def reference(torch, x, topk, w, wgu, wd, fp8, dev):
     K = topk.shape[1]
     E, I2, _ = wgu.shape
     I = I2 // 2
-    ub = 2.0 ** -9
+    ub = 2.0 ** -8
     u8 = 2.0 ** -4 if fp8 else 0.0
     sub = 2.2e-6 if fp8 else 0.0
     Ls = 1.1
@@ -105,8 +105,8 @@ def check(torch, name, got, ref, bound):
     ratio = (err / bound).max().item()
     nbad = int(bad.sum().item())
     # the normwise error against its statistical expectation (the example's README, "Accuracy"):
-    # FP8 2 u_8 = 2^-3, BF16 4 u_b = 2^-7
-    limit = 2.0 ** -3 if name == "fp8" else 2.0 ** -7
+    # FP8 2 u_8 = 2^-3, BF16 4 u_b = 2^-6
+    limit = 2.0 ** -3 if name == "fp8" else 2.0 ** -6
     print(f"[{name}] vs PyTorch float64 reference: normwise relative error {nrm:.3e} (limit {limit:.3e}), "
           f"max |error| / bound {ratio:.3f}, {nbad} element(s) outside the bound"
           + ("" if nrm <= limit else "  NORMWISE LIMIT EXCEEDED"))
