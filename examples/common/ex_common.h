@@ -108,7 +108,9 @@ static inline void ex_ref_payload_row(const epf_plan_t* p, const uint16_t* x, fl
  * combine payload (EXPERT_MAJOR) y_k travels quantized (E4M3 + E8M0 per 32, the plan's rule) and
  * acc = epf_mxfp8_dequantize_accumulate_ref(q, scale, w_k, acc), the library's per-element step. RANK_MAJOR: per
  * destination rank (in order of first occurrence in k) a partial in k order rounded to BF16, then
- * acc = fma(1, partial, acc) in that rank order. Scratch: 3 * hidden floats. */
+ * acc = fma(1, partial, acc) in that rank order; with an MXFP8 combine payload (LL rank-major) the
+ * FP32 partial travels quantized (E4M3 + E8M0 per 32) and is dequantized into acc with weight 1.
+ * Scratch: 3 * hidden floats. */
 static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
                                   float* scratch, uint16_t* out) {
   const int H = p->hidden, K = p->top_k, EL = p->experts_per_rank;
@@ -155,7 +157,16 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
         const float f = ex_expert_factor(e % EL, order[j]);
         for (int h = 0; h < H; ++h) part[h] = fmaf(w[k], ex_bf16_f(ex_bf16_rne(dq[h] * f)), part[h]);
       }
-      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(part[h])), acc[h]);
+      if (p->combine_payload == EPF_PAYLOAD_MXFP8) { /* LL: the FP32 partial travels as an MXFP8 row */
+        for (int g = 0; g < H / 32; ++g) {
+          uint8_t q32[32];
+          const uint8_t sb = epf_mxfp8_quantize_block_ref(part + g * 32, epf_mx_rule_from_flags(p->flags), q32);
+          for (int i = 0; i < 32; ++i)
+            acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, 1.0f, acc[g * 32 + i]);
+        }
+      } else {
+        for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(part[h])), acc[h]);
+      }
     }
   }
   for (int h = 0; h < H; ++h) out[h] = ex_bf16_rne(acc[h]);
