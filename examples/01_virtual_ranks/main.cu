@@ -25,7 +25,8 @@
  *   - --mode ll --backward: then the training direction for the same routing (run_ll_backward):
  *     epf_ll_combine_backward (a dispatch of dy; each row's metadata weight is its combine weight)
  *     -> the experts' backward -> epf_ll_dispatch_backward (unit weights, repeats add nothing).
- *     BF16 and expert-major only (with --layout rm it is refused: EPF_ERR_LAYOUT).
+ *     BF16; both layouts (--layout rm: a rank-major dispatch of dy expanded into the view, the
+ *     experts' backward over the view, a unit-weight pre-reduce per (token, rank)).
  * Key concepts: virtual ranks (docs/concepts.md), the plan's regions (docs/layouts.md), epochs
  *   (every launch reads its epoch on the device, so a round is graph-capturable), caller-owned
  *   state (epf_ht_state_t zeroed once; epf_ll_state_t set by epf_ll_state_reset), the error record
@@ -76,7 +77,7 @@ static void usage(const char* argv0) {
          "  --backward (BF16): after the forward round, the training direction on the same routing:\n"
          "             ht: epf_ht_combine_backward (dy into the receive rows) -> [expand] -> the experts'\n"
          "             backward -> epf_ht_dispatch_backward (dx and the router-weight gradient);\n"
-         "             ll (expert-major only): epf_ll_combine_backward -> experts' backward ->\n"
+         "             ll (both layouts): epf_ll_combine_backward -> experts' backward ->\n"
          "             epf_ll_dispatch_backward; checked bit for bit like the forward.\n",
          argv0);
 }
@@ -966,7 +967,7 @@ static int run_ll_backward(const opts_t* o, const epf_plan_t* plan, const epf_ll
   int bad = 0;
   epf_status_t st = epf_ll_backward_check(plan);
   if (st != EPF_OK) {
-    fprintf(stderr, "--backward: %s: %s (the training direction is BF16 both ways, expert-major)\n", epf_status_name(st),
+    fprintf(stderr, "--backward: %s: %s (the training direction is BF16 both ways)\n", epf_status_name(st),
             epf_status_message(st));
     return 2;
   }
@@ -977,15 +978,20 @@ static int run_ll_backward(const opts_t* o, const epf_plan_t* plan, const epf_ll
   EX_CK(cudaMemset(d_dx, 0xA7, (size_t)n * H * 2)); /* poison */
   da.x = d_dy;                 /* backward of the combine: a dispatch of dy, same routing */
   EX_CS(epf_ll_combine_backward(L, &da, EPF_LL_BOTH, 0));
-  ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(*plan, window, d_round, d_counts, d_y); /* dx rows */
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR) /* dx rows over the view of dy the receive half expanded */
+    ex_ll_rm_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(*plan, (const uint8_t*)da.packed_x,
+                                                            (const uint8_t*)da.packed_scales, d_counts, d_y);
+  else
+    ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(*plan, window, d_round, d_counts, d_y); /* dx rows */
   EX_CK(cudaGetLastError());
   ca.out = d_dx;               /* backward of the dispatch: unit weights, repeats add nothing */
   ca.topk_weights = NULL;      /* not read */
   EX_CS(epf_ll_dispatch_backward(L, &ca, EPF_LL_BOTH, 0));
   EX_CK(cudaDeviceSynchronize());
   if (record_check(rec_h)) return 1;
-  /* the rows' metadata weights: the combine weight of each row (round 2: parity 0) */
-  {
+  /* the rows' metadata weights: the combine weight of each row (round 2: parity 0); rank-major
+   * rows carry per-k entries with the forward's weights (the library's tests check them) */
+  if (plan->layout == EPF_LAYOUT_EXPERT_MAJOR) {
     int32_t* counts = (int32_t*)malloc((size_t)R * EL * R * 4);
     uint32_t* rounds = (uint32_t*)malloc((size_t)R * 4);
     epf_recv_meta_em_t* meta = (epf_recv_meta_em_t*)malloc((size_t)plan->recv_capacity * sizeof(epf_recv_meta_em_t));
@@ -1024,12 +1030,34 @@ static int run_ll_backward(const opts_t* o, const epf_plan_t* plan, const epf_ll
   for (int64_t t = 0; t < n && !bad; ++t) {
     const int32_t* topk = in->topk + t * K;
     for (int h = 0; h < H; ++h) acc[h] = 0.0f;
-    for (int k = 0; k < K; ++k) {
-      int dup = 0;
-      for (int j = 0; j < k; ++j) dup |= topk[j] == topk[k];
-      if (dup) continue;
-      const float f = ex_expert_factor(topk[k] % EL, topk[k] / EL);
-      for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(ex_bf16_f(dy[t * H + h]) * f)), acc[h]);
+    if (plan->layout == EPF_LAYOUT_RANK_MAJOR) {
+      /* per destination rank, in the order of its first occurrence in k: the BF16 partial of the
+       * token's distinct experts there (unit weights), then acc = fma(1, partial, acc) */
+      for (int k = 0; k < K; ++k) {
+        int seen = 0;
+        if (topk[k] < 0) continue;
+        for (int j = 0; j < k; ++j) seen |= topk[j] >= 0 && topk[j] / EL == topk[k] / EL;
+        if (seen) continue;
+        for (int h = 0; h < H; ++h) {
+          float p = 0.0f;
+          for (int q = k; q < K; ++q) {
+            int dup = 0;
+            if (topk[q] < 0 || topk[q] / EL != topk[k] / EL) continue;
+            for (int j = 0; j < q; ++j) dup |= topk[j] == topk[q];
+            if (dup) continue;
+            p = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(ex_bf16_f(dy[t * H + h]) * ex_expert_factor(topk[q] % EL, topk[q] / EL))), p);
+          }
+          acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(p)), acc[h]);
+        }
+      }
+    } else {
+      for (int k = 0; k < K; ++k) {
+        int dup = 0;
+        for (int j = 0; j < k; ++j) dup |= topk[j] == topk[k];
+        if (dup) continue;
+        const float f = ex_expert_factor(topk[k] % EL, topk[k] / EL);
+        for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(ex_bf16_rne(ex_bf16_f(dy[t * H + h]) * f)), acc[h]);
+      }
     }
     for (int h = 0; h < H; ++h)
       if (got[t * H + h] != ex_bf16_rne(acc[h])) {
@@ -1064,8 +1092,8 @@ int main(int argc, char** argv) {
               epf_status_name(st), epf_status_message(st));
       return 2;
     }
-    /* --backward: the training direction is BF16 both ways and expert-major (a rank-major plan:
-     * EPF_ERR_LAYOUT), refused here too, before any GPU work */
+    /* --backward: the training direction is BF16 both ways (both layouts), refused here
+     * otherwise, before any GPU work */
     if (o.backward && (st2 = epf_ll_backward_check(&ll_plan)) != EPF_OK) {
       fprintf(stderr, "--mode ll%s --backward: %s: %s\n", o.layout == EPF_LAYOUT_RANK_MAJOR ? " --layout rm" : "",
               epf_status_name(st2), epf_status_message(st2));

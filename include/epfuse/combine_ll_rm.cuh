@@ -50,6 +50,8 @@
  * Contents:
  *   void         epf_ll_rm_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *   epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   void         epf_ll_rm_dispatch_backward_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
+ *   epf_status_t epf_ll_rm_dispatch_backward_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
  * Requirements: CUDA, sm_80+ (BF16 conversions), sm_90 compiled (-Werror).
  */
@@ -110,6 +112,12 @@ EPF_DEVICE_INLINE void epf__ll_rm_reduce_chunk_warp(const char* src, float wk, u
   }
 }
 
+/* the bodies of the send and receive blocks below (defined after them) */
+EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                               void* smem, bool bwd);
+EPF_DEVICE_INLINE epf_status_t epf__ll_rm_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                       const epf_ll_combine_args_t* a, void* smem, bool bwd);
+
 /* epf_ll_rm_combine_send_block — the expert side of a RANK_MAJOR LL combine: pre-reduce and send.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
  *             the rank, once per round, after the dispatch receive of the same round (and the
@@ -132,6 +140,33 @@ EPF_DEVICE_INLINE void epf__ll_rm_reduce_chunk_warp(const char* src, float wk, u
  *             arrived. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                     const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_rm_combine_send(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_rm_dispatch_backward_send_block — the expert side of the backward of a RANK_MAJOR LL
+ *   dispatch (training): an LL rank-major combine round of the expert-input gradients.
+ *   Everything as epf_ll_rm_combine_send_block (scope, y layouts FIXED / PACKED / PACKED_PULL,
+ *   push / pull, signals, epochs: it IS a combine round of the rank, and it follows a dispatch
+ *   round, normally epf_ll_combine_backward's), with a->y = dx rows (one per view row, in
+ *   y_layout's order), except the pre-reduce: per rank-major row, UNIT weights over the row's
+ *   DISTINCT view rows, each once at its first entry in k (a repeated expert adds nothing: its
+ *   gradient is already in its first occurrence's row): p = fma(1, dx_{j_n}, ... fma(1, dx_{j_0},
+ *   0.0f)), rounded to BF16. With a->weight_grad (not NULL: one FP32 per view row, y's order), each
+ *   entry j of the row carries its view row's value (0 for an entry that fails its checks) to the
+ *   source: pushed into float j of the source's row epf_ll_rm_weight_grad_row(plan, c, token,
+ *   rank) (the other parity's landing row of (token, rank)); pulled (EPF_LL_Y_PACKED_PULL): into
+ *   entry j's weight field of the row's own metadata (epf_combine_weight_grad_ptr). The signal
+ *   word says so (EPF__LL_COMBINE_WGRAD).
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE void epf_ll_rm_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                              const epf_ll_combine_args_t* a, void* smem) {
+  epf__ll_rm_combine_send(plan, ctx, a, smem, true);
+}
+
+/* (the body of the two send blocks above: bwd = true pre-reduces with unit weights over distinct
+ * view rows and carries a->weight_grad; every caller passes a constant) */
+EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
+                                               void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank;
   const int Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank, H = plan->hidden;
@@ -152,6 +187,8 @@ EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   const epf_wait_t w = epf_ll_wait(plan, ctx);
+  /* backward: this rank carries the router-weight gradients of its view rows */
+  const bool wgrad = bwd && a->weight_grad != NULL && ok_round;
   int64_t u, units;
   int g;
 
@@ -192,7 +229,21 @@ EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_
     if (!hdr_ok) continue; /* warp-uniform */
     dst = pull ? (char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, wrow))
                : (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_combine_row(plan, epoch, m.src_token, rank)), s);
-    epf__ll_rm_reduce_chunk_warp(y, m.weight, __ballot_sync(0xffffffffu, y != NULL), col, on, false, H, true, acc);
+    if (!bwd) {
+      epf__ll_rm_reduce_chunk_warp(y, m.weight, __ballot_sync(0xffffffffu, y != NULL), col, on, false, H, true, acc);
+    } else { /* unit weights, each view row once, at its first entry in k (the lowest lane) */
+      const uint32_t same = __match_any_sync(0xffffffffu, y != NULL ? (unsigned long long)m.em_row : ~(unsigned long long)lane);
+      epf__ll_rm_reduce_chunk_warp(y, 1.0f, __ballot_sync(0xffffffffu, y != NULL && __ffs((int)same) - 1 == lane), col, on,
+                                   false, H, true, acc);
+      if (wgrad && c == 0 && lane < m.num_local) { /* entry j = lane: its view row's gradient */
+        const float g = y != NULL ? a->weight_grad[m.em_row] : 0.0f;
+        if (pull)
+          *epf_combine_weight_grad_ptr(team, plan, wrow, lane, rank) = g;
+        else
+          ((float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_weight_grad_row(plan, epoch, m.src_token, rank)),
+                                s))[lane] = g;
+      }
+    }
     if (!mx) {
       if (on) epf_st_v4_u32(dst + (int64_t)col * 2, epf_bf16x8_from_f32(acc));
     } else { /* all lanes, converged: the quantizer's collectives (lanes past the row end: zeros) */
@@ -213,7 +264,7 @@ EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_
                                   epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
                                                          epf_ll_combine_signal_index(plan, epoch, rank)),
                                   g),
-          epoch, pull ? EPF__LL_COMBINE_PULL : 0u);
+          epoch, (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
     }
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
   }
@@ -240,6 +291,28 @@ EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_
  *             (pull) of the peers' receive rows. Co-residency: as epf_ll_combine_recv_block. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                             const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_rm_combine_recv(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_rm_dispatch_backward_recv_block — the source side of the backward of a RANK_MAJOR LL
+ *   dispatch (training). Everything as epf_ll_rm_combine_recv_block (scope, waits, push / pull,
+ *   masked ranks, epochs, the sum: weight 1 per rank's partial in the order of each rank's first
+ *   occurrence in k, FP32 from +0.0f, BF16 out): out = dx [num_tokens][hidden]. With
+ *   a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of the
+ *   view row k read in the forward (a repeat: its first occurrence's row, the same value), or 0
+ *   when the id is -1 or dropped, its rank is absent this round or did not carry gradients (no
+ *   weight_grad on its side). Entry j of (t, rank d) = the j-th k of the token on d, in k order.
+ *   Written by the warps that own chunk 0 of each token. a->topk_weights is not read.
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE epf_status_t epf_ll_rm_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                                      const epf_ll_combine_args_t* a, void* smem) {
+  return epf__ll_rm_combine_recv(plan, ctx, a, smem, true);
+}
+
+/* (the body of the two receive blocks above: bwd = true also writes a->topk_weights_grad; every
+ * caller passes a constant) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_rm_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                       const epf_ll_combine_args_t* a, void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank;
   const int H = plan->hidden, Tmax = plan->max_tokens_per_rank;
@@ -250,6 +323,8 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* pl
   const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
   uint32_t* present = (uint32_t*)((char*)smem + sl.reduce_present); /* [EPF_MASK_WORDS] */
   uint32_t* pulled = (uint32_t*)((char*)smem + sl.reduce_pulled);   /* [EPF_MASK_WORDS] */
+  uint32_t* wgbits = (uint32_t*)((char*)smem + sl.reduce_wgrad);     /* [EPF_MASK_WORDS], backward */
+  float* const wg_out = bwd ? a->topk_weights_grad : NULL;
   const epf_ll_slots_t rslots = epf_ll_rm_slots_at(plan, smem, sl.rm_reduce_slots, T, (int)blockDim.x);
   const int is64 = epf_ll_index_is64(a->index_type);
   const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
@@ -266,6 +341,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* pl
   for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
     present[i] = 0u;
     pulled[i] = 0u;
+    if (bwd) wgbits[i] = 0u;
   }
   if (early_slots) /* block-uniform */
     epf_ll_rm_slots_block(plan, a->topk_idx, a->index_type, T, rslots);
@@ -278,6 +354,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* pl
     if (st == EPF_OK) {
       atomicOr(&present[i >> 5], 1u << (i & 31));
       if (can_pull && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
+      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&wgbits[i >> 5], 1u << (i & 31));
     } else if (mine == EPF_OK) {
       mine = st;
     }
@@ -298,14 +375,30 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* pl
     /* the lowest lane of each rank is its first occurrence in k: the partials in that order */
     const uint32_t same = __match_any_sync(0xffffffffu, d >= 0 ? d : -1 - lane);
     const char* src = NULL;
+    char* wsrc = NULL; /* backward: where the gradients of the token's entries on d wait (lead lane) */
     if (d >= 0 && __ffs((int)same) - 1 == lane && epf__ll_active(present, d)) {
+      const bool wg_here = bwd && wg_out != NULL && c == 0 && epf__ll_active(wgbits, d);
       if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
         src = (const char*)epf_local_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_combine_row(plan, epoch, t, d)));
+        if (wg_here) wsrc = (char*)epf_local_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_weight_grad_row(plan, epoch, t, d)));
       } else { /* pull: the copy's receive row at d, slot rebuilt as the dispatch send computed it */
         int sd;
         const uint32_t slot = epf_ll_rm_slot(plan, rslots, t * K + lane, &sd);
-        if (slot != EPF_LL_SLOT_NONE && sd == d && slot < (uint32_t)Tmax)
+        if (slot != EPF_LL_SLOT_NONE && sd == d && slot < (uint32_t)Tmax) {
           src = (const char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, epf_ll_rm_recv_row(plan, epoch, rank, (int)slot)), d);
+          if (wg_here) /* the row's metadata at d: entry j's weight field (epf_combine_weight_grad_ptr) */
+            wsrc = (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, epf_ll_rm_recv_row(plan, epoch, rank, (int)slot)), d);
+        }
+      }
+    }
+    if (bwd && wg_out != NULL && c == 0) { /* warp-uniform: entry j of (t, d) = this k's rank among the token's k on d */
+      const int j = __popc(same & ((1u << lane) - 1u));
+      char* wb = (char*)epf__ll_shfl_ptr(wsrc, __ffs((int)same) - 1);
+      if (lane < K) {
+        float g = 0.0f;
+        if (d >= 0 && wb != NULL)
+          g = epf__ll_active(pulled, d) ? *(const float*)(wb + epf_recv_meta_rm_weight_at(K, j)) : ((const float*)wb)[j];
+        wg_out[(int64_t)t * K + lane] = g;
       }
     }
     epf__ll_rm_reduce_chunk_warp(src, 1.0f, __ballot_sync(0xffffffffu, src != NULL), col, on, mx, H, false, acc);

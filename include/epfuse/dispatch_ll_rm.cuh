@@ -59,6 +59,7 @@
  * Contents:
  *   void         epf_ll_rm_dispatch_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *   epf_status_t epf_ll_rm_dispatch_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
+ *   epf_status_t epf_ll_rm_combine_backward_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *   void         epf_ll_rm_expand_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_dispatch_args_t*, void* smem)
  *
  * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 compiled (-Werror).
@@ -266,9 +267,12 @@ EPF_DEVICE_INLINE bool epf__ll_rm_entry_ok(const epf_plan_t* plan, const epf_rec
 /* epf__ll_rm_expand_rows_block — the expansion of round `epoch`'s rank-major rows into the
  * expert-major view (a->packed_x / packed_scales / packed_meta, each optional), with rows[R] and
  * cnt[EL][R] already in the smem of epf_ll_smem_layout. One warp per (row, 512-byte chunk), the
- * rank's blocks sharing the rows. [collective:block] (every block of the rank, same arguments). */
+ * rank's blocks sharing the rows. [collective:block] (every block of the rank, same arguments).
+ * bwd (a constant of every caller): the packed_meta weight of a view row is its COMBINE WEIGHT,
+ * the FP32 sum from +0.0f, in ascending k, of the weights of the row's entries that name it (its
+ * first occurrence and every repeat), instead of the first entry's weight. */
 EPF_DEVICE_INLINE void epf__ll_rm_expand_rows_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, uint32_t epoch,
-                                                    const epf_ll_dispatch_args_t* a, void* smem) {
+                                                    const epf_ll_dispatch_args_t* a, void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = plan->nranks;
   const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
@@ -318,16 +322,30 @@ EPF_DEVICE_INLINE void epf__ll_rm_expand_rows_block(const epf_plan_t* plan, epf_
         }
       }
     }
+    float wview = m.weight; /* the view row's metadata weight: the first entry's (forward) */
+    if (bwd && c == 0) {    /* warp-uniform: the combine weight, entries in k order = lanes ascending */
+      float acc = 0.0f;
+      int q;
+      for (q = 0; q < 32; ++q) {
+        const float wq = __shfl_sync(0xffffffffu, m.weight, q);
+        if (em >= 0 && ((same >> q) & 1u) != 0u) acc = __fadd_rn(acc, wq);
+      }
+      wview = acc;
+    }
     if (c == 0 && lead && a->packed_meta != NULL) {
       union {
         epf_recv_meta_em_t m;
         uint4 v;
       } pm; /* registers only: one 16-byte store */
-      pm.m = epf_recv_meta_em_make(m.src_token, s, -1, m.local_expert, m.weight);
+      pm.m = epf_recv_meta_em_make(m.src_token, s, -1, m.local_expert, wview);
       epf_st_v4_u32(a->packed_meta + em, pm.v);
     }
   }
 }
+
+/* the body of the two receive blocks below (defined after them) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_rm_dispatch_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                        const epf_ll_dispatch_args_t* a, void* smem, bool bwd);
 
 /* epf_ll_rm_dispatch_recv_block — the receive half of RANK_MAJOR LL dispatch for one rank.
  *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
@@ -350,6 +368,31 @@ EPF_DEVICE_INLINE void epf__ll_rm_expand_rows_block(const epf_plan_t* plan, epf_
  *             rows. Co-residency: as epf_ll_dispatch_recv_block. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_rm_dispatch_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                              const epf_ll_dispatch_args_t* a, void* smem) {
+  return epf__ll_rm_dispatch_recv(plan, ctx, a, smem, false);
+}
+
+/* epf_ll_rm_combine_backward_recv_block — the receive half of the backward of a RANK_MAJOR LL
+ *   combine (training). The send half is epf_ll_rm_dispatch_send_block itself, with a->x = dy
+ *   [num_tokens][hidden] BF16 and the same topk_idx / topk_weights / num_tokens as the forward
+ *   round: the rows land in the same (source, slot) receive rows with the same rank-major metadata
+ *   (the entries of the token on this rank in k order, each with its forward weight, local expert
+ *   and expert slot). Everything here as epf_ll_rm_dispatch_recv_block (scope, waits, counts,
+ *   expand, epochs), except the packed_meta weight of each view row the expand writes: the row's
+ *   COMBINE WEIGHT, the sum over the entries naming that view row (its first occurrence and every
+ *   repeat of the expert) of their weights, FP32 adds in ascending k from +0.0f — the expert
+ *   stage computes d out_row = weight * dy_row. (epf_ll_rm_expand_block, the separate expand,
+ *   keeps the forward's rule, the first entry's weight: expand in this receive half, or derive
+ *   the combine weight from the rank-major rows' entries.)
+ *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
+EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                                     const epf_ll_dispatch_args_t* a, void* smem) {
+  return epf__ll_rm_dispatch_recv(plan, ctx, a, smem, true);
+}
+
+/* (the body of the two receive blocks above: bwd = true makes the view rows' metadata weight their
+ * combine weight; every caller passes a constant, so the forward code carries no backward code) */
+EPF_DEVICE_INLINE epf_status_t epf__ll_rm_dispatch_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                                        const epf_ll_dispatch_args_t* a, void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank, Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank;
   const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_RECV);
@@ -405,7 +448,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_dispatch_recv_block(const epf_plan_t* p
     }
   }
   if (a->packed_x != NULL || a->packed_meta != NULL || a->packed_scales != NULL) /* block-uniform */
-    epf__ll_rm_expand_rows_block(plan, ctx, epoch, a, smem);
+    epf__ll_rm_expand_rows_block(plan, ctx, epoch, a, smem, bwd);
 
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_RECV)) {
     if (threadIdx.x == 0 && a->round != NULL) *a->round = epoch;
@@ -464,7 +507,7 @@ EPF_DEVICE_INLINE void epf_ll_rm_expand_block(const epf_plan_t* plan, epf_ll_ctx
     const int32_t n = a->recv_counts != NULL && epf__ll_active(present, i % R) ? a->recv_counts[i] : 0;
     cnt[i] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
   }
-  epf__ll_rm_expand_rows_block(plan, ctx, epoch, a, smem); /* __syncthreads first */
+  epf__ll_rm_expand_rows_block(plan, ctx, epoch, a, smem, false); /* __syncthreads first */
 }
 
 EPF_END_DECLS

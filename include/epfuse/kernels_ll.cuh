@@ -52,7 +52,8 @@
  *   EPF_LL_BPR_COMBINE, EPF_LL_BPR_COMBINE_PULL             is_combine values
  *   kernels (static __global__): epf_ll_dispatch_kernel, epf_ll_combine_kernel, epf_ll_rm_dispatch_kernel,
  *   epf_ll_rm_combine_kernel, epf_ll_expand_kernel, epf_ll_combine_backward_kernel,
- *   epf_ll_dispatch_backward_kernel, epf_ll_clean_kernel, epf_ll_state_kernel, epf_ll_error_clear_kernel
+ *   epf_ll_dispatch_backward_kernel, epf_ll_rm_combine_backward_kernel, epf_ll_rm_dispatch_backward_kernel,
+ *   epf_ll_clean_kernel, epf_ll_state_kernel, epf_ll_error_clear_kernel
  *   Host-side error reading: epf_error_read (host.h) on the host-mapped record, no device sync.
  *
  * Requirements: CUDA runtime API, sm_80+ (sm_90 / sm_100 compiled (-Werror); tested on an H200).
@@ -191,6 +192,32 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_backward_kerne
   if (halves & EPF_LL_SEND) epf_ll_dispatch_backward_send_block(&plan, ctx, &a, epf__ll_smem);
   if (halves == EPF_LL_BOTH) __syncthreads();
   if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+/* epf_ll_rm_combine_backward_kernel / epf_ll_rm_dispatch_backward_kernel — the training direction of
+ * a RANK_MAJOR plan: epf_ll_rm_dispatch_kernel with the backward receive half (the expand writes
+ * the view rows' combine weights; the send half is the dispatch's), epf_ll_rm_combine_kernel with
+ * the backward halves (unit weights over distinct view rows, the router-weight gradients). */
+static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_combine_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                                         epf_error_record_t* record, const uint32_t* abort_word,
+                                                         int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_combine_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
+}
+
+static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_dispatch_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
+                                                          epf_error_record_t* record, const uint32_t* abort_word,
+                                                          int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
+  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_backward_send_block(&plan, ctx, &a, epf__ll_smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_dispatch_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
 }
 
 /* epf_ll_clean_kernel — one block per rank of the launch. */
@@ -394,8 +421,11 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
  *   = the row's combine weight (epf_ll_combine_backward_send_block). The receive half and its
  *   outputs (counts, packed copy, *round) are the dispatch's. It is a dispatch round of the state:
  *   the next combine round (normally epf_ll_dispatch_backward) pairs with it.
+ *   RANK_MAJOR plan: the rank-major dispatch of dy (one row per (token, rank), entries per k with
+ *   the forward's weights), and the expand of a receive half with packed outputs gives each view
+ *   row's packed_meta weight = its combine weight (epf_ll_rm_combine_backward_recv_block).
  *   Checks: those of epf_ll_dispatch, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
- *   plan is BF16 both ways; EPF_ERR_LAYOUT for a RANK_MAJOR plan: no rank-major backward yet).
+ *   plan is BF16 both ways).
  *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_combine_backward(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args,
                                                 int halves, cudaStream_t stream) {
@@ -409,6 +439,7 @@ EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_
   int bpr = 0, grid = 0;
   size_t smem = 0;
   const void* kernel;
+  bool rm;
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
   if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st;
@@ -425,17 +456,19 @@ EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_
     if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
     if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
   }
-  /* (layout, direction) -> kernel: the backward is expert-major only (epf_ll_backward_check refused
-   * a RANK_MAJOR plan above) */
-  kernel = bwd ? (const void*)epf_ll_combine_backward_kernel
-               : L->plan.layout == EPF_LAYOUT_RANK_MAJOR ? (const void*)epf_ll_rm_dispatch_kernel
-                                                          : (const void*)epf_ll_dispatch_kernel;
+  /* (layout, direction) -> kernel */
+  rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
+  kernel = bwd ? (rm ? (const void*)epf_ll_rm_combine_backward_kernel : (const void*)epf_ll_combine_backward_kernel)
+               : (rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel);
   st = epf__ll_grid(L, kernel, halves, args->num_tokens, 0, &bpr, &grid, &smem);
   if (st != EPF_OK) return st;
-  if (bwd)
+  if (bwd && rm)
+    epf_ll_rm_combine_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
+        L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
+  else if (bwd)
     epf_ll_combine_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
         L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
-  else if (L->plan.layout == EPF_LAYOUT_RANK_MAJOR)
+  else if (rm)
     epf_ll_rm_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
                                                                            L->abort_word, L->virtual_ranks, bpr, halves,
                                                                            *args);
@@ -473,9 +506,12 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
  *   args->topk_weights is not read. Router-weight gradient (optional): args->weight_grad (send:
  *   one FP32 per row, y's row order) and args->topk_weights_grad (receive: [num_tokens][top_k]
  *   FP32); both transports carry it (push: the source's other-parity landing row; pull: the row's
- *   metadata).
+ *   metadata). RANK_MAJOR plan: y = dx in the view's order (FIXED, PACKED, PACKED_PULL), the expert
+ *   side pre-reduces each (source, token) row with unit weights over its distinct view rows, the
+ *   source sums the per-rank partials (epf_ll_rm_dispatch_backward_send_block / _recv_block);
+ *   weight_grad is one FP32 per view row, carried per entry (push and pull).
  *   Checks: those of epf_ll_combine, plus epf_ll_backward_check (EPF_ERR_NOT_SUPPORTED unless the
- *   plan is BF16 both ways; EPF_ERR_LAYOUT for a RANK_MAJOR plan) and EPF_ERR_ALIGNMENT for gradient buffers not 4-byte aligned.
+ *   plan is BF16 both ways) and EPF_ERR_ALIGNMENT for gradient buffers not 4-byte aligned.
  *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_dispatch_backward(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args,
                                                  int halves, cudaStream_t stream) {
@@ -491,10 +527,10 @@ EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_l
   const bool in_place =
       args != NULL && (args->y_layout == EPF_LL_Y_IN_PLACE || args->y_layout == EPF_LL_Y_IN_PLACE_PULL);
   const void* kernel = bwd ? (const void*)epf_ll_dispatch_backward_kernel : (const void*)epf_ll_combine_kernel;
-  bool rm;
+  bool rm;  /* RANK_MAJOR: its own kernels (forward / backward) */
   epf_status_t st = epf__ll_launch_check(L);
   if (st != EPF_OK) return st;
-  if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st; /* RANK_MAJOR: EPF_ERR_LAYOUT */
+  if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st;
   rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
   if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
@@ -512,12 +548,18 @@ EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_l
       if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
       if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
     }
-    st = epf__ll_grid(L, (const void*)epf_ll_rm_combine_kernel, halves, args->num_tokens,
-                      epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
+    if (bwd && (((uintptr_t)args->weight_grad & 3u) != 0u || ((uintptr_t)args->topk_weights_grad & 3u) != 0u))
+      return EPF_ERR_ALIGNMENT;
+    kernel = bwd ? (const void*)epf_ll_rm_dispatch_backward_kernel : (const void*)epf_ll_rm_combine_kernel;
+    st = epf__ll_grid(L, kernel, halves, args->num_tokens, epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
     if (st != EPF_OK) return st;
-    epf_ll_rm_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                          L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                          *args);
+    if (bwd)
+      epf_ll_rm_dispatch_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
+          L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
+    else
+      epf_ll_rm_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
+                                                                            L->abort_word, L->virtual_ranks, bpr, halves,
+                                                                            *args);
     return epf__cuda_status(cudaGetLastError());
   }
   if (halves & EPF_LL_SEND) {

@@ -62,7 +62,7 @@
  *   void     epf_ll_state_init(epf_ll_state_t* out, int nranks)                         [EPF_HD]
  *   epf_status_t epf_ll_plan_check(const epf_plan_t* plan)                              [EPF_HD]
  *   epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens)            [EPF_HD]
- *   epf_status_t epf_ll_backward_check(const epf_plan_t* plan)   training direction: BF16 both ways, EXPERT_MAJOR [EPF_HD]
+ *   epf_status_t epf_ll_backward_check(const epf_plan_t* plan)   training direction: BF16 both ways, both layouts [EPF_HD]
  *   int64_t  epf_ll_fixed_row(plan, int local_expert, int src, int slot)                [EPF_HD]
  *   void     epf_ll_fixed_row_split(plan, int64_t row, int* out_le, int* out_src, int* out_slot) [EPF_HD]
  *   int64_t  epf_ll_recv_row(plan, uint32_t epoch, int local_expert, int src, int slot) [EPF_HD]
@@ -96,6 +96,7 @@
  *   int64_t  epf_ll_rm_dispatch_signal_index(plan, uint32_t epoch, int src)            [EPF_HD]
  *   uint64_t epf_ll_rm_count_offset(plan, uint32_t epoch, int src, int expert)         [EPF_HD]
  *   int64_t  epf_ll_rm_combine_row(plan, uint32_t epoch, int token, int rank)          [EPF_HD]
+ *   int64_t  epf_ll_rm_weight_grad_row(plan, uint32_t epoch, int token, int rank)      [EPF_HD]
  *   epf_ll_slots_t epf_ll_rm_slots_at(plan, void* smem, size_t offset, int num_tokens, int threads) [EPF_HD]
  *   void     epf_ll_rm_slots_block(plan, const void* topk_idx, int index_type, int num_tokens,
  *                                  epf_ll_slots_t)                                  [collective:block]

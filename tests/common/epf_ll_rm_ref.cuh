@@ -10,6 +10,9 @@
  *                           entries on it (fmaf(w_k, y_k, p)) rounded to the combine payload (BF16
  *                           RNE, or MXFP8 quantized from the FP32 partial), then acc = fmaf(1, p, acc)
  *                           in that order, BF16 out — the RANK_MAJOR rule of tests/common/epf_ht_ref.h
+ *   llrm_dispatch_backward  the backward of the dispatch (unit weights, each view row once, per-rank
+ *                           partials in first-occurrence order) and the router-weight gradients
+ *   llrm_wgrad_kernel       the test's per-view-row router-weight gradient (GPU side)
  *   llrm_poison_window      poison one rank's window rows of a round (receive, meta, scales, landing)
  *   llrm_check_dispatch_rank  counts, round, rank-major rows + scales + metadata in the window
  *                           (check_rows) and the expanded expert-major view (packed: rows, scales
@@ -172,6 +175,77 @@ static inline void llrm_combine(const llref_in_t* in, const int* Ts, uint32_t ab
   free(xs);
 }
 
+/* The backward of a RANK_MAJOR dispatch: dx[s][t][h] ([R][Tmax][H]) = per destination rank d in
+ * the order of its first occurrence in k, the partial p_d = fmaf(1, y_k, p) over the token's k on
+ * d whose EXPERT id occurs first at k (a repeat adds nothing), rounded to BF16, then acc =
+ * fmaf(1, BF16(p_d), acc), BF16 out (y = the test's expert of the view row, x = dy: BF16 plans
+ * only); wg ([R][Tmax][K], or NULL): for every valid k on a present rank the view row's
+ * llref_wgrad_value (a repeat: its first occurrence's row, the same value), else 0. */
+static inline void llrm_dispatch_backward(const llref_in_t* in, const int* Ts, uint32_t absent, int identity, uint16_t* out,
+                                          float* wg) {
+  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
+  float* acc = (float*)malloc((size_t)H * sizeof(float));
+  float* part = (float*)malloc((size_t)H * sizeof(float));
+  for (int s = 0; s < in->R; ++s) {
+    const int T = Ts != NULL ? Ts[s] : in->T;
+    if ((absent >> s) & 1u) continue;
+    for (int t = 0; t < T; ++t) {
+      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
+      const uint16_t* x = in->hx + ((size_t)s * Tmax + t) * H;
+      int order[32], nd = 0;
+      for (int h = 0; h < H; ++h) acc[h] = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const int64_t v = row[k];
+        int seen = 0;
+        float g = 0.0f;
+        if (v >= 0 && v < E) {
+          for (int j = 0; j < nd; ++j) seen |= order[j] == (int)(v / EL);
+          if (!seen) order[nd++] = (int)(v / EL);
+          if (!((absent >> (v / EL)) & 1u)) g = llref_wgrad_value((int)v, llref_bf2f(x[0]));
+        }
+        if (wg != NULL) wg[((size_t)s * Tmax + t) * K + k] = g;
+      }
+      for (int j = 0; j < nd; ++j) {
+        const int d = order[j];
+        if ((absent >> d) & 1u) continue;
+        for (int h = 0; h < H; ++h) part[h] = 0.0f;
+        for (int k = 0; k < K; ++k) {
+          if (row[k] < 0 || row[k] >= E || row[k] / EL != d || llrm_first_k(row, k) != k) continue;
+          for (int h = 0; h < H; ++h)
+            part[h] = fmaf(1.0f, llref_bf2f(llref_expert_apply((int)row[k], llref_bf2f(x[h]), identity)), part[h]);
+        }
+        for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, llref_bf2f(llref_f2bf(part[h])), acc[h]);
+      }
+      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+    }
+  }
+  free(acc);
+  free(part);
+}
+
+/* The test's router-weight gradient of every view row of rank i = blockIdx.y (BF16 view, packed_x
+ * as the expand wrote it): llref_wgrad_value(expert, first element), into wg (per-rank
+ * epf_ll_rank_bytes(EPF_LL_BUF_WEIGHT_GRAD) strides) at the packed row (packed_order) or the fixed
+ * row: the order of y. */
+static __global__ void llrm_wgrad_kernel(epf_plan_t plan, const int32_t* recv_counts, const char* packed_x, float* wg,
+                                         int packed_order, int skip_rank) {
+  const int R = plan.nranks, EL = plan.experts_per_rank, Tmax = plan.max_tokens_per_rank;
+  const int i = (int)blockIdx.y;
+  const int64_t rows = (int64_t)EL * R * Tmax;
+  if (i == skip_rank) return;
+  const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
+  for (int64_t fr = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; fr < rows; fr += (int64_t)gridDim.x * blockDim.x) {
+    int le, s, j;
+    epf_ll_fixed_row_split(&plan, fr, &le, &s, &j);
+    if (j >= cnt[le * R + s]) continue;
+    int pos = j;
+    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    const int64_t prow = epf_ll_packed_row(&plan, le, pos);
+    const uint16_t* x = (const uint16_t*)(packed_x + ((uint64_t)i * rows + prow) * plan.row_bytes);
+    wg[(uint64_t)i * rows + (packed_order ? prow : fr)] = llref_wgrad_value(i * EL + le, llref_bf2f(x[0]));
+  }
+}
+
 /* Poison the window rows one rank uses in the round of `epoch` (its parity). */
 static inline cudaError_t llrm_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
   const int64_t row0 = epf_ll_rm_recv_row(p, epoch, 0, 0);
@@ -248,11 +322,14 @@ static inline int llrm_check_dispatch_rank(const llref_in_t* in, const epf_plan_
           LLRM_CUDA(cudaMemcpy(pmeta, b->packed_meta + pr, (size_t)n * 16, cudaMemcpyDeviceToHost));
         for (int j = 0; j < n; ++j) {
           const int t = ref->em.row_t[g * Tmax + j], k = ref->em.row_k[g * Tmax + j];
+          /* the view row's weight: its first entry's (forward), or its combine weight (in->combine_weights:
+           * the backward of combine's expand) */
+          const float wview = in->combine_weights ? llref_combine_weight(in, s, t, k) : in->hw[((size_t)s * Tmax + t) * K + k];
           if (b->packed_x != NULL && memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
             LLRM_FAIL("%s: view rank %d expert %d row %d (src %d token %d) differs", what, d, le, pos + j, s, t);
           if (b->packed_meta != NULL &&
               (pmeta[j].src_token != t || pmeta[j].src_rank != s || pmeta[j].k != -1 || pmeta[j].local_expert != le ||
-               memcmp(&pmeta[j].weight, in->hw + ((size_t)s * Tmax + t) * K + k, 4) != 0))
+               memcmp(&pmeta[j].weight, &wview, 4) != 0))
             LLRM_FAIL("%s: view rank %d expert %d row %d: meta (%d,%d,%d,%d,%g), want (%d,%d,-1,%d)", what, d, le, pos + j,
                       pmeta[j].src_token, pmeta[j].src_rank, pmeta[j].k, pmeta[j].local_expert, (double)pmeta[j].weight,
                       t, s, le);

@@ -1208,11 +1208,16 @@ static void test_rm_refusals(void** state) {
     /* EXPERT_MAJOR: PACKED_PULL is a rank-major layout */
     ca = fix_cargs(&fe, EPF_LL_Y_PACKED_PULL);
     assert_int_equal(epf_ll_combine(&fe.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
-    /* the backward is expert-major only */
-    assert_int_equal(epf_ll_backward_check(&f.plan), EPF_ERR_LAYOUT);
-    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
+    /* the backward: accepted for a BF16 rank-major plan; its launchers check as the forward's */
+    assert_int_equal(epf_ll_backward_check(&f.plan), EPF_OK);
+    ca = fix_cargs(&f, EPF_LL_Y_IN_PLACE);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
     ca = fix_cargs(&f, EPF_LL_Y_PACKED);
-    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
+    ca.weight_grad = (const float*)((const char*)f.y + 2);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_BOTH, 0), EPF_ERR_ALIGNMENT);
+    da = fix_dargs(&f, 1);
+    da.recv_counts = NULL;
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_RECV, 0), EPF_ERR_INVALID_ARGUMENT);
     /* the transport: a rank-major plan pulls only with PACKED_PULL (BF16 here), never has the
      * MXFP8 pull's EXPERT_OUT region */
     assert_true(f.plan.region[EPF_REGION_EXPERT_OUT].bytes == 0);
@@ -1813,14 +1818,23 @@ static void test_backward_refusals(void** state) {
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
     assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_SEND, 0), EPF_ERR_NOT_SUPPORTED);
     assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_RECV, 0), EPF_ERR_NOT_SUPPORTED);
-    /* RANK_MAJOR: no rank-major backward yet, refused with EPF_ERR_LAYOUT (BF16 both ways too) */
+    /* RANK_MAJOR: the backward is accepted with BF16 both ways (test_rm_backward runs it); refused
+     * with a quantized payload, and when a landing row cannot hold top_k pushed FP32 gradients */
     c.combine_payload = EPF_PAYLOAD_BF16;
     c.layout = EPF_LAYOUT_RANK_MAJOR;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
     assert_int_equal(epf_ll_plan_check(&L.plan), EPF_OK);
-    assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_LAYOUT);
-    assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
-    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_LAYOUT);
+    assert_int_equal(epf_ll_backward_check(&L.plan), EPF_OK);
+    c.combine_payload = EPF_PAYLOAD_MXFP8;
+    assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_NOT_SUPPORTED);
+    assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_NOT_SUPPORTED);
+    c.combine_payload = EPF_PAYLOAD_BF16;
+    c.top_k = 32;
+    c.hidden = 32; /* 64-byte landing rows < 32 FP32 */
+    if (epf_plan_compute(&c, &L.plan) == EPF_OK) assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_NOT_SUPPORTED);
+    c.top_k = 8;
+    c.hidden = 2880;
     c.layout = EPF_LAYOUT_EXPERT_MAJOR;
     /* mode, tokens, halves, operands, alignment */
     c.mode = EPF_MODE_HT;
@@ -2160,6 +2174,262 @@ static void test_fault_tolerant_mx_pull(void** state) {
 /* a real 1-rank NCCL window                                                                     */
 /* ============================================================================================ */
 
+/* ============================================================================================ */
+/* RANK_MAJOR training direction: epf_ll_combine_backward / epf_ll_dispatch_backward            */
+/* ============================================================================================ */
+
+/* the rank-major backward blocks with a token count per rank (the launchers pass one num_tokens) */
+__global__ void rm_bwd_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                       int bpr, epf_ll_dispatch_args_t args, const int* Ts, int halves) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts[t.rank];
+  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_send_block(&plan, ctx, &a, smem); /* the send of dy is the dispatch's */
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_combine_backward_recv_block(&plan, ctx, &a, smem);
+}
+
+__global__ void rm_bwd_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                      int bpr, epf_ll_combine_args_t args, const int* Ts, int halves) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, NULL, (int)(blockIdx.x % bpr), bpr);
+  epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&args, &plan, t.rank);
+  a.num_tokens = Ts[t.rank];
+  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_backward_send_block(&plan, ctx, &a, smem);
+  if (halves == EPF_LL_BOTH) __syncthreads();
+  if (halves & EPF_LL_RECV) (void)epf_ll_rm_dispatch_backward_recv_block(&plan, ctx, &a, smem);
+}
+
+/* The backward of one RANK_MAJOR forward round (f->in holds dy now), round `epoch`: the backward of
+ * combine (a rank-major dispatch of dy; the view expanded by its receive half, whose metadata
+ * weight is each view row's combine weight), checked; the experts (dx = expert(dy) rows in
+ * y_layout, the per-view-row weight gradient when with_wg); the backward of dispatch, checked (dx
+ * and topk_weights_grad bit for bit). Ts_d: device [R] tokens (the blocks), or NULL (the launchers,
+ * split or fused). */
+static void rm_bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, const int* Ts, const int* Ts_d, int split,
+                         int y_layout, int identity, int with_wg, const char* what) {
+  const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
+  const int bpr = 2, threads = 256;
+  const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
+  epf_ll_dispatch_args_t da = fix_dargs(f, 1);
+  epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
+  uint16_t* want = (uint16_t*)malloc((size_t)R * Tmax * H * 2);
+  float* wantg = (float*)malloc((size_t)R * Tmax * K * 4);
+  char msg[LLREF_MSG], w2[360];
+  llrm_ref_t ref;
+  assert_true(want != NULL && wantg != NULL);
+  fix_poison_rm(f, epoch, 0);
+  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
+  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  if (Ts_d != NULL && smem > 48u * 1024u) {
+    EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)rm_bwd_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)rm_bwd_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  }
+  /* backward of combine */
+  if (Ts_d != NULL) {
+    assert_int_equal(epf_virtual_grid_check((const void*)rm_bwd_dispatch_kernel, threads, smem, R * bpr, 0), EPF_OK);
+    rm_bwd_dispatch_kernel<<<R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, da, Ts_d, EPF_LL_BOTH);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  } else if (split) {
+    assert_int_equal(epf_ll_combine_backward(&f->L, &da, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal(epf_ll_combine_backward(&f->L, &da, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal(epf_ll_combine_backward(&f->L, &da, EPF_LL_BOTH, 0), EPF_OK);
+  }
+  EPF_CHECK_LAUNCH();
+  f->in.combine_weights = 1;
+  llrm_dispatch(&f->in, Ts, 0u, &ref);
+  snprintf(w2, sizeof(w2), "%s: backward of combine", what);
+  for (int r = 0; r < R; ++r) {
+    llref_rank_bufs_t rb = fix_rank_bufs_rm(f, r);
+    if (llrm_check_dispatch_rank(&f->in, &f->plan, &ref, r, &rb, epoch, 1, 1, w2, msg) != 0) fail_msg("%s", msg);
+  }
+  f->in.combine_weights = 0;
+  /* the expert stage over the view: per-view-row weight gradient, dx rows */
+  if (with_wg) {
+    llrm_wgrad_kernel<<<dim3(64, (unsigned)R), 256>>>(f->plan, f->recv_counts, (const char*)f->packed_x, b->wg,
+                                                      y_layout != EPF_LL_Y_FIXED, -1);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  }
+  llref_experts_kernel<<<dim3(256, (unsigned)R), 256>>>(f->plan, f->win, 0, f->round, f->recv_counts, (const char*)f->packed_x,
+                                                        NULL, f->y, 1, y_layout == EPF_LL_Y_FIXED ? EPF_LL_Y_FIXED : EPF_LL_Y_PACKED,
+                                                        identity, -1);
+  EPF_CHECK_CUDA(cudaGetLastError());
+  /* backward of dispatch: topk_weights must not matter (unit weights) */
+  ca.topk_weights = NULL;
+  ca.weight_grad = with_wg ? b->wg : NULL;
+  ca.topk_weights_grad = b->twg;
+  if (Ts_d != NULL) {
+    assert_int_equal(epf_virtual_grid_check((const void*)rm_bwd_combine_kernel, threads, smem, R * bpr, 0), EPF_OK);
+    rm_bwd_combine_kernel<<<R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, ca, Ts_d, EPF_LL_BOTH);
+    EPF_CHECK_CUDA(cudaGetLastError());
+  } else if (split) {
+    assert_int_equal(epf_ll_dispatch_backward(&f->L, &ca, EPF_LL_SEND, 0), EPF_OK);
+    busy_kernel<<<132, 128>>>(g_sink, 2000);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    assert_int_equal(epf_ll_dispatch_backward(&f->L, &ca, EPF_LL_RECV, 0), EPF_OK);
+  } else {
+    assert_int_equal(epf_ll_dispatch_backward(&f->L, &ca, EPF_LL_BOTH, 0), EPF_OK);
+  }
+  EPF_CHECK_LAUNCH();
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  llrm_dispatch_backward(&f->in, Ts, 0u, identity, want, wantg);
+  if (!with_wg) memset(wantg, 0, (size_t)R * Tmax * K * 4); /* nobody carried gradients: 0 everywhere */
+  snprintf(w2, sizeof(w2), "%s: backward of dispatch", what);
+  f->in.Ts = Ts; /* llref_check_wgrad_rank: tokens [0, Ts[s]) */
+  for (int s = 0; s < R; ++s) {
+    if (llrm_check_combine_rank(&f->in, s, Ts[s], f->out + (size_t)s * Tmax * H, want, w2, msg) != 0) fail_msg("%s", msg);
+    if (llref_check_wgrad_rank(&f->in, s, b->twg + (size_t)s * Tmax * K, wantg, w2, msg) != 0) fail_msg("%s", msg);
+  }
+  f->in.Ts = NULL;
+  llrm_free(&ref);
+  free(want);
+  free(wantg);
+}
+
+/* RANK_MAJOR forward + backward, bit-exact: hidden 2880 / 1032 / 5120, top-k 1 / 8 / 22 / 32, 3 / 5 /
+ * 7 / 13 virtual ranks, equal T (the launchers, fused / split) or unequal T incl. 0 and 1 (the
+ * blocks), repeats, -1 and ids outside [-1, E), y FIXED / PACKED / PACKED_PULL (push and pull),
+ * with and without the router-weight gradient; two forward + backward pairs per case (both
+ * parities of every round kind). */
+static void test_rm_backward(void** state) {
+  static const int Rs[] = {3, 5, 7, 13}, Hs[] = {2880, 1032, 5120}, Ks[] = {8, 22, 32, 1};
+  static const int ys[] = {EPF_LL_Y_FIXED, EPF_LL_Y_PACKED, EPF_LL_Y_PACKED_PULL};
+  int cases = 0;
+  (void)state;
+  for (int ci = 0; ci < (g_quick ? 8 : 24); ++ci) {
+    const int R = Rs[ci % 4], H = Hs[(ci / 4) % 3], K = Ks[(ci / 3) % 4], Tmax = 16;
+    int EL = ci & 1 ? 4 : 2;
+    if (R * EL < K) EL = (K + R - 1) / R;
+    const int E = R * EL, topk64 = (ci >> 2) & 1, bad = ci % 3 == 0, per_rank_T = (ci / 2) & 1;
+    int Ts[16], *Ts_d = NULL;
+    fix_t f;
+    bwd_bufs_t b;
+    char what[256];
+    fix_init_rm(&f, R, Tmax, H, K, E, topk64, 0u, 5000000000ull, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
+    assert_int_equal(epf_ll_backward_check(&f.plan), EPF_OK);
+    bwd_bufs_init(&f, &b);
+    if (per_rank_T) {
+      for (int r = 0; r < R; ++r) Ts[r] = r == 0 ? 0 : r == 1 ? 1 : epf_rng_in(&g_seed, 0, Tmax);
+      EPF_CHECK_CUDA(cudaMalloc(&Ts_d, sizeof(Ts)));
+      EPF_CHECK_CUDA(cudaMemcpy(Ts_d, Ts, sizeof(Ts), cudaMemcpyHostToDevice));
+    }
+    for (int it = 0; it < 2; ++it) {
+      const int y = ys[(ci + it) % 3], split = (ci + it) & 1, identity = (ci >> 1 & 1) ^ it;
+      const int with_wg = (ci + it) % 4 != 3;
+      rm_round_t o;
+      o.Ts_d = Ts_d;
+      o.silent = -1;
+      o.split = split;
+      o.expand = RM_EXPAND_IN_RECV;
+      o.y_layout = ys[(ci + it + 1) % 3];
+      o.identity = 0;
+      fix_fill(&f, Tmax, bad);
+      if (!per_rank_T) {
+        f.in.T = epf_rng_in(&g_seed, it == 0 ? Tmax : 0, Tmax);
+        for (int r = 0; r < R; ++r) Ts[r] = f.in.T;
+      }
+      snprintf(what, sizeof(what), "RM backward R=%d T=%d%s H=%d K=%d E=%d it %d (y %d split %d wg %d identity %d int64 %d bad %d)",
+               R, Tmax, per_rank_T ? " (per rank)" : "", H, K, E, it, y, split, with_wg, identity, topk64, bad);
+      epf_error_clear(f.rec_h);
+      run_round_rm(&f, (uint32_t)(2 * it + 1), &o, 0);
+      check_round_rm(&f, Ts, 0u, (uint32_t)(2 * it + 1), o.y_layout != EPF_LL_Y_PACKED_PULL, 0, what);
+      fix_new_dy(&f);
+      rm_bwd_round(&f, &b, (uint32_t)(2 * it + 2), Ts, Ts_d, split, y, identity, with_wg, what);
+      if (f.rec_h->count != 0)
+        fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    }
+    printf("ok  %s\n", what);
+    ++cases;
+    if (Ts_d != NULL) EPF_CHECK_CUDA(cudaFree(Ts_d));
+    bwd_bufs_free(&b);
+    fix_free(&f);
+  }
+  printf("rank-major backward: %d configurations, forward + backward rounds exact\n", cases);
+}
+
+/* CUDA graph: the rank-major backward pair (launchers, split halves, pull with gradients) captured
+ * once and replayed with fresh routing and dy; every replay checked */
+static void test_rm_backward_graph(void** state) {
+  const int R = 5, Tmax = 16, H = 2880, K = 8, E = 40;
+  fix_t f;
+  bwd_bufs_t b;
+  int Ts[16];
+  cudaStream_t s;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  (void)state;
+  fix_init_rm(&f, R, Tmax, H, K, E, 0, 0u, 5000000000ull, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
+  bwd_bufs_init(&f, &b);
+  EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  f.in.T = Tmax;
+  for (int r = 0; r < R; ++r) Ts[r] = Tmax;
+  {
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 1);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_PACKED_PULL);
+    ca.topk_weights = NULL;
+    ca.weight_grad = b.wg;
+    ca.topk_weights_grad = b.twg;
+    EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_SEND, s), EPF_OK);
+    assert_int_equal(epf_ll_combine_backward(&f.L, &da, EPF_LL_RECV, s), EPF_OK);
+    llrm_wgrad_kernel<<<dim3(64, (unsigned)R), 256, 0, s>>>(f.plan, f.recv_counts, (const char*)f.packed_x, b.wg, 1, -1);
+    llref_experts_kernel<<<dim3(256, (unsigned)R), 256, 0, s>>>(f.plan, f.win, 0, f.round, f.recv_counts, (const char*)f.packed_x,
+                                                               NULL, f.y, 1, EPF_LL_Y_PACKED, 0, -1);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, s), EPF_OK);
+    assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_RECV, s), EPF_OK);
+    EPF_CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    EPF_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  }
+  for (uint32_t rep = 1; rep <= 4; ++rep) {
+    uint16_t* want = (uint16_t*)malloc((size_t)R * Tmax * H * 2);
+    float* wantg = (float*)malloc((size_t)R * Tmax * K * 4);
+    char msg[LLREF_MSG], what[128];
+    llrm_ref_t ref;
+    assert_true(want != NULL && wantg != NULL);
+    snprintf(what, sizeof(what), "RM backward graph replay %u", rep);
+    fix_fill(&f, Tmax, rep == 2);
+    f.in.T = Tmax;
+    fix_poison_rm(&f, rep, s);
+    EPF_CHECK_CUDA(cudaMemsetAsync(b.twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f.plan, EPF_LL_BUF_TOPK_WEIGHTS, 0), s));
+    EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+    epf_error_clear(f.rec_h);
+    EPF_CHECK_CUDA(cudaGraphLaunch(ge, s));
+    EPF_CHECK_CUDA(cudaStreamSynchronize(s));
+    f.in.combine_weights = 1;
+    llrm_dispatch(&f.in, Ts, 0u, &ref);
+    f.in.combine_weights = 0;
+    for (int r = 0; r < R; ++r) { /* the view of dy (the rank-major rows: overwritten by the pull's partials) */
+      llref_rank_bufs_t rb = fix_rank_bufs_rm(&f, r);
+      f.in.combine_weights = 1;
+      if (llrm_check_dispatch_rank(&f.in, &f.plan, &ref, r, &rb, rep, 0, 1, what, msg) != 0) fail_msg("%s", msg);
+      f.in.combine_weights = 0;
+    }
+    llrm_dispatch_backward(&f.in, Ts, 0u, 0, want, wantg);
+    f.in.Ts = Ts;
+    for (int r = 0; r < R; ++r) {
+      if (llrm_check_combine_rank(&f.in, r, Tmax, f.out + (size_t)r * Tmax * H, want, what, msg) != 0) fail_msg("%s", msg);
+      if (llref_check_wgrad_rank(&f.in, r, b.twg + (size_t)r * Tmax * K, wantg, what, msg) != 0) fail_msg("%s", msg);
+    }
+    f.in.Ts = NULL;
+    if (f.rec_h->count != 0) fail_msg("%s: %u errors recorded", what, f.rec_h->count);
+    llrm_free(&ref);
+    free(want);
+    free(wantg);
+  }
+  printf("rank-major backward graph: 4 replays exact\n");
+  EPF_CHECK_CUDA(cudaGraphExecDestroy(ge));
+  EPF_CHECK_CUDA(cudaGraphDestroy(g));
+  EPF_CHECK_CUDA(cudaStreamDestroy(s));
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
 #if defined(EPF_TEST_WITH_NCCL)
 static void test_nccl_one_rank(void** state) {
   const int Tmax = 16, H = 2880, K = 8, E = 8;
@@ -2229,6 +2499,8 @@ int main(void) {
       cmocka_unit_test(test_rm_matrix),
       cmocka_unit_test(test_rm_graph),
       cmocka_unit_test(test_rm_fault_and_bad_metadata),
+      cmocka_unit_test(test_rm_backward),
+      cmocka_unit_test(test_rm_backward_graph),
 #if defined(EPF_TEST_WITH_NCCL)
       cmocka_unit_test(test_nccl_one_rank),
 #endif

@@ -899,8 +899,8 @@ static Case draw_ll(Rng& g, const Limits& lim) {
     if (c.T <= 1 || epf_ll_smem_bytes(&p, th) <= (size_t)g_optin_smem) break;
     c.T = std::max<int64_t>(1, c.T / 2);
   }
-  /* the training direction (BF16 both ways, expert-major: a RANK_MAJOR plan's backward is refused,
-   * test_ll checks that), drawn last so the draws above stay as they were */
+  /* the training direction (BF16 both ways; drawn for expert-major plans only so far: the rank-major
+   * backward is tested by test_ll's test_rm_backward), drawn last so the draws above stay as they were */
   c.bwd = c.layout == EPF_LAYOUT_EXPERT_MAJOR && c.pay == EPF_PAYLOAD_BF16 && c.cpay == EPF_PAYLOAD_BF16 && g.pm(450);
   c.wg = c.bwd && g.pm(700);
   /* the MXFP8 combine pulls by default (the expert side quantizes into its own EXPERT_OUT) and

@@ -76,16 +76,18 @@ EPF_HD epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens) 
 }
 
 /* epf_ll_backward_check — may this LL plan run the training direction (epf_ll_combine_backward,
- *   epf_ll_dispatch_backward and their blocks)? EPF_OK, or epf_ll_plan_check's status, or
- *   EPF_ERR_NOT_SUPPORTED unless the payload and the combine payload are both BF16 (gradients
- *   travel unquantized: the rows carry dy and dx exactly), or EPF_ERR_LAYOUT for a RANK_MAJOR plan
- *   (the rank-major backward is not built yet: its kernels are expert-major only). Scope: any
+ *   epf_ll_dispatch_backward and their blocks)? EXPERT_MAJOR and RANK_MAJOR plans both may.
+ *   EPF_OK, or epf_ll_plan_check's status, or EPF_ERR_NOT_SUPPORTED unless the payload and the
+ *   combine payload are both BF16 (gradients travel unquantized: the rows carry dy and dx exactly)
+ *   and, RANK_MAJOR, a combine landing row holds top_k FP32 (the pushed router-weight gradients of
+ *   one (token, rank): combine_row_bytes >= 4 * top_k, i.e. hidden >= 2 * top_k). Scope: any
  *   thread. Pure. */
 EPF_HD epf_status_t epf_ll_backward_check(const epf_plan_t* plan) {
   const epf_status_t st = epf_ll_plan_check(plan);
   if (st != EPF_OK) return st;
-  if (plan->layout != EPF_LAYOUT_EXPERT_MAJOR) return EPF_ERR_LAYOUT;
   if (plan->payload != EPF_PAYLOAD_BF16 || plan->combine_payload != EPF_PAYLOAD_BF16) return EPF_ERR_NOT_SUPPORTED;
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR && plan->combine_row_bytes < 4u * (uint32_t)plan->top_k)
+    return EPF_ERR_NOT_SUPPORTED;
   return EPF_OK;
 }
 
@@ -240,8 +242,8 @@ EPF_HD int epf__ll_segments(int threads) {
  *                       the bits of the ranks that carried weight gradients (backward);
  *     RANK_MAJOR plans (rm_* fields): the send's per-rank table after its expert table; the
  *     receive / expand / combine send's source presence, rows (+ prefix), [EL][R] counts and
- *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull; rank-major plans
- *     have no backward, so reduce_wgrad is not theirs).
+ *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull; it fits in
+ *     reduce_slots' bytes, R <= E, so reduce_wgrad serves the rank-major backward too).
  *   The halves of a stage reuse the memory: each stage needs the larger of its halves.
  *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threads) {

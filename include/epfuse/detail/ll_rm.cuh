@@ -13,7 +13,9 @@
  *     count words (signal.cuh, epf_count_word_pack: they carry the epoch) in the COUNTS region:
  *     epf_ll_rm_count_offset(plan, epoch, src, expert), written before the signal word;
  *   - combine landing rows COMBINE[2 parity][T][R] at the source: the pre-reduced partial of
- *     (token, expert rank), epf_ll_rm_combine_row(plan, epoch, token, rank).
+ *     (token, expert rank), epf_ll_rm_combine_row(plan, epoch, token, rank); the backward of
+ *     dispatch pushes the router-weight gradients into the other parity's row
+ *     (epf_ll_rm_weight_grad_row).
  * The expert-major view the expand writes is the one of an EXPERT_MAJOR plan's packed output:
  * row epf_ll_packed_row(plan, le, pos), [EL][R * T] rows.
  * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
@@ -72,6 +74,18 @@ EPF_HD uint64_t epf_ll_rm_count_offset(const epf_plan_t* plan, uint32_t epoch, i
  *   Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_combine_row(const epf_plan_t* plan, uint32_t epoch, int token, int rank) {
   return ((int64_t)(epoch & 1u) * plan->max_tokens_per_rank + token) * plan->nranks + rank;
+}
+
+/* epf_ll_rm_weight_grad_row — RANK_MAJOR: row of the source's COMBINE region whose first 4 * top_k
+ *   bytes receive the router-weight gradients of the entries of (token, rank `rank`) pushed in
+ *   the backward-of-dispatch round of `epoch` (epf_ll_dispatch_backward; float j = the token's
+ *   j-th entry on that rank in k order): the landing row of (token, rank) of the OTHER parity,
+ *   epf_ll_rm_combine_row(plan, epoch + 1, token, rank). Nobody reads or writes that row between
+ *   the push and the source's receive of the round (as epf_ll_weight_grad_row; docs/low-latency.md,
+ *   "Training: the backward direction"); epf_ll_backward_check makes sure a row holds top_k FP32.
+ *   Scope: any thread. Pure. */
+EPF_HD int64_t epf_ll_rm_weight_grad_row(const epf_plan_t* plan, uint32_t epoch, int token, int rank) {
+  return epf_ll_rm_combine_row(plan, epoch + 1u, token, rank);
 }
 
 /* epf_ll_rm_slots_at — the per-rank slot table that starts `offset` bytes into `smem`

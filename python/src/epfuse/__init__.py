@@ -511,8 +511,9 @@ class Group:
                             index_dtype="int64", expert_counts=None, packed_x=None, packed_meta=None, round=None,
                             halves: str = "both", stream=None) -> None:
         """Backward of the LL combine (epf_ll_combine_backward): an LL dispatch of dy with the
-        forward's routing; each row's metadata weight is its combine weight. BF16, expert-major
-        plans only (rank-major: EPF_ERR_LAYOUT)."""
+        forward's routing; each row's metadata weight is its combine weight (rank-major: the rows
+        carry per-k entries with the forward's weights, and the expand into packed_x / packed_meta
+        gives each view row its combine weight). BF16 plans, both layouts."""
         a = _abi.LlDispatchArgs()
         a.x, a.topk_idx, a.topk_weights = ptr(dy), ptr(topk_idx), ptr(topk_weights)
         a.num_tokens = self.plan.max_tokens_per_rank if num_tokens is None else int(num_tokens)
@@ -527,7 +528,9 @@ class Group:
                              halves: str = "both", stream=None) -> None:
         """Backward of the LL dispatch (epf_ll_dispatch_backward): dx[t] = sum over the first
         occurrences k of dx_rows of (t, k), FP32 in k order, BF16; optionally the router-weight
-        gradient: weight_grad (one FP32 per row, y_layout order) -> topk_weights_grad [T][K]."""
+        gradient: weight_grad (one FP32 per row, y_layout order) -> topk_weights_grad [T][K].
+        Rank-major plans: dx_rows in the view's order (y_layout "fixed", "packed" or
+        "packed_pull"); per-rank unit-weight partials, weight_grad one FP32 per view row."""
         a = _abi.LlCombineArgs()
         a.y, a.recv_counts, a.topk_idx, a.out = ptr(dx_rows), ptr(recv_counts), ptr(topk_idx), ptr(dx)
         a.num_tokens = self.plan.max_tokens_per_rank if num_tokens is None else int(num_tokens)
