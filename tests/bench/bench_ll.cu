@@ -242,7 +242,6 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
     const double bf16_row = (double)H * 2.0;
     const double copy_d = 2.0 * (double)delivered * row, copy_c = 2.0 * (double)delivered * plan.combine_row_bytes;
     const double topk_d = (double)R * T * K * row, recv_d = (double)delivered * row;
-    const double link_d = (double)(delivered - local_rows) * row;
     /* what the kernels themselves read and write in HBM: dispatch reads x once per token and
      * writes every copy + metadata; combine reads y, writes and re-reads the landing rows, writes out */
     const int pulled = epf_ll_combine_pulls(&plan, ca.y_layout) && c->cpayload == EPF_PAYLOAD_BF16;
@@ -264,6 +263,9 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
      * combine rows back) */
     const double link_em = (double)(delivered - local_rows) * (row + 16.0 + plan.combine_row_bytes);
     const double link_rm = (double)(rm_rows - rm_local) * (row + rm_meta + plan.combine_row_bytes);
+    /* the dispatch's own link bytes: its rows (rank-major: one per (token, rank), with metadata)
+     * that leave their rank */
+    const double link_d = c->rm ? (double)(rm_rows - rm_local) * (row + rm_meta) : (double)(delivered - local_rows) * row;
     const double link_c = c->rm ? (double)(rm_rows - rm_local) * plan.combine_row_bytes
                                 : (double)(delivered - local_rows) * (pulled ? bf16_row : (double)plan.combine_row_bytes);
     printf("%-7s->%-7s %s R=%d T=%-4d H=%d K=%d E=%d bpr %d/%d%s\n", bl_payload(c->payload), bl_payload(c->cpayload),
