@@ -23,9 +23,15 @@
  *          copy per (token, rank), the view expanded by the receive half or epf_ll_expand, y fixed /
  *          packed / packed + pull, against tests/common/epf_ll_rm_ref.cuh; MXFP8 combine: push, no
  *          EXPERT_OUT region);
- *          bwd=1 (BF16 both ways, expert-major): each forward round followed by its backward
+ *          bwd=1 (BF16 both ways): each forward round followed by its backward
  *          (epf_ll_combine_backward of dy: rows and combine weights; experts; epf_ll_dispatch_backward:
- *          dx and, wg=1, the router-weight gradient), every byte against the CPU reference.
+ *          dx and, wg=1, the router-weight gradient), every byte against the CPU reference; rank-major
+ *          (lay=rm, drawn where epf_ll_backward_check accepts the plan: hidden >= 2 top-k) with y
+ *          fixed / packed / packed + pull: the rank-major rows of dy and the view (packed=1: expanded
+ *          by the receive half, each view row's weight its combine weight; packed=0: epf_ll_expand),
+ *          the per-view-row weight gradient, dx and topk_weights_grad against epf_ll_rm_ref.cuh
+ *          (llrm_dispatch_backward), rows past T keep their poison; a forced bwd=1 on a plan the
+ *          backward refuses (--case) checks that both launchers say EPF_ERR_NOT_SUPPORTED.
  * The semantics tested are the documented ones (docs/route.md, docs/high-throughput.md,
  * docs/low-latency.md): a REPEATED expert id within a token gets no copy of its own but
  * contributes its first occurrence's output, with its own weight, in k order; ids outside [-1, E)
@@ -899,14 +905,23 @@ static Case draw_ll(Rng& g, const Limits& lim) {
     if (c.T <= 1 || epf_ll_smem_bytes(&p, th) <= (size_t)g_optin_smem) break;
     c.T = std::max<int64_t>(1, c.T / 2);
   }
-  /* the training direction (BF16 both ways; drawn for expert-major plans only so far: the rank-major
-   * backward is tested by test_ll's test_rm_backward), drawn last so the draws above stay as they were */
+  /* the training direction (BF16 both ways), drawn last so the draws above stay as they were */
   c.bwd = c.layout == EPF_LAYOUT_EXPERT_MAJOR && c.pay == EPF_PAYLOAD_BF16 && c.cpay == EPF_PAYLOAD_BF16 && g.pm(450);
   c.wg = c.bwd && g.pm(700);
   /* the MXFP8 combine pulls by default (the expert side quantizes into its own EXPERT_OUT) and
    * pushes with EPF_FLAG_COMBINE_PUSH (a rank-major plan pushes it either way: the flag changes
    * nothing there); drawn last, so the draws above stay those of older seeds */
   c.push = c.cpay == EPF_PAYLOAD_MXFP8 && g.pm(400);
+  /* the rank-major training direction: BF16 both ways and a landing row that holds top_k pushed FP32
+   * gradients (epf_ll_backward_check: hidden >= 2 top_k); drawn after everything else, so older
+   * seeds draw the same fields (and only gain bwd / wg) */
+  if (c.layout == EPF_LAYOUT_RANK_MAJOR && c.pay == EPF_PAYLOAD_BF16 && c.cpay == EPF_PAYLOAD_BF16) {
+    const epf_plan_t p = plan_of(c);
+    if (epf_ll_backward_check(&p) == EPF_OK) {
+      c.bwd = g.pm(450);
+      c.wg = c.bwd && g.pm(700);
+    }
+  }
   return c;
 }
 
@@ -1686,16 +1701,27 @@ struct LlRef {
 
 /* The backward of LL round epoch - 1 (same routing in `in`, fresh dy): epf_ll_combine_backward
  * (rows + combine weights checked on every rank), the experts over dy (dx rows in c.y), the
- * per-row weight gradient (c.wg), epf_ll_dispatch_backward: dx and topk_weights_grad bit for bit. */
+ * per-row weight gradient (c.wg), epf_ll_dispatch_backward: dx and topk_weights_grad bit for bit.
+ * RANK_MAJOR (rm): the combine backward is a rank-major dispatch of dy (the rank-major rows with the
+ * forward's metadata, the view expanded by the receive half when c.packed, its packed_meta weight
+ * = the view row's combine weight, else by epf_ll_expand with the forward's rule: the first
+ * entry's weight), checked against llrm_dispatch; the experts and the per-view-row weight gradient
+ * (llrm_wgrad_kernel) read the view, y in the view's order (FIXED, PACKED, PACKED_PULL); dx and
+ * topk_weights_grad against llrm_dispatch_backward, rows past T keep their poison. */
 static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, const epf_ll_launch_t& L, llref_in_t& in,
                               Dev& win, Dev& x, Dev& counts, Dev& ecounts, Dev& px, Dev& ps, Dev& pm, Dev& round,
-                              Dev& y, Dev& out, Dev& wgr, Dev& twg, epf_ll_dispatch_args_t da, epf_ll_combine_args_t ca,
-                              const Grid& lg_bdispatch, const Grid& lg_bcombine, uint32_t epoch, uint32_t dropped) {
+                              Dev& y, Dev& out, Dev& wgr, Dev& twg, epf_ll_dispatch_args_t da, epf_ll_dispatch_args_t dv,
+                              epf_ll_combine_args_t ca, const Grid& lg_bdispatch, const Grid& lg_bcombine, uint32_t epoch,
+                              uint32_t dropped) {
   const int R = (int)c.R, E = (int)c.E, K = (int)c.K, H = (int)c.H, Tm = (int)c.T, T = in.T;
+  const bool rm = c.layout == EPF_LAYOUT_RANK_MAJOR;
+  const std::vector<int> Tv((size_t)R, T);
   char msg[LLREF_MSG];
   for (size_t i = 0; i < (size_t)R * Tm * H; ++i) in.hx[i] = gen_x(g); /* dy */
   h2d(x.p, in.hx, (size_t)R * Tm * H * 2);
-  for (int r = 0; r < R; ++r) CK(llref_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream));
+  for (int r = 0; r < R; ++r)
+    CK(rm ? llrm_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream)
+          : llref_poison_window(&plan, win.c() + (uint64_t)r * plan.total_bytes, epoch, g_stream));
   for (Dev* b : {&counts, &ecounts, &px, &ps, &pm, &round, &y, &out, &wgr, &twg})
     if (b->p != nullptr) d_set(b->p, POISON, b->n);
   sync_or_die("backward uploads and poisoning");
@@ -1706,8 +1732,30 @@ static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, con
   } else {
     launched(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, g_stream), "epf_ll_combine_backward", lg_bdispatch);
   }
+  if (rm && !c.packed) launched(epf_ll_expand(&L, &dv, g_stream), "epf_ll_expand (backward)");
   sync_or_die("the LL combine backward");
-  {
+  if (rm) { /* the rank-major rows (the forward's metadata) and the view */
+    llrm_ref_t rr;
+    in.combine_weights = c.packed ? 1 : 0; /* the receive half's expand: combine weights; epf_ll_expand: the first entry's */
+    llrm_dispatch(&in, Tv.data(), 0u, &rr);
+    for (int d = 0; d < R; ++d) {
+      llref_rank_bufs_t b;
+      b.win = win.c() + (uint64_t)d * plan.total_bytes;
+      b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
+      b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
+      b.round = round.as<uint32_t>() + d;
+      b.packed_x = px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0);
+      b.packed_scales = NULL; /* BF16 */
+      b.packed_meta = (const epf_recv_meta_em_t*)(pm.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_META, 0));
+      if (llrm_check_dispatch_rank(&in, &plan, &rr, d, &b, epoch, 1, 1, "rank-major combine backward", msg) != 0) {
+        in.combine_weights = 0;
+        llrm_free(&rr);
+        FAIL("%s", msg);
+      }
+    }
+    in.combine_weights = 0;
+    llrm_free(&rr);
+  } else {
     LlRef ref;
     in.combine_weights = 1;
     llref_dispatch(&in, 0u, &ref.r);
@@ -1728,15 +1776,24 @@ static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, con
     }
     in.combine_weights = 0;
   }
-  if (c.wg) {
+  if (c.wg && rm) {
+    llrm_wgrad_kernel<<<dim3(64, (unsigned)R), 256, 0, g_stream>>>(plan, counts.as<int32_t>(), px.c(), wgr.as<float>(),
+                                                                    c.y != EPF_LL_Y_FIXED ? 1 : 0, -1);
+    CK(cudaGetLastError());
+  } else if (c.wg) {
     llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256, 0, g_stream>>>(plan, win.c(), 0, round.as<uint32_t>(),
                                                                     counts.as<int32_t>(), wgr.as<float>(),
                                                                     c.y == EPF_LL_Y_PACKED ? 1 : 0, -1);
     CK(cudaGetLastError());
   }
-  llref_experts_kernel<<<dim3(256, (unsigned)R), 256, 0, g_stream>>>(
-      plan, win.c(), 0, round.as<uint32_t>(), counts.as<int32_t>(), px.c(), ps.as<uint8_t>(), y.as<uint16_t>(),
-      c.packed && c.y == EPF_LL_Y_PACKED ? 1 : 0, (int)c.y, (int)c.ident, -1);
+  if (rm) /* dx rows from the view, in the view's order (PACKED_PULL: packed rows) */
+    llref_experts_kernel<<<dim3(256, (unsigned)R), 256, 0, g_stream>>>(
+        plan, win.c(), 0, round.as<uint32_t>(), counts.as<int32_t>(), px.c(), ps.as<uint8_t>(), y.as<uint16_t>(), 1,
+        c.y == EPF_LL_Y_FIXED ? EPF_LL_Y_FIXED : EPF_LL_Y_PACKED, (int)c.ident, -1);
+  else
+    llref_experts_kernel<<<dim3(256, (unsigned)R), 256, 0, g_stream>>>(
+        plan, win.c(), 0, round.as<uint32_t>(), counts.as<int32_t>(), px.c(), ps.as<uint8_t>(), y.as<uint16_t>(),
+        c.packed && c.y == EPF_LL_Y_PACKED ? 1 : 0, (int)c.y, (int)c.ident, -1);
   CK(cudaGetLastError());
   ca.topk_weights = NULL; /* unit weights: never read */
   ca.weight_grad = c.wg ? wgr.as<float>() : NULL;
@@ -1750,16 +1807,42 @@ static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, con
   sync_or_die("experts + the LL dispatch backward");
   std::vector<uint16_t> want((size_t)R * Tm * H);
   std::vector<float> wantg((size_t)R * Tm * K);
-  llref_dispatch_backward(&in, 0u, (int)c.ident, want.data(), wantg.data());
+  if (rm)
+    llrm_dispatch_backward(&in, Tv.data(), 0u, (int)c.ident, want.data(), wantg.data());
+  else
+    llref_dispatch_backward(&in, 0u, (int)c.ident, want.data(), wantg.data());
   if (!c.wg) std::fill(wantg.begin(), wantg.end(), 0.0f);
+  const char* what = rm ? "LL rank-major dispatch backward" : "LL dispatch backward";
   for (int s = 0; s < R; ++s) {
-    if (llref_check_combine_rank(&in, s, out.as<uint16_t>() + (size_t)s * Tm * H, want.data(), "LL dispatch backward", msg) != 0)
+    if (llref_check_combine_rank(&in, s, out.as<uint16_t>() + (size_t)s * Tm * H, want.data(), what, msg) != 0)
       FAIL("%s", msg);
-    if (llref_check_wgrad_rank(&in, s, twg.as<float>() + (size_t)s * Tm * K, wantg.data(), "LL dispatch backward", msg) != 0)
+    if (llref_check_wgrad_rank(&in, s, twg.as<float>() + (size_t)s * Tm * K, wantg.data(), what, msg) != 0)
       FAIL("%s", msg);
   }
-  (void)T;
+  if (rm) { /* num_tokens bounds what is written: rows past T keep their poison */
+    std::vector<uint8_t> hb((size_t)Tm * std::max(H * 2, K * 4));
+    for (int s = 0; s < R; ++s) {
+      d2h(hb.data(), out.c() + ((size_t)s * Tm + T) * H * 2, (size_t)(Tm - T) * H * 2);
+      expect_poison(hb.data(), (size_t)(Tm - T) * H * 2, "LL rank-major dispatch backward dx", s);
+      d2h(hb.data(), twg.c() + ((size_t)s * Tm + T) * K * 4, (size_t)(Tm - T) * K * 4);
+      expect_poison(hb.data(), (size_t)(Tm - T) * K * 4, "LL rank-major dispatch backward topk_weights_grad", s);
+    }
+  }
   check_record(dropped, 0u, "backward round");
+}
+
+/* A forced (--case) bwd=1 on a plan the LL backward refuses (a quantized payload; RANK_MAJOR with
+ * combine_row_bytes < 4 top_k, i.e. hidden < 2 top_k): both launchers must say
+ * EPF_ERR_NOT_SUPPORTED before launching anything (the forward rounds then run without backward). */
+static void ll_backward_refused(const epf_plan_t& plan, const epf_ll_launch_t& L, const epf_ll_dispatch_args_t& da,
+                                const epf_ll_combine_args_t& ca) {
+  const epf_status_t want = epf_ll_backward_check(&plan);
+  const epf_status_t s1 = epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, g_stream);
+  const epf_status_t s2 = epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, g_stream);
+  if (want != EPF_ERR_NOT_SUPPORTED || s1 != want || s2 != want)
+    FAIL("LL backward on a plan it cannot run: epf_ll_backward_check %s, epf_ll_combine_backward %s, "
+         "epf_ll_dispatch_backward %s (want EPF_ERR_NOT_SUPPORTED)",
+         epf_status_name(want), epf_status_name(s1), epf_status_name(s2));
 }
 
 static void run_ll(const Case& c, uint64_t seed) {
@@ -1809,8 +1892,10 @@ static void run_ll(const Case& c, uint64_t seed) {
   lg_dispatch.kernel = rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel;
   lg_combine.kernel = rm ? (const void*)epf_ll_rm_combine_kernel : (const void*)epf_ll_combine_kernel;
   Grid lg_bdispatch = lg_dispatch, lg_bcombine = lg_combine; /* the backward's kernels */
-  lg_bdispatch.kernel = (const void*)epf_ll_combine_backward_kernel;
-  lg_bcombine.kernel = (const void*)epf_ll_dispatch_backward_kernel;
+  lg_bdispatch.kernel = rm ? (const void*)epf_ll_rm_combine_backward_kernel : (const void*)epf_ll_combine_backward_kernel;
+  lg_bcombine.kernel = rm ? (const void*)epf_ll_rm_dispatch_backward_kernel : (const void*)epf_ll_dispatch_backward_kernel;
+  /* c.bwd on a plan the backward refuses (only a forced --case draws that): the refusal is checked */
+  const bool bwd = c.bwd && epf_ll_backward_check(&plan) == EPF_OK;
 
   epf_ll_dispatch_args_t da;
   memset(&da, 0, sizeof(da));
@@ -1842,7 +1927,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   std::vector<uint16_t> hout((size_t)R * Tm * H), want((size_t)R * Tm * H);
   char msg[LLREF_MSG];
   for (int rd = 0; rd < c.rounds; ++rd) {
-    const uint32_t epoch = c.bwd ? 2u * (uint32_t)rd + 1u : (uint32_t)rd + 1u; /* bwd: a backward round after each */
+    const uint32_t epoch = bwd ? 2u * (uint32_t)rd + 1u : (uint32_t)rd + 1u; /* bwd: a backward round after each */
     const int T = g.pm(400) ? Tm : (int)g.in(0, Tm); /* one T per launch; a new one each round */
     std::vector<int> Tv((size_t)R, T);
     gen_ids(g, c, R, Tm, K, E, Tv, in.htopk);
@@ -1952,8 +2037,11 @@ static void run_ll(const Case& c, uint64_t seed) {
       expect_poison((const uint8_t*)(o + (size_t)T * H), (size_t)(Tm - T) * H * 2, "LL combine output", s);
     }
     check_record(ref.r.dropped, 0u, strf("round %d", rd).c_str());
-    if (c.bwd) ll_backward_round(c, g, plan, L, in, win, x, counts, ecounts, px, ps, pm, round, y, out, wgr, twg, da, ca,
-                                 lg_bdispatch, lg_bcombine, epoch + 1u, ref.r.dropped);
+    if (bwd)
+      ll_backward_round(c, g, plan, L, in, win, x, counts, ecounts, px, ps, pm, round, y, out, wgr, twg, da, dv, ca,
+                        lg_bdispatch, lg_bcombine, epoch + 1u, ref.r.dropped);
+    else if (c.bwd)
+      ll_backward_refused(plan, L, da, ca);
   }
 }
 
