@@ -70,8 +70,8 @@
  *   epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
  * Requirements: CUDA, sm_80+ (BF16 conversions); push run on H200 (v1); pull and the 4-chunk push compiled for
- *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90). The MXFP8 pull: compiled for sm_90, its
- *   GPU tests (test_ll, test_shapes, test_mg_ll) not yet run on an H200.
+ *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90), the MXFP8 pull included (test_ll,
+ *   test_shapes); its multi-GPU test (test_mg_ll) needs two GPUs and has not run.
  */
 #ifndef EPF_COMBINE_LL_CUH
 #define EPF_COMBINE_LL_CUH
