@@ -381,7 +381,7 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
   const bool early_slots = epf_ll_combine_pulls(plan, a->y_layout) && T > 0;
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
-  int64_t u;
+  int u;
   int i;
 
   for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
@@ -410,59 +410,77 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
   if (any_pull && !early_slots && T > 0) /* a peer lets this rank pull although it did not expect it */
     epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
 
-  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
-    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
+  /* Each warp walks one contiguous range of (token, chunk) units, so consecutive units share their
+   * token: with K <= 32 (one lane per k) the lane's route of the token (its source row and weight)
+   * is worked out once, kept in the lane's 16-byte slot of shared memory and read back for the
+   * token's other chunks in the range. A warp always works the route out at a token's chunk 0 (its
+   * range starts there, or its previous unit was another token's), where the router-weight
+   * gradient is written. */
+  const int64_t gw = (int64_t)ctx.block * nwarps + warp, nw = (int64_t)ctx.nblocks * nwarps;
+  const int u_end = (int)(units * (gw + 1) / nw); /* units <= 2^16 tokens x 2^12 chunks */
+  uint4* const route = (uint4*)((char*)smem + sl.reduce_route) + threadIdx.x; /* this lane's slot */
+  bool kept = false; /* the slot holds the previous unit's token (K <= 32) */
+  for (u = (int)(units * gw / nw); u < u_end; ++u) {
+    const int t = u / nchunks, c = u - t * nchunks;
     const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
     const bool on = col < H;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     int kb;
-    for (kb = 0; kb < K; kb += 32) {
-      const int k = kb + lane;
+    for (kb = 0; kb < K && (EPF_MAX_TOPK > 32 || kb == 0); kb += 32) { /* K <= EPF_MAX_TOPK (plan) */
       const char* src = NULL;
       float wk = 0.f;
       uint32_t m;
-      if (k < K) {
-        int first_k;
-        const int e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
-        const int d = e >= 0 ? e / EL : 0;
-        float wg = 0.f; /* backward: the router-weight gradient of (t, k) */
-        if (e >= 0 && epf__ll_active(present, d)) {
-          if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
-            src = (const char*)epf_local_ptr(team,
-                                             epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
-            if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
-              wg = *(const float*)epf_local_ptr(
-                  team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, first_k)));
-          } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows (MXFP8: EXPERT_OUT) */
-            int se;
-            const uint32_t slot = epf_ll_slot(plan, slots, t * K + first_k, &se);
-            if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax) {
-              const int64_t rr = epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot);
-              src = (const char*)epf_peer_ptr(
-                  team, mx ? epf_plan_expert_out_offset(plan, rr) : epf_plan_recv_token_offset(plan, rr), d);
+      if (K <= 32 && kept && c != 0) { /* warp-uniform: the previous unit was (t, c - 1) */
+        const uint4 r = *route;
+        src = (const char*)(uintptr_t)(((uint64_t)r.y << 32) | r.x);
+        wk = __uint_as_float(r.z);
+      } else {
+        const int k = kb + lane;
+        if (k < K) {
+          int first_k;
+          const int e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
+          const int d = e >= 0 ? e / EL : 0;
+          float wg = 0.f; /* backward: the router-weight gradient of (t, k) */
+          if (e >= 0 && epf__ll_active(present, d)) {
+            if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
+              src = (const char*)epf_local_ptr(team,
+                                               epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
               if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
-                wg = ((const epf_recv_meta_em_t*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, rr), d))->weight;
+                wg = *(const float*)epf_local_ptr(
+                    team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, first_k)));
+            } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows (MXFP8: EXPERT_OUT) */
+              int se;
+              const uint32_t slot = epf_ll_slot(plan, slots, t * K + first_k, &se);
+              if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax) {
+                const int64_t rr = epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot);
+                src = (const char*)epf_peer_ptr(
+                    team, mx ? epf_plan_expert_out_offset(plan, rr) : epf_plan_recv_token_offset(plan, rr), d);
+                if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
+                  wg = ((const epf_recv_meta_em_t*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, rr), d))->weight;
+              }
             }
+            if (bwd && first_k != k) src = NULL; /* a repeat: its gradient is in the first occurrence's row */
+            if (src != NULL) wk = bwd ? 1.0f : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
           }
-          if (bwd && first_k != k) src = NULL; /* a repeat: its gradient is in the first occurrence's row */
-          if (src != NULL) wk = bwd ? 1.0f : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+          if (wg_out != NULL && c == 0) wg_out[(int64_t)t * K + k] = wg;
         }
-        if (wg_out != NULL && c == 0) wg_out[(int64_t)t * K + k] = wg;
+        if (K <= 32) {
+          *route = make_uint4((uint32_t)(uintptr_t)src, (uint32_t)((uint64_t)(uintptr_t)src >> 32), __float_as_uint(wk), 0u);
+          kept = true;
+        }
       }
       m = __ballot_sync(0xffffffffu, src != NULL);
       while (m != 0u) { /* batches of up to EPF_LL_COMBINE_BATCH rows: loads first, fmas in k order */
         uint4 v[EPF_LL_COMBINE_BATCH];
-        float wv[EPF_LL_COMBINE_BATCH];
+        uint32_t mf = m; /* the batch's rows again, for the weights of the fma pass */
         int n = 0, b;
 #pragma unroll
         for (b = 0; b < EPF_LL_COMBINE_BATCH; ++b) {
           v[b] = make_uint4(0u, 0u, 0u, 0u);
-          wv[b] = 0.f;
           if (m != 0u) { /* warp-uniform */
             const int j = __ffs((int)m) - 1;
             const char* sj = (const char*)epf__ll_shfl_ptr((void*)src, j);
             m &= m - 1u;
-            wv[b] = __shfl_sync(0xffffffffu, wk, j);
             if (on) {
               if (!mx) {
                 v[b] = epf_ld_v4_u32(sj + (int64_t)col * 2);
@@ -476,11 +494,14 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
         }
 #pragma unroll
         for (b = 0; b < EPF_LL_COMBINE_BATCH; ++b) {
+          float wb;
           if (b >= n) continue;
+          wb = __shfl_sync(0xffffffffu, wk, __ffs((int)mf) - 1);
+          mf &= mf - 1u;
           if (!mx)
-            epf_bf16x8_fma(acc, v[b], wv[b]);
+            epf_bf16x8_fma(acc, v[b], wb);
           else
-            epf_mxfp8_dequantize_accumulate8(make_uint2(v[b].x, v[b].y), (uint8_t)v[b].z, wv[b], acc);
+            epf_mxfp8_dequantize_accumulate8(make_uint2(v[b].x, v[b].y), (uint8_t)v[b].z, wb, acc);
         }
       }
     }

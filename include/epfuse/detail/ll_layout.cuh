@@ -236,10 +236,13 @@ EPF_HD int epf__ll_segments(int threads) {
  *   block (epf_ll_smem_layout_t). After the common header (mask snapshot, scan storage):
  *     dispatch send:    the slot table: T * K codes, per-segment expert histograms
  *                       (min(warps, EPF_LL_SCAN_SEGMENTS) * E words), per-expert counts (E words);
+ *                       one 16-byte route per thread (the token its warp sends), placed after
+ *                       everything else of the dispatch (send_route);
  *     dispatch receive: per-group counts, scanned in place (2 * (E + 1) words reserved);
  *     combine send:     the per-group prefix (E + 1 words), then 16 * EPF_MASK_WORDS spare bytes;
  *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull), then
- *                       the bits of the ranks that carried weight gradients (backward);
+ *                       the bits of the ranks that carried weight gradients (backward), then
+ *                       one 16-byte route per thread (the token its warp reduces);
  *     RANK_MAJOR plans (rm_* fields): the send's per-rank table after its expert table; the
  *     receive / expand / combine send's source presence, rows (+ prefix), [EL][R] counts and
  *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull; it fits in
@@ -267,7 +270,8 @@ EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threa
   l.reduce_slots = H + epf__ll_align16(2u * EPF_MASK_WORDS * 4u);
   send_end = l.push_prefix + epf__ll_align16((E + 1u) * 4u) + 16u * EPF_MASK_WORDS;
   l.reduce_wgrad = l.reduce_slots + l.slots_bytes;
-  recv_end = l.reduce_wgrad + epf__ll_align16(EPF_MASK_WORDS * 4u);
+  l.reduce_route = l.reduce_wgrad + epf__ll_align16(EPF_MASK_WORDS * 4u);
+  recv_end = l.reduce_route + (size_t)threads * 16u;
   l.combine_bytes = send_end > recv_end ? send_end : recv_end;
   /* RANK_MAJOR (ll_rm.cuh): the send adds a per-rank slot table after the expert table; the
    * receive, the expand and the combine send share the sources' presence, rows and prefix, the
@@ -294,6 +298,9 @@ EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threa
       if (recv_end > l.combine_bytes) l.combine_bytes = recv_end;
     }
   }
+  /* the dispatch send's kept routes: after everything either dispatch half uses */
+  l.send_route = epf__ll_align16(l.dispatch_bytes);
+  l.dispatch_bytes = l.send_route + (size_t)threads * 16u;
   l.bytes = l.dispatch_bytes > l.combine_bytes ? l.dispatch_bytes : l.combine_bytes;
   return l;
 }
