@@ -156,23 +156,14 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
   const int payload = plan->payload;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
-  int u;
+  int64_t u;
 
   epf__ll_snapshot_mask_block(plan, ctx, mask);
   epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots,
                      ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL);
 
-  /* Each warp walks one contiguous range of (token, chunk) units, so consecutive units share their
-   * token: with K <= 32 (one lane per k) the lane's destination rows of the token are worked out
-   * once, at the first unit of the token in the range, and kept in shared memory for the token's
-   * other chunks. A warp always works them out at a token's chunk 0 (its range starts there, or
-   * its previous unit was another token's), where the metadata row is written. */
-  const int64_t gw = (int64_t)ctx.block * nwarps + warp, nw = (int64_t)ctx.nblocks * nwarps;
-  const int u_end = (int)(units * (gw + 1) / nw); /* units <= 2^16 tokens x 2^12 chunks */
-  uint4* const route = (uint4*)((char*)smem + sl.send_route) + threadIdx.x; /* this lane's slot */
-  bool kept = false; /* `route` holds the previous unit's token (K <= 32) */
-  for (u = (int)(units * gw / nw); u < u_end; ++u) {
-    const int t = u / nchunks, c = u - t * nchunks;
+  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
     const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
     const bool on = col < H;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -189,19 +180,14 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
       q = epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
       sbits = __float_as_uint(sf);
     }
-    for (kb = 0; kb < K && (EPF_MAX_TOPK > 32 || kb == 0); kb += 32) { /* K <= EPF_MAX_TOPK (plan) */
+    for (kb = 0; kb < K; kb += 32) {
       const int k = kb + lane;
       char* dst = NULL;
       char* sdst = NULL;
       int64_t row = -1;
       int d = -1, le = 0;
       uint32_t present;
-      const bool reuse = K <= 32 && kept && c != 0; /* warp-uniform: the previous unit was (t, c - 1) */
-      if (reuse) {
-        const uint4 r = *route;
-        dst = (char*)(uintptr_t)(((uint64_t)r.y << 32) | r.x);
-        sdst = (char*)(uintptr_t)(((uint64_t)r.w << 32) | r.z);
-      } else if (k < K) {
+      if (k < K) {
         int ex;
         const uint32_t slot = epf_ll_slot(plan, slots, t * K + k, &ex);
         if (slot != EPF_LL_SLOT_NONE) {
@@ -213,11 +199,6 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
             sdst = (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, row), d);
           }
         }
-      }
-      if (K <= 32 && !reuse) {
-        kept = true;
-        *route = make_uint4((uint32_t)(uintptr_t)dst, (uint32_t)((uint64_t)(uintptr_t)dst >> 32), (uint32_t)(uintptr_t)sdst,
-                            (uint32_t)((uint64_t)(uintptr_t)sdst >> 32));
       }
       present = __ballot_sync(0xffffffffu, dst != NULL);
       while (present != 0u) {

@@ -236,8 +236,6 @@ EPF_HD int epf__ll_segments(int threads) {
  *   block (epf_ll_smem_layout_t). After the common header (mask snapshot, scan storage):
  *     dispatch send:    the slot table: T * K codes, per-segment expert histograms
  *                       (min(warps, EPF_LL_SCAN_SEGMENTS) * E words), per-expert counts (E words);
- *                       one 16-byte route per thread (the token its warp sends), placed after
- *                       everything else of the dispatch (send_route);
  *     dispatch receive: per-group counts, scanned in place (2 * (E + 1) words reserved);
  *     combine send:     the per-group prefix (E + 1 words), then 16 * EPF_MASK_WORDS spare bytes;
  *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull), then
@@ -298,9 +296,6 @@ EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threa
       if (recv_end > l.combine_bytes) l.combine_bytes = recv_end;
     }
   }
-  /* the dispatch send's kept routes: after everything either dispatch half uses */
-  l.send_route = epf__ll_align16(l.dispatch_bytes);
-  l.dispatch_bytes = l.send_route + (size_t)threads * 16u;
   l.bytes = l.dispatch_bytes > l.combine_bytes ? l.dispatch_bytes : l.combine_bytes;
   return l;
 }

@@ -215,9 +215,6 @@ typedef struct epf_ll_smem_layout {
   size_t reduce_route;   /* combine receive: [threads] uint4, each lane's route of the token its
                             warp reduces (source row pointer, weight, rows-present mask), kept
                             across that token's chunks; after reduce_wgrad */
-  size_t send_route;     /* dispatch send: [threads] uint4, each lane's destination rows (row and
-                            scale pointers) of the token its warp sends; after every other
-                            dispatch field (rank-major tables included) */
 } epf_ll_smem_layout_t;
 
 /* One source's slot table in shared memory (epf_ll_slots_at, filled by epf_ll_slots_block): where
