@@ -577,13 +577,8 @@ typedef struct llref_host_bufs {
 } llref_host_bufs_t;
 
 static inline void llref_host_bufs_free(llref_host_bufs_t* h) {
-  free(h->counts);
-  free(h->ecounts);
-  free(h->rows);
-  free(h->scales);
-  free(h->pscales);
-  free(h->meta);
-  free(h->pmeta);
+  void* const p[] = {h->counts, h->ecounts, h->rows, h->scales, h->pscales, h->meta, h->pmeta};
+  for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); ++i) free(p[i]);
 }
 
 /* 0, or -1 (out of memory; the struct can still be freed) */

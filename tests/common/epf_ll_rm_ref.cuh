@@ -305,13 +305,13 @@ static inline int llrm_check_dispatch_rank(const llref_in_t* in, const epf_plan_
             memcpy(&gs, m + epf_recv_meta_rm_slot_at(K, used), 4);
             if (ge != le || gs != slot || memcmp(&gw, in->hw + ((size_t)s * Tmax + t) * K + k, 4) != 0)
               LLREF_FAIL("%s: rank %d src %d rm slot %d (token %d) entry %d: (%d, %g, %d), want (%d, %g, %d)", what, d, s, j,
-                        t, used, ge, (double)gw, gs, le, (double)in->hw[((size_t)s * Tmax + t) * K + k], slot);
+                         t, used, ge, (double)gw, gs, le, (double)in->hw[((size_t)s * Tmax + t) * K + k], slot);
             ++used;
           }
         }
         if (hd->src_token != t || hd->src_rank != s || hd->num_local != used)
           LLREF_FAIL("%s: rank %d src %d rm slot %d: header (%d, %d, %d), want (%d, %d, %d)", what, d, s, j, hd->src_token,
-                    hd->src_rank, hd->num_local, t, s, used);
+                     hd->src_rank, hd->num_local, t, s, used);
       }
     }
   rc = 0;
@@ -336,7 +336,7 @@ static inline int llrm_check_combine_rank(const llref_in_t* in, int s, int Ts, c
       const uint16_t want_h = t < Ts ? w[h] : (uint16_t)0xEEEEu;
       if (g[h] != want_h)
         LLREF_FAIL("%s: combine rank %d token %d%s h %d: 0x%04x, want 0x%04x", what, s, t, t < Ts ? "" : " (past T)", h,
-                  g[h], want_h);
+                   g[h], want_h);
     }
   }
   rc = 0;

@@ -415,13 +415,9 @@ static void test_combine_transport(void** state) {
  * mostly valid from a few experts (many repeats), some -1, some outside [-1, E), E = R * EL */
 static void rand_routing_in(llref_in_t* in, int R, int EL, int K, int Tmax, int T) {
   const int E = R * EL;
-  memset(in, 0, sizeof(*in));
-  in->R = R;
-  in->Tmax = Tmax;
-  in->T = T;
-  in->K = K;
-  in->E = E;
-  in->EL = EL;
+  /* R, Tmax, T, K, E, EL; no payload, no H: the slot references read only htopk */
+  const llref_in_t z = {R, Tmax, T, 0, K, E, EL, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL};
+  *in = z;
   in->htopk = (int64_t*)malloc((size_t)R * Tmax * K * sizeof(int64_t));
   assert_non_null(in->htopk);
   for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) {
