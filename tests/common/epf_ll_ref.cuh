@@ -112,6 +112,19 @@ static inline float llref_combine_weight(const llref_in_t* in, int s, int t, int
   return acc;
 }
 
+/* k if row[k] is the first occurrence of its id in the row, else the k of that first occurrence */
+static inline int llref_first_k(const int64_t* row, int k) {
+  for (int q = 0; q < k; ++q)
+    if (row[q] == row[k]) return q;
+  return k;
+}
+
+/* the weight the metadata of the row of (s, t, k) must carry: llref_combine_weight (the dispatch
+ * is a backward of combine), or the router weight w[k] */
+static inline float llref_meta_weight(const llref_in_t* in, int s, int t, int k) {
+  return in->combine_weights ? llref_combine_weight(in, s, t, k) : in->hw[((size_t)s * in->Tmax + t) * in->K + k];
+}
+
 /* the test's router-weight gradient of a receive row: a function of the expert and the row's first
  * element (the same fmaf on both sides) */
 __host__ __device__ static inline float llref_wgrad_value(int e, float x0) {
@@ -259,15 +272,13 @@ static inline void llref_dispatch(const llref_in_t* in, uint32_t absent, llref_t
       for (int k = 0; k < K; ++k) {
         const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
         const int64_t v = row[k];
-        int dup = 0;
         if (v == -1) continue;
         if (v < -1 || v >= E) {
           out->dropped++;
           out->dropped_src[s]++;
           continue;
         }
-        for (int q = 0; q < k; ++q) dup |= row[q] == v;
-        if (dup) continue;
+        if (llref_first_k(row, k) != k) continue;
         {
           const int e = (int)v, d = e / EL, le = e % EL;
           const int slot = cnt[e]++;
@@ -289,42 +300,91 @@ static inline void llref_free(llref_t* r) {
   free(r->dropped_src);
 }
 
+/* rows of H FP32 values: the pieces both references (this one and epf_ll_rm_ref.cuh) chain */
+
+/* xs[h] = llref_xval(in, s, t, h): the row the experts see for token (s, t) */
+static inline void llref_x_row(const llref_in_t* in, int s, int t, float* xs) {
+  for (int h = 0; h < in->H; ++h) xs[h] = llref_xval(in, s, t, h);
+}
+
+/* y[h] = the test's expert e of xs[h], as FP32 of its BF16 output */
+static inline void llref_expert_row(int e, const float* xs, int H, int identity, float* y) {
+  for (int h = 0; h < H; ++h) y[h] = llref_bf2f(llref_expert_apply(e, xs[h], identity));
+}
+
+/* acc[h] = fmaf(w, y[h], acc[h]) */
+static inline void llref_fma_row(float w, const float* y, int H, float* acc) {
+  for (int h = 0; h < H; ++h) acc[h] = fmaf(w, y[h], acc[h]);
+}
+
+/* every 32-element block of v quantized to MXFP8 (epf_mxfp8_quantize_block_ref, mx_rule), then
+ * acc[h] = epf_mxfp8_dequantize_accumulate_ref(q[h], scale, w, acc[h]): what a source adds for a
+ * row the far side sent as MXFP8 */
+static inline void llref_mxfp8_accumulate_row(const float* v, int H, int mx_rule, float w, float* acc) {
+  for (int g = 0; g < H / 32; ++g) {
+    uint8_t q32[32];
+    const uint8_t sb = epf_mxfp8_quantize_block_ref(v + g * 32, mx_rule, q32);
+    for (int i = 0; i < 32; ++i) acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, w, acc[g * 32 + i]);
+  }
+}
+
+/* out[h] = BF16(acc[h]) */
+static inline void llref_bf16_row(const float* acc, int H, uint16_t* out) {
+  for (int h = 0; h < H; ++h) out[h] = llref_f2bf(acc[h]);
+}
+
+/* wg[k] ([K], the token's row of [R][Tmax][K]) of token (s, t): for every valid k whose rank is
+ * present, llref_wgrad_value of the token's row (a repeat reads its first occurrence's row: the
+ * same value), else 0 */
+static inline void llref_wgrad_token(const llref_in_t* in, int s, int t, uint32_t absent, float* wg) {
+  const int64_t* row = in->htopk + ((size_t)s * in->Tmax + t) * in->K;
+  const float x0 = llref_bf2f(in->hx[((size_t)s * in->Tmax + t) * in->H]);
+  for (int k = 0; k < in->K; ++k) {
+    const int64_t v = row[k];
+    float g = 0.0f;
+    if (v >= 0 && v < in->E && !((absent >> (v / in->EL)) & 1u)) g = llref_wgrad_value((int)v, x0);
+    wg[k] = g;
+  }
+}
+
+/* The EXPERT_MAJOR sum of one token (its ids row[K], the experts' input xs[H]) into acc[H] (from
+ * +0.0f): in k order over the valid ids whose rank is present, acc = fmaf(w[k], y_k, acc), or
+ * (cpayload MXFP8: the expert side quantizes y_k, the source dequantizes) the MXFP8 accumulate of
+ * y_k with weight w[k]; w NULL: weight 1 and only the first occurrence of each id. y: [H] scratch. */
+static inline void llref_token_sum(const llref_in_t* in, const int64_t* row, const float* w, uint32_t absent, int identity,
+                                   int cpayload, const float* xs, float* y, float* acc) {
+  const int H = in->H;
+  for (int h = 0; h < H; ++h) acc[h] = 0.0f;
+  for (int k = 0; k < in->K; ++k) {
+    const int64_t v = row[k];
+    const float wk = w != NULL ? w[k] : 1.0f;
+    if (v < 0 || v >= in->E || ((absent >> (v / in->EL)) & 1u)) continue;
+    if (w == NULL && llref_first_k(row, k) != k) continue;
+    llref_expert_row((int)v, xs, H, identity, y);
+    if (cpayload == EPF_PAYLOAD_MXFP8)
+      llref_mxfp8_accumulate_row(y, H, in->mx_rule, wk, acc);
+    else
+      llref_fma_row(wk, y, H, acc);
+  }
+}
+
 /* out[s][t][h] ([R][Tmax][H]) for every present source s (absent sources are not computed), or
  * only for source only_src (>= 0) */
 static inline void llref_combine(const llref_in_t* in, uint32_t absent, int identity, int only_src, uint16_t* out) {
-  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
-  float* acc = (float*)malloc((size_t)H * sizeof(float));
-  float* xs = (float*)malloc((size_t)H * sizeof(float));
+  const int Tmax = in->Tmax, K = in->K, H = in->H;
+  float* acc = (float*)malloc((size_t)3 * H * sizeof(float)); /* acc, xs, y: [H] each */
+  float *xs = acc + H, *y = acc + 2 * H;
   for (int s = 0; s < in->R; ++s) {
     if ((absent >> s) & 1u) continue;
     if (only_src >= 0 && s != only_src) continue;
     for (int t = 0; t < llref_T(in, s); ++t) {
-      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
-      for (int h = 0; h < H; ++h) {
-        acc[h] = 0.0f;
-        xs[h] = llref_xval(in, s, t, h);
-      }
-      for (int k = 0; k < K; ++k) {
-        const int64_t v = row[k];
-        const float w = in->hw[((size_t)s * Tmax + t) * K + k];
-        if (v < 0 || v >= E || ((absent >> (v / EL)) & 1u)) continue;
-        if (in->cpayload == EPF_PAYLOAD_MXFP8) { /* the expert side quantizes y, the source dequantizes */
-          for (int g = 0; g < H / 32; ++g) {
-            float y32[32];
-            uint8_t q32[32], sb;
-            for (int i = 0; i < 32; ++i) y32[i] = llref_bf2f(llref_expert_apply((int)v, xs[g * 32 + i], identity));
-            sb = epf_mxfp8_quantize_block_ref(y32, in->mx_rule, q32);
-            for (int i = 0; i < 32; ++i) acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, w, acc[g * 32 + i]);
-          }
-        } else {
-          for (int h = 0; h < H; ++h) acc[h] = fmaf(w, llref_bf2f(llref_expert_apply((int)v, xs[h], identity)), acc[h]);
-        }
-      }
-      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+      const size_t tk = ((size_t)s * Tmax + t) * K;
+      llref_x_row(in, s, t, xs);
+      llref_token_sum(in, in->htopk + tk, in->hw + tk, absent, identity, in->cpayload, xs, y, acc);
+      llref_bf16_row(acc, H, out + ((size_t)s * Tmax + t) * H);
     }
   }
   free(acc);
-  free(xs);
 }
 
 /* The backward of the dispatch: dx[s][t][h] ([R][Tmax][H]) = BF16 of the fmaf(1.0f, row, acc)
@@ -334,27 +394,18 @@ static inline void llref_combine(const llref_in_t* in, uint32_t absent, int iden
  * value), else 0. Absent sources are not computed. */
 static inline void llref_dispatch_backward(const llref_in_t* in, uint32_t absent, int identity, uint16_t* out,
                                            float* wg) {
-  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
-  float* acc = (float*)malloc((size_t)H * sizeof(float));
+  const int Tmax = in->Tmax, K = in->K, H = in->H;
+  float* acc = (float*)malloc((size_t)3 * H * sizeof(float)); /* acc, xs, y: [H] each */
+  float *xs = acc + H, *y = acc + 2 * H;
   for (int s = 0; s < in->R; ++s) {
     if ((absent >> s) & 1u) continue;
     for (int t = 0; t < llref_T(in, s); ++t) {
-      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
+      const size_t tk = ((size_t)s * Tmax + t) * K;
       const uint16_t* x = in->hx + ((size_t)s * Tmax + t) * H;
-      for (int h = 0; h < H; ++h) acc[h] = 0.0f;
-      for (int k = 0; k < K; ++k) {
-        const int64_t v = row[k];
-        int dup = 0;
-        float g = 0.0f;
-        if (v >= 0 && v < E && !((absent >> (v / EL)) & 1u)) {
-          for (int q = 0; q < k; ++q) dup |= row[q] == v;
-          g = llref_wgrad_value((int)v, llref_bf2f(x[0]));
-          if (!dup)
-            for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, llref_bf2f(llref_expert_apply((int)v, llref_bf2f(x[h]), identity)), acc[h]);
-        }
-        if (wg != NULL) wg[((size_t)s * Tmax + t) * K + k] = g;
-      }
-      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+      for (int h = 0; h < H; ++h) xs[h] = llref_bf2f(x[h]);
+      llref_token_sum(in, in->htopk + tk, NULL, absent, identity, EPF_PAYLOAD_BF16, xs, y, acc);
+      if (wg != NULL) llref_wgrad_token(in, s, t, absent, wg + tk);
+      llref_bf16_row(acc, H, out + ((size_t)s * Tmax + t) * H);
     }
   }
   free(acc);
@@ -378,6 +429,19 @@ __device__ static inline float llref_recv_elem(const epf_plan_t* plan, const voi
   return llref_bf2f(((const uint16_t*)x)[h]);
 }
 
+/* Fixed row fr (epf_ll_fixed_row(plan, le, s, j)) of a rank with receive counts cnt ([EL][R]):
+ * its (le, s, j) and pos, its place among expert le's packed rows (epf_ll_packed_row(plan, le,
+ * pos)). 1 when it holds a received row (j < cnt[le][s]), else 0 (pos not set). */
+__device__ static inline int llref_fixed_row_slot(const epf_plan_t* plan, const int32_t* cnt, int64_t fr, int* le, int* s,
+                                                  int* j, int* pos) {
+  const int R = plan->nranks;
+  epf_ll_fixed_row_split(plan, fr, le, s, j);
+  if (*j >= cnt[*le * R + *s]) return 0;
+  *pos = *j;
+  for (int q = 0; q < *s; ++q) *pos += cnt[*le * R + q];
+  return 1;
+}
+
 /* For rank r = rank0 + blockIdx.y (r != skip_rank) and every row it received: y = expert(x).
  * Buffer i = blockIdx.y of each per-rank array (window slices of plan.total_bytes from `win`,
  * rounds, recv_counts, packed_x, packed_scales, y: epf_ll_rank_bytes strides) belongs to rank r:
@@ -398,11 +462,8 @@ static __global__ void llref_experts_kernel(epf_plan_t plan, char* win, int rank
   const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
   char* base = win + (uint64_t)i * plan.total_bytes;
   for (int64_t fr = blockIdx.x; fr < rows; fr += gridDim.x) { /* fr: epf_ll_fixed_row(&plan, le, s, j) */
-    int le, s, j;
-    epf_ll_fixed_row_split(&plan, fr, &le, &s, &j);
-    int pos = j;
-    if (j >= cnt[le * R + s]) continue;
-    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    int le, s, j, pos;
+    if (!llref_fixed_row_slot(&plan, cnt, fr, &le, &s, &j, &pos)) continue;
     const int64_t prow = epf_ll_packed_row(&plan, le, pos), wrow = epf_ll_recv_row(&plan, round, le, s, j);
     const void* src;
     const uint8_t* sc = NULL;
@@ -440,21 +501,16 @@ static __global__ void llref_wgrad_kernel(epf_plan_t plan, char* win, int rank0,
   const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
   const char* base = win + (uint64_t)i * plan.total_bytes;
   for (int64_t fr = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; fr < rows; fr += (int64_t)gridDim.x * blockDim.x) {
-    int le, s, j;
-    epf_ll_fixed_row_split(&plan, fr, &le, &s, &j);
-    if (j >= cnt[le * R + s]) continue;
-    int pos = j;
-    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    int le, s, j, pos;
+    if (!llref_fixed_row_slot(&plan, cnt, fr, &le, &s, &j, &pos)) continue;
     const uint16_t* x = (const uint16_t*)(base + epf_plan_recv_token_offset(&plan, epf_ll_recv_row(&plan, round, le, s, j)));
     wg[(uint64_t)i * rows + (packed_order ? epf_ll_packed_row(&plan, le, pos) : fr)] = llref_wgrad_value(r * EL + le, llref_bf2f(x[0]));
   }
 }
 
-/* Poison the window rows one rank uses in the round of `epoch` (its parity): receive rows,
- * metadata, scales, combine landing rows, and the EXPERT_OUT rows of an MXFP8 pull plan. base: the
- * rank's window slice. Stream-ordered. */
-static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
-  const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
+/* Poison (0xA5) the recv_capacity receive rows, metadata and scales of a round from its first row
+ * row0. base: the rank's window slice. Stream-ordered. */
+static inline cudaError_t llref_poison_recv_rows(const epf_plan_t* p, char* base, int64_t row0, cudaStream_t s) {
   cudaError_t e = cudaMemsetAsync(base + epf_plan_recv_token_offset(p, row0), 0xA5,
                                   (size_t)p->recv_capacity * p->row_bytes, s);
   if (e == cudaSuccess)
@@ -462,6 +518,15 @@ static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, u
   if (e == cudaSuccess && p->scale_bytes_per_row > 0)
     e = cudaMemsetAsync(base + epf_plan_recv_scale_offset(p, row0), 0xA5,
                         (size_t)p->recv_capacity * p->scale_bytes_per_row, s);
+  return e;
+}
+
+/* Poison the window rows one rank uses in the round of `epoch` (its parity): receive rows,
+ * metadata, scales, combine landing rows, and the EXPERT_OUT rows of an MXFP8 pull plan. base: the
+ * rank's window slice. Stream-ordered. */
+static inline cudaError_t llref_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
+  const int64_t row0 = epf_ll_recv_row(p, epoch, 0, 0, 0);
+  cudaError_t e = llref_poison_recv_rows(p, base, row0, s);
   if (e == cudaSuccess)
     e = cudaMemsetAsync(base + epf_plan_combine_offset(p, epf_ll_combine_row(p, epoch, 0, 0)), 0xA5,
                         (size_t)p->max_tokens_per_rank * p->top_k * p->combine_row_bytes, s);
@@ -500,6 +565,45 @@ typedef struct llref_rank_bufs {
                  cudaGetErrorString(llref_e_));                                                       \
   } while (0)
 
+/* Host copies of one rank's outputs, for the checks. */
+typedef struct llref_host_bufs {
+  int32_t* counts;           /* [EL][R] */
+  int32_t* ecounts;          /* [EL] */
+  char* rows;                /* [Tmax] rows of row_bytes */
+  uint8_t* scales;           /* [Tmax] compact scale rows */
+  uint8_t* pscales;          /* the rank's packed scales (psb bytes) */
+  char* meta;                /* [Tmax] window metadata rows of mb bytes (RANK_MAJOR) */
+  epf_recv_meta_em_t* pmeta; /* [Tmax] expert-major metadata rows */
+} llref_host_bufs_t;
+
+static inline void llref_host_bufs_free(llref_host_bufs_t* h) {
+  void* const p[] = {h->counts, h->ecounts, h->rows, h->scales, h->pscales, h->meta, h->pmeta};
+  for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); ++i) free(p[i]);
+}
+
+/* 0, or -1 (out of memory; the struct can still be freed) */
+static inline int llref_host_bufs_alloc(llref_host_bufs_t* h, const llref_in_t* in, size_t rb, uint64_t psb, size_t mb) {
+  const int R = in->R, EL = in->EL, Tmax = in->Tmax, sb = in->sbytes;
+  h->counts = (int32_t*)malloc((size_t)EL * R * 4);
+  h->ecounts = (int32_t*)malloc((size_t)EL * 4);
+  h->rows = (char*)malloc((size_t)Tmax * rb);
+  h->scales = (uint8_t*)malloc((size_t)Tmax * (sb > 0 ? sb : 1));
+  h->pscales = (uint8_t*)malloc(psb > 0 ? psb : 1);
+  h->meta = (char*)malloc((size_t)Tmax * (mb > 0 ? mb : 1));
+  h->pmeta = (epf_recv_meta_em_t*)malloc((size_t)Tmax * sizeof(epf_recv_meta_em_t));
+  return h->counts && h->ecounts && h->rows && h->scales && h->pscales && h->meta && h->pmeta ? 0 : -1;
+}
+
+/* The scales of packed row `prow` in a rank's packed scales (sb bytes a row, compact or swizzled)
+ * against want[sb]: the first differing byte, or -1 */
+static inline int llref_packed_scales_diff(const uint8_t* pscales, int swizzled, int64_t prow, int sb, const uint8_t* want) {
+  for (int c = 0; c < sb; ++c) {
+    const int64_t o = swizzled ? epf_scale_swizzle_offset(prow, c, sb) : prow * sb + c;
+    if (pscales[o] != want[c]) return c;
+  }
+  return -1;
+}
+
 /* Rank d: round, counts, expert counts; rows + scales + metadata (check_rows) in the window of
  * the round, and the packed copy (rows, scales compact or swizzled, metadata) when `packed`.
  * 0, or -1 with msg. */
@@ -510,62 +614,54 @@ static inline int llref_check_dispatch_rank(const llref_in_t* in, const epf_plan
   const size_t rb = p->row_bytes;
   const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
   const uint64_t psb = b->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
-  int32_t* counts = (int32_t*)malloc((size_t)EL * R * 4);
-  int32_t* ecounts = (int32_t*)malloc((size_t)EL * 4);
-  char* rows = (char*)malloc((size_t)Tmax * rb);
-  uint8_t* scales = (uint8_t*)malloc((size_t)Tmax * (sb > 0 ? sb : 1));
-  uint8_t* pscales = (uint8_t*)malloc(psb > 0 ? psb : 1);
-  epf_recv_meta_em_t* meta = (epf_recv_meta_em_t*)malloc((size_t)Tmax * sizeof(epf_recv_meta_em_t));
+  llref_host_bufs_t hb;
   uint32_t round = 0;
   int rc = -1;
-  if (counts == NULL || ecounts == NULL || rows == NULL || scales == NULL || pscales == NULL || meta == NULL)
-    LLREF_FAIL("%s: out of host memory", what);
-  LLREF_CUDA(cudaMemcpy(counts, b->recv_counts, (size_t)EL * R * 4, cudaMemcpyDeviceToHost));
-  LLREF_CUDA(cudaMemcpy(ecounts, b->expert_counts, (size_t)EL * 4, cudaMemcpyDeviceToHost));
+  if (llref_host_bufs_alloc(&hb, in, rb, psb, 0) != 0) LLREF_FAIL("%s: out of host memory", what);
+  LLREF_CUDA(cudaMemcpy(hb.counts, b->recv_counts, (size_t)EL * R * 4, cudaMemcpyDeviceToHost));
+  LLREF_CUDA(cudaMemcpy(hb.ecounts, b->expert_counts, (size_t)EL * 4, cudaMemcpyDeviceToHost));
   LLREF_CUDA(cudaMemcpy(&round, b->round, 4, cudaMemcpyDeviceToHost));
   if (round != want_round) LLREF_FAIL("%s: rank %d round %u, want %u", what, d, round, want_round);
-  if (packed && check_rows && sb > 0) LLREF_CUDA(cudaMemcpy(pscales, b->packed_scales, psb, cudaMemcpyDeviceToHost));
+  if (packed && check_rows && sb > 0) LLREF_CUDA(cudaMemcpy(hb.pscales, b->packed_scales, psb, cudaMemcpyDeviceToHost));
   for (int le = 0; le < EL; ++le) {
     int tot = 0, pos = 0;
     for (int s = 0; s < R; ++s) tot += ref->counts[((size_t)d * EL + le) * R + s];
-    if (ecounts[le] != tot) LLREF_FAIL("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, ecounts[le], tot);
+    if (hb.ecounts[le] != tot) LLREF_FAIL("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, hb.ecounts[le], tot);
     for (int s = 0; s < R; ++s) {
       const size_t g = ((size_t)d * EL + le) * R + s;
       const int n = ref->counts[g];
-      if (counts[le * R + s] != n)
-        LLREF_FAIL("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, counts[le * R + s], n);
+      if (hb.counts[le * R + s] != n)
+        LLREF_FAIL("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, hb.counts[le * R + s], n);
       if (n > 0 && check_rows) {
         const int64_t row0 = epf_ll_recv_row(p, want_round, le, s, 0);
-        LLREF_CUDA(cudaMemcpy(rows, b->win + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
-        LLREF_CUDA(cudaMemcpy(meta, b->win + epf_plan_recv_meta_offset(p, row0), (size_t)n * 16, cudaMemcpyDeviceToHost));
+        LLREF_CUDA(cudaMemcpy(hb.rows, b->win + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
+        LLREF_CUDA(cudaMemcpy(hb.pmeta, b->win + epf_plan_recv_meta_offset(p, row0), (size_t)n * 16, cudaMemcpyDeviceToHost));
         if (sb > 0)
-          LLREF_CUDA(cudaMemcpy(scales, b->win + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
+          LLREF_CUDA(cudaMemcpy(hb.scales, b->win + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
         for (int j = 0; j < n; ++j) {
           const int t = ref->row_t[g * Tmax + j], k = ref->row_k[g * Tmax + j];
-          if (memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
+          if (memcmp(hb.rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
             LLREF_FAIL("%s: rank %d expert %d src %d slot %d: row differs from token %d", what, d, le, s, j, t);
-          if (sb > 0 && memcmp(scales + (size_t)j * sb, llref_want_scales(in, s, t), (size_t)sb) != 0)
+          if (sb > 0 && memcmp(hb.scales + (size_t)j * sb, llref_want_scales(in, s, t), (size_t)sb) != 0)
             LLREF_FAIL("%s: rank %d expert %d src %d slot %d: scales differ from token %d", what, d, le, s, j, t);
-          const float wmeta = in->combine_weights ? llref_combine_weight(in, s, t, k) : in->hw[((size_t)s * Tmax + t) * in->K + k];
-          if (meta[j].src_token != t || meta[j].src_rank != s || meta[j].k != k || meta[j].local_expert != le ||
-              memcmp(&meta[j].weight, &wmeta, 4) != 0)
+          const float wmeta = llref_meta_weight(in, s, t, k);
+          const epf_recv_meta_em_t* m = hb.pmeta + j;
+          if (m->src_token != t || m->src_rank != s || m->k != k || m->local_expert != le || memcmp(&m->weight, &wmeta, 4) != 0)
             LLREF_FAIL("%s: rank %d expert %d src %d slot %d: meta (%d,%d,%d,%d,%g), want (%d,%d,%d,%d)", what, d, le, s,
-                       j, meta[j].src_token, meta[j].src_rank, meta[j].k, meta[j].local_expert, (double)meta[j].weight, t,
-                       s, k, le);
+                       j, m->src_token, m->src_rank, m->k, m->local_expert, (double)m->weight, t, s, k, le);
         }
         if (packed) {
           const int64_t pr = epf_ll_packed_row(p, le, pos);
-          LLREF_CUDA(cudaMemcpy(rows, (const char*)b->packed_x + (uint64_t)pr * rb, (size_t)n * rb, cudaMemcpyDeviceToHost));
-          LLREF_CUDA(cudaMemcpy(meta, b->packed_meta + pr, (size_t)n * 16, cudaMemcpyDeviceToHost));
+          LLREF_CUDA(cudaMemcpy(hb.rows, (const char*)b->packed_x + (uint64_t)pr * rb, (size_t)n * rb, cudaMemcpyDeviceToHost));
+          LLREF_CUDA(cudaMemcpy(hb.pmeta, b->packed_meta + pr, (size_t)n * 16, cudaMemcpyDeviceToHost));
           for (int j = 0; j < n; ++j) {
             const int t = ref->row_t[g * Tmax + j];
-            if (memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0 || meta[j].src_token != t ||
-                meta[j].src_rank != s)
+            if (memcmp(hb.rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0 || hb.pmeta[j].src_token != t ||
+                hb.pmeta[j].src_rank != s)
               LLREF_FAIL("%s: packed rank %d expert %d row %d differs", what, d, le, pos + j);
-            for (int c = 0; c < sb; ++c) {
-              const int64_t o = swizzled ? epf_scale_swizzle_offset(pr + j, c, sb) : (pr + j) * sb + c;
-              if (pscales[o] != llref_want_scales(in, s, t)[c])
-                LLREF_FAIL("%s: packed rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
+            {
+              const int c = llref_packed_scales_diff(hb.pscales, swizzled, pr + j, sb, llref_want_scales(in, s, t));
+              if (c >= 0) LLREF_FAIL("%s: packed rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
             }
           }
         }
@@ -575,12 +671,7 @@ static inline int llref_check_dispatch_rank(const llref_in_t* in, const epf_plan
   }
   rc = 0;
 done:
-  free(counts);
-  free(ecounts);
-  free(rows);
-  free(scales);
-  free(pscales);
-  free(meta);
+  llref_host_bufs_free(&hb);
   return rc;
 }
 
@@ -630,7 +721,6 @@ done:
   return rc;
 }
 
-#undef LLREF_CUDA
-#undef LLREF_FAIL
+/* LLREF_FAIL / LLREF_CUDA stay defined: epf_ll_rm_ref.cuh's checks use them too */
 
 #endif /* EPF_LL_REF_CUH */

@@ -33,10 +33,30 @@ typedef struct llrm_ref {
   int* em_slot;   /* [R src][Tmax][K] expert slot of (t, k)'s expert (its first occurrence), -1 none */
 } llrm_ref_t;
 
-static inline int llrm_first_k(const int64_t* row, int k) {
-  for (int q = 0; q < k; ++q)
-    if (row[q] == row[k]) return q;
-  return k;
+/* tokens of source s: Ts[s], or (Ts NULL) in->T */
+static inline int llrm_T(const llref_in_t* in, const int* Ts, int s) { return Ts != NULL ? Ts[s] : in->T; }
+
+/* the destination ranks of a token's row (valid ids only) in the order of their first occurrence
+ * in k, into order[] (at most R <= 32 entries); returns their number */
+static inline int llrm_dest_order(const llref_in_t* in, const int64_t* row, int* order) {
+  int nd = 0;
+  for (int k = 0; k < in->K; ++k) {
+    int seen = 0;
+    if (row[k] < 0 || row[k] >= in->E) continue;
+    for (int j = 0; j < nd; ++j) seen |= order[j] == (int)(row[k] / in->EL);
+    if (!seen) order[nd++] = (int)(row[k] / in->EL);
+  }
+  return nd;
+}
+
+/* acc += one destination rank's FP32 partial as the far side sends it: MXFP8 (cpayload) quantized
+ * then dequantize-accumulated with weight 1, or acc[h] = fmaf(1, BF16(part[h]), acc[h]) */
+static inline void llrm_add_partial(int cpayload, int mx_rule, const float* part, int H, float* acc) {
+  if (cpayload == EPF_PAYLOAD_MXFP8) {
+    llref_mxfp8_accumulate_row(part, H, mx_rule, 1.0f, acc);
+  } else {
+    for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, llref_bf2f(llref_f2bf(part[h])), acc[h]);
+  }
 }
 
 /* Ts: tokens per source (NULL: in->T for all); absent: bit r = rank r takes no part. */
@@ -45,41 +65,11 @@ static inline void llrm_dispatch(const llref_in_t* in, const int* Ts, uint32_t a
   int* rc = (int*)calloc((size_t)R, sizeof(int));
   memset(out, 0, sizeof(*out));
   out->Ts = (int*)malloc((size_t)R * sizeof(int));
-  for (int s = 0; s < R; ++s) out->Ts[s] = Ts != NULL ? Ts[s] : in->T;
-  out->em.counts = (int*)calloc((size_t)R * EL * R, sizeof(int));
-  out->em.row_t = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
-  out->em.row_k = (int*)malloc((size_t)R * EL * R * Tmax * sizeof(int));
-  out->em.dropped_src = (uint32_t*)calloc((size_t)R, sizeof(uint32_t));
-  out->em.dropped = 0;
-  /* the expert slots with per-source T (llref_dispatch's rule) */
-  {
-    int* cnt = (int*)calloc((size_t)E, sizeof(int));
-    for (int s = 0; s < R; ++s) {
-      memset(cnt, 0, (size_t)E * sizeof(int));
-      if ((absent >> s) & 1u) continue;
-      for (int t = 0; t < out->Ts[s]; ++t)
-        for (int k = 0; k < K; ++k) {
-          const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
-          const int64_t v = row[k];
-          if (v == -1) continue;
-          if (v < -1 || v >= E) {
-            out->em.dropped++;
-            out->em.dropped_src[s]++;
-            continue;
-          }
-          if (llrm_first_k(row, k) != k) continue;
-          {
-            const int e = (int)v, d = e / EL, le = e % EL;
-            const int slot = cnt[e]++;
-            const size_t g = ((size_t)d * EL + le) * R + s;
-            if ((absent >> d) & 1u) continue;
-            out->em.counts[g] = slot + 1;
-            out->em.row_t[g * Tmax + slot] = t;
-            out->em.row_k[g * Tmax + slot] = k;
-          }
-        }
-    }
-    free(cnt);
+  for (int s = 0; s < R; ++s) out->Ts[s] = llrm_T(in, Ts, s);
+  { /* the expert slots: llref_dispatch with these per-source T */
+    llref_in_t in_ts = *in;
+    in_ts.Ts = out->Ts;
+    llref_dispatch(&in_ts, absent, &out->em);
   }
   out->em_slot = (int*)malloc((size_t)R * Tmax * K * sizeof(int));
   for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) out->em_slot[i] = -1;
@@ -124,55 +114,47 @@ static inline void llrm_free(llrm_ref_t* r) {
   free(r->em_slot);
 }
 
+/* The RANK_MAJOR sum of one token (its ids row[K], the experts' input xs[H]) into acc[H] (from
+ * +0.0f): per present destination rank in the order of its first occurrence in k, the FP32 partial
+ * p = fmaf(w[k], y_k, p) over the token's k on it (w NULL: weight 1 and only the first occurrence
+ * of each id), sent as cpayload (llrm_add_partial). part, y: [H] scratch. */
+static inline void llrm_token_sum(const llref_in_t* in, const int64_t* row, const float* w, uint32_t absent, int identity,
+                                  int cpayload, const float* xs, float* part, float* y, float* acc) {
+  const int K = in->K, E = in->E, EL = in->EL, H = in->H;
+  int order[32];
+  const int nd = llrm_dest_order(in, row, order);
+  for (int h = 0; h < H; ++h) acc[h] = 0.0f;
+  for (int j = 0; j < nd; ++j) {
+    const int d = order[j];
+    if ((absent >> d) & 1u) continue;
+    for (int h = 0; h < H; ++h) part[h] = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      if (row[k] < 0 || row[k] >= E || row[k] / EL != d) continue;
+      if (w == NULL && llref_first_k(row, k) != k) continue;
+      llref_expert_row((int)row[k], xs, H, identity, y);
+      llref_fma_row(w != NULL ? w[k] : 1.0f, y, H, part);
+    }
+    llrm_add_partial(cpayload, in->mx_rule, part, H, acc);
+  }
+}
+
 /* out[s][t][h] ([R][Tmax][H]) for every present source s and t < Ts[s] (or only source only_src) */
 static inline void llrm_combine(const llref_in_t* in, const int* Ts, uint32_t absent, int identity, int only_src,
                                 uint16_t* out) {
-  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
-  float* acc = (float*)malloc((size_t)H * sizeof(float));
-  float* part = (float*)malloc((size_t)H * sizeof(float));
-  float* xs = (float*)malloc((size_t)H * sizeof(float));
+  const int Tmax = in->Tmax, K = in->K, H = in->H;
+  float* acc = (float*)malloc((size_t)4 * H * sizeof(float)); /* acc, part, xs, y: [H] each */
+  float *part = acc + H, *xs = acc + 2 * H, *y = acc + 3 * H;
   for (int s = 0; s < in->R; ++s) {
-    const int T = Ts != NULL ? Ts[s] : in->T;
     if ((absent >> s) & 1u) continue;
     if (only_src >= 0 && s != only_src) continue;
-    for (int t = 0; t < T; ++t) {
-      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
-      const float* w = in->hw + ((size_t)s * Tmax + t) * K;
-      int order[32], nd = 0;
-      for (int h = 0; h < H; ++h) {
-        acc[h] = 0.0f;
-        xs[h] = llref_xval(in, s, t, h);
-      }
-      for (int k = 0; k < K; ++k) { /* destination ranks in order of first occurrence in k */
-        int seen = 0;
-        if (row[k] < 0 || row[k] >= E) continue;
-        for (int j = 0; j < nd; ++j) seen |= order[j] == (int)(row[k] / EL);
-        if (!seen) order[nd++] = (int)(row[k] / EL);
-      }
-      for (int j = 0; j < nd; ++j) {
-        const int d = order[j];
-        if ((absent >> d) & 1u) continue;
-        for (int h = 0; h < H; ++h) part[h] = 0.0f;
-        for (int k = 0; k < K; ++k) {
-          if (row[k] < 0 || row[k] >= E || row[k] / EL != d) continue;
-          for (int h = 0; h < H; ++h) part[h] = fmaf(w[k], llref_bf2f(llref_expert_apply((int)row[k], xs[h], identity)), part[h]);
-        }
-        if (in->cpayload == EPF_PAYLOAD_MXFP8) {
-          for (int g = 0; g < H / 32; ++g) {
-            uint8_t q32[32];
-            const uint8_t sb = epf_mxfp8_quantize_block_ref(part + g * 32, in->mx_rule, q32);
-            for (int i = 0; i < 32; ++i) acc[g * 32 + i] = epf_mxfp8_dequantize_accumulate_ref(q32[i], sb, 1.0f, acc[g * 32 + i]);
-          }
-        } else {
-          for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, llref_bf2f(llref_f2bf(part[h])), acc[h]);
-        }
-      }
-      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+    for (int t = 0; t < llrm_T(in, Ts, s); ++t) {
+      const size_t tk = ((size_t)s * Tmax + t) * K;
+      llref_x_row(in, s, t, xs);
+      llrm_token_sum(in, in->htopk + tk, in->hw + tk, absent, identity, in->cpayload, xs, part, y, acc);
+      llref_bf16_row(acc, H, out + ((size_t)s * Tmax + t) * H);
     }
   }
   free(acc);
-  free(part);
-  free(xs);
 }
 
 /* The backward of a RANK_MAJOR dispatch: dx[s][t][h] ([R][Tmax][H]) = per destination rank d in
@@ -183,44 +165,21 @@ static inline void llrm_combine(const llref_in_t* in, const int* Ts, uint32_t ab
  * llref_wgrad_value (a repeat: its first occurrence's row, the same value), else 0. */
 static inline void llrm_dispatch_backward(const llref_in_t* in, const int* Ts, uint32_t absent, int identity, uint16_t* out,
                                           float* wg) {
-  const int Tmax = in->Tmax, K = in->K, E = in->E, EL = in->EL, H = in->H;
-  float* acc = (float*)malloc((size_t)H * sizeof(float));
-  float* part = (float*)malloc((size_t)H * sizeof(float));
+  const int Tmax = in->Tmax, K = in->K, H = in->H;
+  float* acc = (float*)malloc((size_t)4 * H * sizeof(float)); /* acc, part, xs, y: [H] each */
+  float *part = acc + H, *xs = acc + 2 * H, *y = acc + 3 * H;
   for (int s = 0; s < in->R; ++s) {
-    const int T = Ts != NULL ? Ts[s] : in->T;
     if ((absent >> s) & 1u) continue;
-    for (int t = 0; t < T; ++t) {
-      const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
+    for (int t = 0; t < llrm_T(in, Ts, s); ++t) {
+      const size_t tk = ((size_t)s * Tmax + t) * K;
       const uint16_t* x = in->hx + ((size_t)s * Tmax + t) * H;
-      int order[32], nd = 0;
-      for (int h = 0; h < H; ++h) acc[h] = 0.0f;
-      for (int k = 0; k < K; ++k) {
-        const int64_t v = row[k];
-        int seen = 0;
-        float g = 0.0f;
-        if (v >= 0 && v < E) {
-          for (int j = 0; j < nd; ++j) seen |= order[j] == (int)(v / EL);
-          if (!seen) order[nd++] = (int)(v / EL);
-          if (!((absent >> (v / EL)) & 1u)) g = llref_wgrad_value((int)v, llref_bf2f(x[0]));
-        }
-        if (wg != NULL) wg[((size_t)s * Tmax + t) * K + k] = g;
-      }
-      for (int j = 0; j < nd; ++j) {
-        const int d = order[j];
-        if ((absent >> d) & 1u) continue;
-        for (int h = 0; h < H; ++h) part[h] = 0.0f;
-        for (int k = 0; k < K; ++k) {
-          if (row[k] < 0 || row[k] >= E || row[k] / EL != d || llrm_first_k(row, k) != k) continue;
-          for (int h = 0; h < H; ++h)
-            part[h] = fmaf(1.0f, llref_bf2f(llref_expert_apply((int)row[k], llref_bf2f(x[h]), identity)), part[h]);
-        }
-        for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, llref_bf2f(llref_f2bf(part[h])), acc[h]);
-      }
-      for (int h = 0; h < H; ++h) out[((size_t)s * Tmax + t) * H + h] = llref_f2bf(acc[h]);
+      for (int h = 0; h < H; ++h) xs[h] = llref_bf2f(x[h]);
+      if (wg != NULL) llref_wgrad_token(in, s, t, absent, wg + tk);
+      llrm_token_sum(in, in->htopk + tk, NULL, absent, identity, EPF_PAYLOAD_BF16, xs, part, y, acc);
+      llref_bf16_row(acc, H, out + ((size_t)s * Tmax + t) * H);
     }
   }
   free(acc);
-  free(part);
 }
 
 /* The test's router-weight gradient of every view row of rank i = blockIdx.y (BF16 view, packed_x
@@ -235,11 +194,8 @@ static __global__ void llrm_wgrad_kernel(epf_plan_t plan, const int32_t* recv_co
   if (i == skip_rank) return;
   const int32_t* cnt = recv_counts + (int64_t)i * EL * R;
   for (int64_t fr = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; fr < rows; fr += (int64_t)gridDim.x * blockDim.x) {
-    int le, s, j;
-    epf_ll_fixed_row_split(&plan, fr, &le, &s, &j);
-    if (j >= cnt[le * R + s]) continue;
-    int pos = j;
-    for (int q = 0; q < s; ++q) pos += cnt[le * R + q];
+    int le, s, j, pos;
+    if (!llref_fixed_row_slot(&plan, cnt, fr, &le, &s, &j, &pos)) continue;
     const int64_t prow = epf_ll_packed_row(&plan, le, pos);
     const uint16_t* x = (const uint16_t*)(packed_x + ((uint64_t)i * rows + prow) * plan.row_bytes);
     wg[(uint64_t)i * rows + (packed_order ? prow : fr)] = llref_wgrad_value(i * EL + le, llref_bf2f(x[0]));
@@ -248,33 +204,14 @@ static __global__ void llrm_wgrad_kernel(epf_plan_t plan, const int32_t* recv_co
 
 /* Poison the window rows one rank uses in the round of `epoch` (its parity). */
 static inline cudaError_t llrm_poison_window(const epf_plan_t* p, char* base, uint32_t epoch, cudaStream_t s) {
-  const int64_t row0 = epf_ll_rm_recv_row(p, epoch, 0, 0);
-  cudaError_t e = cudaMemsetAsync(base + epf_plan_recv_token_offset(p, row0), 0xA5,
-                                  (size_t)p->recv_capacity * p->row_bytes, s);
-  if (e == cudaSuccess)
-    e = cudaMemsetAsync(base + epf_plan_recv_meta_offset(p, row0), 0xA5, (size_t)p->recv_capacity * p->meta_bytes_per_row, s);
-  if (e == cudaSuccess && p->scale_bytes_per_row > 0)
-    e = cudaMemsetAsync(base + epf_plan_recv_scale_offset(p, row0), 0xA5,
-                        (size_t)p->recv_capacity * p->scale_bytes_per_row, s);
+  cudaError_t e = llref_poison_recv_rows(p, base, epf_ll_rm_recv_row(p, epoch, 0, 0), s);
   if (e == cudaSuccess)
     e = cudaMemsetAsync(base + epf_plan_combine_offset(p, epf_ll_rm_combine_row(p, epoch, 0, 0)), 0xA5,
                         (size_t)p->max_tokens_per_rank * p->nranks * p->combine_row_bytes, s);
   return e;
 }
 
-#define LLRM_FAIL(...)                      \
-  do {                                      \
-    snprintf(msg, LLREF_MSG, __VA_ARGS__); \
-    goto done;                              \
-  } while (0)
-
-#define LLRM_CUDA(call)                                                                               \
-  do {                                                                                                \
-    cudaError_t llrm_e_ = (call);                                                                     \
-    if (llrm_e_ != cudaSuccess)                                                                       \
-      LLRM_FAIL("%s:%d: %s -> %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorName(llrm_e_),         \
-                cudaGetErrorString(llrm_e_));                                                         \
-  } while (0)
+/* the checks fail through epf_ll_ref.cuh's LLREF_FAIL / LLREF_CUDA (msg, goto done) */
 
 /* Rank d: round, counts [EL][R], expert counts; the rank-major rows (payload, compact scales,
  * metadata) of the round in the window (check_rows); the expert-major view (packed: b->packed_x,
@@ -286,59 +223,51 @@ static inline int llrm_check_dispatch_rank(const llref_in_t* in, const epf_plan_
   const size_t rb = p->row_bytes, mb = p->meta_bytes_per_row;
   const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
   const uint64_t psb = b->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
-  int32_t* counts = (int32_t*)malloc((size_t)EL * R * 4);
-  int32_t* ecounts = (int32_t*)malloc((size_t)EL * 4);
-  char* rows = (char*)malloc((size_t)Tmax * rb);
-  uint8_t* scales = (uint8_t*)malloc((size_t)Tmax * (sb > 0 ? sb : 1));
-  uint8_t* pscales = (uint8_t*)malloc(psb > 0 ? psb : 1);
-  char* meta = (char*)malloc((size_t)Tmax * mb);
-  epf_recv_meta_em_t* pmeta = (epf_recv_meta_em_t*)malloc((size_t)Tmax * sizeof(epf_recv_meta_em_t));
+  llref_host_bufs_t hb;
   uint32_t round = 0;
   int rc = -1;
-  if (!counts || !ecounts || !rows || !scales || !pscales || !meta || !pmeta) LLRM_FAIL("%s: out of host memory", what);
-  LLRM_CUDA(cudaMemcpy(counts, b->recv_counts, (size_t)EL * R * 4, cudaMemcpyDeviceToHost));
-  if (b->expert_counts != NULL) LLRM_CUDA(cudaMemcpy(ecounts, b->expert_counts, (size_t)EL * 4, cudaMemcpyDeviceToHost));
+  if (llref_host_bufs_alloc(&hb, in, rb, psb, mb) != 0) LLREF_FAIL("%s: out of host memory", what);
+  LLREF_CUDA(cudaMemcpy(hb.counts, b->recv_counts, (size_t)EL * R * 4, cudaMemcpyDeviceToHost));
+  if (b->expert_counts != NULL) LLREF_CUDA(cudaMemcpy(hb.ecounts, b->expert_counts, (size_t)EL * 4, cudaMemcpyDeviceToHost));
   if (b->round != NULL) {
-    LLRM_CUDA(cudaMemcpy(&round, b->round, 4, cudaMemcpyDeviceToHost));
-    if (round != want_round) LLRM_FAIL("%s: rank %d round %u, want %u", what, d, round, want_round);
+    LLREF_CUDA(cudaMemcpy(&round, b->round, 4, cudaMemcpyDeviceToHost));
+    if (round != want_round) LLREF_FAIL("%s: rank %d round %u, want %u", what, d, round, want_round);
   }
-  if (packed && sb > 0 && b->packed_scales != NULL) LLRM_CUDA(cudaMemcpy(pscales, b->packed_scales, psb, cudaMemcpyDeviceToHost));
+  if (packed && sb > 0 && b->packed_scales != NULL) LLREF_CUDA(cudaMemcpy(hb.pscales, b->packed_scales, psb, cudaMemcpyDeviceToHost));
   /* the counts of the expert-major view, and the view itself */
   for (int le = 0; le < EL; ++le) {
     int tot = 0, pos = 0;
     for (int s = 0; s < R; ++s) tot += ref->em.counts[((size_t)d * EL + le) * R + s];
-    if (b->expert_counts != NULL && ecounts[le] != tot)
-      LLRM_FAIL("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, ecounts[le], tot);
+    if (b->expert_counts != NULL && hb.ecounts[le] != tot)
+      LLREF_FAIL("%s: rank %d expert %d: expert_counts %d, want %d", what, d, le, hb.ecounts[le], tot);
     for (int s = 0; s < R; ++s) {
       const size_t g = ((size_t)d * EL + le) * R + s;
       const int n = ref->em.counts[g];
-      if (counts[le * R + s] != n)
-        LLRM_FAIL("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, counts[le * R + s], n);
+      if (hb.counts[le * R + s] != n)
+        LLREF_FAIL("%s: rank %d expert %d src %d: count %d, want %d", what, d, le, s, hb.counts[le * R + s], n);
       if (packed && n > 0) {
         const int64_t pr = epf_ll_packed_row(p, le, pos);
         if (b->packed_x != NULL)
-          LLRM_CUDA(cudaMemcpy(rows, (const char*)b->packed_x + (uint64_t)pr * rb, (size_t)n * rb, cudaMemcpyDeviceToHost));
+          LLREF_CUDA(cudaMemcpy(hb.rows, (const char*)b->packed_x + (uint64_t)pr * rb, (size_t)n * rb, cudaMemcpyDeviceToHost));
         if (b->packed_meta != NULL)
-          LLRM_CUDA(cudaMemcpy(pmeta, b->packed_meta + pr, (size_t)n * 16, cudaMemcpyDeviceToHost));
+          LLREF_CUDA(cudaMemcpy(hb.pmeta, b->packed_meta + pr, (size_t)n * 16, cudaMemcpyDeviceToHost));
         for (int j = 0; j < n; ++j) {
           const int t = ref->em.row_t[g * Tmax + j], k = ref->em.row_k[g * Tmax + j];
           /* the view row's weight: its first entry's (forward), or its combine weight (in->combine_weights:
            * the backward of combine's expand) */
-          const float wview = in->combine_weights ? llref_combine_weight(in, s, t, k) : in->hw[((size_t)s * Tmax + t) * K + k];
-          if (b->packed_x != NULL && memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
-            LLRM_FAIL("%s: view rank %d expert %d row %d (src %d token %d) differs", what, d, le, pos + j, s, t);
+          const float wview = llref_meta_weight(in, s, t, k);
+          const epf_recv_meta_em_t* pm = hb.pmeta + j;
+          if (b->packed_x != NULL && memcmp(hb.rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
+            LLREF_FAIL("%s: view rank %d expert %d row %d (src %d token %d) differs", what, d, le, pos + j, s, t);
           if (b->packed_meta != NULL &&
-              (pmeta[j].src_token != t || pmeta[j].src_rank != s || pmeta[j].k != -1 || pmeta[j].local_expert != le ||
-               memcmp(&pmeta[j].weight, &wview, 4) != 0))
-            LLRM_FAIL("%s: view rank %d expert %d row %d: meta (%d,%d,%d,%d,%g), want (%d,%d,-1,%d)", what, d, le, pos + j,
-                      pmeta[j].src_token, pmeta[j].src_rank, pmeta[j].k, pmeta[j].local_expert, (double)pmeta[j].weight,
-                      t, s, le);
-          if (b->packed_scales != NULL)
-            for (int c = 0; c < sb; ++c) {
-              const int64_t o = swizzled ? epf_scale_swizzle_offset(pr + j, c, sb) : (pr + j) * sb + c;
-              if (pscales[o] != llref_want_scales(in, s, t)[c])
-                LLRM_FAIL("%s: view rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
-            }
+              (pm->src_token != t || pm->src_rank != s || pm->k != -1 || pm->local_expert != le ||
+               memcmp(&pm->weight, &wview, 4) != 0))
+            LLREF_FAIL("%s: view rank %d expert %d row %d: meta (%d,%d,%d,%d,%g), want (%d,%d,-1,%d)", what, d, le, pos + j,
+                       pm->src_token, pm->src_rank, pm->k, pm->local_expert, (double)pm->weight, t, s, le);
+          if (b->packed_scales != NULL) {
+            const int c = llref_packed_scales_diff(hb.pscales, swizzled, pr + j, sb, llref_want_scales(in, s, t));
+            if (c >= 0) LLREF_FAIL("%s: view rank %d expert %d row %d scale byte %d differs", what, d, le, pos + j, c);
+          }
         }
       }
       pos += n;
@@ -350,50 +279,44 @@ static inline int llrm_check_dispatch_rank(const llref_in_t* in, const epf_plan_
       const int n = ref->rows[(size_t)d * R + s];
       const int64_t row0 = epf_ll_rm_recv_row(p, want_round, s, 0);
       if (n == 0) continue;
-      LLRM_CUDA(cudaMemcpy(rows, b->win + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
-      LLRM_CUDA(cudaMemcpy(meta, b->win + epf_plan_recv_meta_offset(p, row0), (size_t)n * mb, cudaMemcpyDeviceToHost));
+      LLREF_CUDA(cudaMemcpy(hb.rows, b->win + epf_plan_recv_token_offset(p, row0), (size_t)n * rb, cudaMemcpyDeviceToHost));
+      LLREF_CUDA(cudaMemcpy(hb.meta, b->win + epf_plan_recv_meta_offset(p, row0), (size_t)n * mb, cudaMemcpyDeviceToHost));
       if (sb > 0)
-        LLRM_CUDA(cudaMemcpy(scales, b->win + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
+        LLREF_CUDA(cudaMemcpy(hb.scales, b->win + epf_plan_recv_scale_offset(p, row0), (size_t)n * sb, cudaMemcpyDeviceToHost));
       for (int j = 0; j < n; ++j) {
         const int t = ref->row_t[((size_t)d * R + s) * Tmax + j];
-        const char* m = meta + (size_t)j * mb;
+        const char* m = hb.meta + (size_t)j * mb;
         const epf_recv_meta_rm_t* hd = (const epf_recv_meta_rm_t*)m;
         const int64_t* row = in->htopk + ((size_t)s * Tmax + t) * K;
         int used = 0;
-        if (memcmp(rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
-          LLRM_FAIL("%s: rank %d src %d rm slot %d: row differs from token %d", what, d, s, j, t);
-        if (sb > 0 && memcmp(scales + (size_t)j * sb, llref_want_scales(in, s, t), (size_t)sb) != 0)
-          LLRM_FAIL("%s: rank %d src %d rm slot %d: scales differ from token %d", what, d, s, j, t);
+        if (memcmp(hb.rows + (size_t)j * rb, llref_want_row(in, s, t), rb) != 0)
+          LLREF_FAIL("%s: rank %d src %d rm slot %d: row differs from token %d", what, d, s, j, t);
+        if (sb > 0 && memcmp(hb.scales + (size_t)j * sb, llref_want_scales(in, s, t), (size_t)sb) != 0)
+          LLREF_FAIL("%s: rank %d src %d rm slot %d: scales differ from token %d", what, d, s, j, t);
         for (int k = 0; k < K; ++k) {
           if (row[k] < 0 || row[k] >= in->E || row[k] / EL != d) continue;
           {
             const int le = (int)(row[k] % EL);
-            const int slot = ref->em_slot[((size_t)s * Tmax + t) * K + llrm_first_k(row, k)];
+            const int slot = ref->em_slot[((size_t)s * Tmax + t) * K + llref_first_k(row, k)];
             int32_t ge, gs;
             float gw;
             memcpy(&ge, m + epf_recv_meta_rm_expert_at(K, used), 4);
             memcpy(&gw, m + epf_recv_meta_rm_weight_at(K, used), 4);
             memcpy(&gs, m + epf_recv_meta_rm_slot_at(K, used), 4);
             if (ge != le || gs != slot || memcmp(&gw, in->hw + ((size_t)s * Tmax + t) * K + k, 4) != 0)
-              LLRM_FAIL("%s: rank %d src %d rm slot %d (token %d) entry %d: (%d, %g, %d), want (%d, %g, %d)", what, d, s, j,
-                        t, used, ge, (double)gw, gs, le, (double)in->hw[((size_t)s * Tmax + t) * K + k], slot);
+              LLREF_FAIL("%s: rank %d src %d rm slot %d (token %d) entry %d: (%d, %g, %d), want (%d, %g, %d)", what, d, s, j,
+                         t, used, ge, (double)gw, gs, le, (double)in->hw[((size_t)s * Tmax + t) * K + k], slot);
             ++used;
           }
         }
         if (hd->src_token != t || hd->src_rank != s || hd->num_local != used)
-          LLRM_FAIL("%s: rank %d src %d rm slot %d: header (%d, %d, %d), want (%d, %d, %d)", what, d, s, j, hd->src_token,
-                    hd->src_rank, hd->num_local, t, s, used);
+          LLREF_FAIL("%s: rank %d src %d rm slot %d: header (%d, %d, %d), want (%d, %d, %d)", what, d, s, j, hd->src_token,
+                     hd->src_rank, hd->num_local, t, s, used);
       }
     }
   rc = 0;
 done:
-  free(counts);
-  free(ecounts);
-  free(rows);
-  free(scales);
-  free(pscales);
-  free(meta);
-  free(pmeta);
+  llref_host_bufs_free(&hb);
   return rc;
 }
 
@@ -404,16 +327,16 @@ static inline int llrm_check_combine_rank(const llref_in_t* in, int s, int Ts, c
   const size_t n = (size_t)in->Tmax * in->H;
   uint16_t* got = (uint16_t*)malloc(n * 2);
   int rc = -1;
-  if (got == NULL) LLRM_FAIL("%s: out of host memory", what);
-  LLRM_CUDA(cudaMemcpy(got, out, n * 2, cudaMemcpyDeviceToHost));
+  if (got == NULL) LLREF_FAIL("%s: out of host memory", what);
+  LLREF_CUDA(cudaMemcpy(got, out, n * 2, cudaMemcpyDeviceToHost));
   for (int t = 0; t < in->Tmax; ++t) {
     const uint16_t* g = got + (size_t)t * in->H;
     const uint16_t* w = want + ((size_t)s * in->Tmax + t) * in->H;
     for (int h = 0; h < in->H; ++h) {
       const uint16_t want_h = t < Ts ? w[h] : (uint16_t)0xEEEEu;
       if (g[h] != want_h)
-        LLRM_FAIL("%s: combine rank %d token %d%s h %d: 0x%04x, want 0x%04x", what, s, t, t < Ts ? "" : " (past T)", h,
-                  g[h], want_h);
+        LLREF_FAIL("%s: combine rank %d token %d%s h %d: 0x%04x, want 0x%04x", what, s, t, t < Ts ? "" : " (past T)", h,
+                   g[h], want_h);
     }
   }
   rc = 0;
@@ -421,8 +344,5 @@ done:
   free(got);
   return rc;
 }
-
-#undef LLRM_CUDA
-#undef LLRM_FAIL
 
 #endif /* EPF_LL_RM_REF_CUH */

@@ -440,27 +440,44 @@ static void check_record_round(const ht_case_t* c, ht_dev_t* d, model_t* m, int 
   epf_error_clear(d->rec_h);
 }
 
+/* the device buffers and the model of case c at its capacity (c->capacity, or exact); returns it */
+static int64_t case_setup(const ht_case_t* c, ht_dev_t* d, model_t* m) {
+  const int64_t cap = c->capacity ? c->capacity : exact_capacity(c);
+  dev_setup(c, cap, d, NULL, NULL);
+  model_alloc(c, m);
+  return cap;
+}
+
+/* a forward round in one go, its output and record checked (the record cleared) */
+static void fwd_round_checked(const ht_case_t* c, ht_dev_t* d, model_t* m) {
+  launch_round(c, d, 0, 3);
+  EPF_CHECK_LAUNCH();
+  check_round(c, d, m, 0, 1);
+}
+
+/* the backward of the forward round in its two parts, each checked (the backward of combine's
+ * receive rows, then dx and the gradients), then the record: the drops counted again */
+static void bwd_round_checked(const ht_case_t* c, ht_dev_t* d, model_t* m, int split, int grads) {
+  launch_backward(c, d, 0, 1, split, grads);
+  EPF_CHECK_LAUNCH();
+  check_backward(c, d, m, 1, 0, grads);
+  launch_backward(c, d, 0, 2, split, grads);
+  EPF_CHECK_LAUNCH();
+  check_backward(c, d, m, 0, 1, grads);
+  check_record_round(c, d, m, 1);
+}
+
 /* forward then backward on the same route, `rounds` times with fresh routing, x, weights and dy;
  * split: the backward of combine in two launches; grads: the router-weight gradient carried */
 static void run_backward_case(const ht_case_t* c, int rounds, int split, int grads) {
   ht_dev_t d;
   model_t m;
-  const int64_t cap = c->capacity ? c->capacity : exact_capacity(c);
-  dev_setup(c, cap, &d, NULL, NULL);
-  model_alloc(c, &m);
+  const int64_t cap = case_setup(c, &d, &m);
   for (int r = 0; r < rounds; ++r) {
     upload_inputs(c, &d, &m);
-    launch_round(c, &d, 0, 3);
-    EPF_CHECK_LAUNCH();
-    check_round(c, &d, &m, 0, 1); /* the forward's output and record (clears it) */
+    fwd_round_checked(c, &d, &m);
     upload_dy(c, &d);
-    launch_backward(c, &d, 0, 1, split, grads);
-    EPF_CHECK_LAUNCH();
-    check_backward(c, &d, &m, 1, 0, grads);
-    launch_backward(c, &d, 0, 2, split, grads);
-    EPF_CHECK_LAUNCH();
-    check_backward(c, &d, &m, 0, 1, grads);
-    check_record_round(c, &d, &m, 1); /* the backward counts the drops again */
+    bwd_round_checked(c, &d, &m, split, grads);
   }
   printf("HT backward R=%d T=%d H=%d K=%d E=%d %s%s%s%s%s routing=%d cap=%lld: %d forward+backward round(s) OK\n", c->R, c->T,
          c->H, c->K, c->E, c->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major" : "expert-major", c->push ? " push" : " pull",
@@ -472,9 +489,7 @@ static void run_backward_case(const ht_case_t* c, int rounds, int split, int gra
 static void run_case(const ht_case_t* c, int rounds) {
   ht_dev_t d;
   model_t m;
-  const int64_t cap = c->capacity ? c->capacity : exact_capacity(c);
-  dev_setup(c, cap, &d, NULL, NULL);
-  model_alloc(c, &m);
+  const int64_t cap = case_setup(c, &d, &m);
   for (int r = 0; r < rounds; ++r) {
     upload_inputs(c, &d, &m);
     launch_round(c, &d, 0, 1);
@@ -577,36 +592,59 @@ static void test_back_to_back(void** state) {
   run_case(&c2, 100);
 }
 
-/* a CUDA graph of route + dispatch + experts + combine, replayed 1000 times with fresh topk_idx */
-static void test_graph(void** state) {
-  const ht_case_t c = {4, 32, 512, 4, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0};
+/* A CUDA graph of one step of case c captured once: route + dispatch + experts + combine, and (bwd)
+ * the backward (backward of combine, [expand], the experts' backward, backward of dispatch), then
+ * replayed `replays` times with fresh routing, weights, x (and dy) in the captured buffers: the
+ * epochs advance on the device only. Checked at every `every`-th replay and the last (receive
+ * regions: test_cases); bwd: the record is cleared after the other replays. */
+static void run_graph(const ht_case_t* c, int bwd, int replays, int every) {
   ht_dev_t d;
   model_t m;
   cudaStream_t s;
   cudaGraph_t g;
   cudaGraphExec_t ge;
-  (void)state;
-  if (getenv("EPF_TEST_SMALL")) return;
-  dev_setup(&c, exact_capacity(&c), &d, NULL, NULL);
-  model_alloc(&c, &m);
+  dev_setup(c, exact_capacity(c), &d, NULL, NULL);
+  model_alloc(c, &m);
   EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  upload_inputs(&c, &d, &m);
+  upload_inputs(c, &d, &m);
+  if (bwd) upload_dy(c, &d);
   EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  launch_round(&c, &d, s, 3);
+  launch_round(c, &d, s, 3);
+  if (bwd) launch_backward(c, &d, s, 3, 0, 1);
   EPF_CHECK_CUDA(cudaStreamEndCapture(s, &g));
   EPF_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 1000; ++i) {
-    if (i > 0) upload_inputs(&c, &d, &m); /* fresh routing, weights and x into the captured buffers */
+  for (int i = 0; i < replays; ++i) {
+    if (i > 0) {
+      upload_inputs(c, &d, &m);
+      if (bwd) upload_dy(c, &d);
+    }
     EPF_CHECK_CUDA(cudaGraphLaunch(ge, s));
     EPF_CHECK_CUDA(cudaStreamSynchronize(s));
-    if (i % 50 == 0 || i == 999) check_round(&c, &d, &m, 0, 1); /* receive regions: test_cases */
+    if (i % every == 0 || i == replays - 1) {
+      check_round(c, &d, &m, 0, 1); /* forward output; with bwd the record holds forward + backward drops */
+      if (bwd) check_backward(c, &d, &m, 0, 1, 1);
+    } else if (bwd) {
+      epf_error_clear(d.rec_h);
+    }
   }
-  printf("graph: 1000 replays of route+dispatch+experts+combine with fresh routing OK\n");
+  if (bwd)
+    printf("graph: %d replays of a forward + backward step (%s) with fresh routing OK\n", replays,
+           c->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major push" : "expert-major pull");
+  else
+    printf("graph: %d replays of route+dispatch+experts+combine with fresh routing OK\n", replays);
   EPF_CHECK_CUDA(cudaGraphExecDestroy(ge));
   EPF_CHECK_CUDA(cudaGraphDestroy(g));
   EPF_CHECK_CUDA(cudaStreamDestroy(s));
   model_free(&m);
   dev_free(&d, 1);
+}
+
+/* a CUDA graph of route + dispatch + experts + combine, replayed 1000 times with fresh topk_idx */
+static void test_graph(void** state) {
+  const ht_case_t c = {4, 32, 512, 4, 16, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 0, 0, 0};
+  (void)state;
+  if (getenv("EPF_TEST_SMALL")) return;
+  run_graph(&c, 0, 1000, 50);
 }
 
 /* ---- the training direction: forward then backward on the same route -------------------------- */
@@ -730,24 +768,14 @@ static void run_two_layers(const ht_case_t* c1, const ht_case_t* c2, int steps) 
     upload_dy(c1, &d1);
     upload_dy(c2, &d2);
     /* forward L1, forward L2 (L2's dispatch overwrites L1's receive rows: the backward sends dy again) */
-    launch_round(c1, &d1, 0, 3);
-    EPF_CHECK_LAUNCH();
-    check_round(c1, &d1, &m1, 0, 1);
-    launch_round(c2, &d2, 0, 3);
-    EPF_CHECK_LAUNCH();
-    check_round(c2, &d2, &m2, 0, 1);
+    fwd_round_checked(c1, &d1, &m1);
+    fwd_round_checked(c2, &d2, &m2);
     /* backward L2, backward L1 (the two records are one: d1.rec_d / d2.rec_d are separate) */
     launch_backward(c2, &d2, 0, 3, step & 1, 1);
     EPF_CHECK_LAUNCH();
     check_backward(c2, &d2, &m2, 0, 1, 1);
     check_record_round(c2, &d2, &m2, 1);
-    launch_backward(c1, &d1, 0, 1, 0, 1);
-    EPF_CHECK_LAUNCH();
-    check_backward(c1, &d1, &m1, 1, 0, 1);
-    launch_backward(c1, &d1, 0, 2, 0, 1);
-    EPF_CHECK_LAUNCH();
-    check_backward(c1, &d1, &m1, 0, 1, 1);
-    check_record_round(c1, &d1, &m1, 1);
+    bwd_round_checked(c1, &d1, &m1, 0, 1);
   }
   {
     /* every route update advanced the shared word by one, every backward round by two */
@@ -786,45 +814,7 @@ static void test_backward_graph(void** state) {
                               {5, 32, 2880, 8, 40, RM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 0, 0, 0}};
   (void)state;
   if (getenv("EPF_TEST_SMALL")) return;
-  for (int ci = 0; ci < 2; ++ci) {
-    const ht_case_t* c = &cases[ci];
-    ht_dev_t d;
-    model_t m;
-    cudaStream_t s;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    dev_setup(c, exact_capacity(c), &d, NULL, NULL);
-    model_alloc(c, &m);
-    EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    upload_inputs(c, &d, &m);
-    upload_dy(c, &d);
-    EPF_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    launch_round(c, &d, s, 3);
-    launch_backward(c, &d, s, 3, 0, 1);
-    EPF_CHECK_CUDA(cudaStreamEndCapture(s, &g));
-    EPF_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
-    for (int i = 0; i < 200; ++i) {
-      if (i > 0) {
-        upload_inputs(c, &d, &m);
-        upload_dy(c, &d);
-      }
-      EPF_CHECK_CUDA(cudaGraphLaunch(ge, s));
-      EPF_CHECK_CUDA(cudaStreamSynchronize(s));
-      if (i % 25 == 0 || i == 199) {
-        check_round(c, &d, &m, 0, 1); /* forward output; the record holds forward + backward drops */
-        check_backward(c, &d, &m, 0, 1, 1);
-      } else {
-        epf_error_clear(d.rec_h);
-      }
-    }
-    printf("graph: 200 replays of a forward + backward step (%s) with fresh routing OK\n",
-           c->layout == EPF_LAYOUT_RANK_MAJOR ? "rank-major push" : "expert-major pull");
-    EPF_CHECK_CUDA(cudaGraphExecDestroy(ge));
-    EPF_CHECK_CUDA(cudaGraphDestroy(g));
-    EPF_CHECK_CUDA(cudaStreamDestroy(s));
-    model_free(&m);
-    dev_free(&d, 1);
-  }
+  for (int ci = 0; ci < 2; ++ci) run_graph(&cases[ci], 1, 200, 25);
 }
 
 #if EPF_TEST_WITH_NCCL

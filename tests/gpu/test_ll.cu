@@ -1429,40 +1429,34 @@ static void blk_launch_check(const fix_t* f, const void* kernel, int bpr, int th
   assert_int_equal(epf_virtual_grid_check(kernel, threads, smem, f->in.R * bpr, 0), EPF_OK);
 }
 
-/* a dispatch round: forward (bwd 0) or backward of combine (bwd 1), launched as `h` says */
-static void launch_dispatch(fix_t* f, const epf_ll_dispatch_args_t* da, int bwd, const how_t* h) {
+/* a round launched as `h` says: a dispatch (da; bwd 1: the backward of combine) or, da NULL, a
+ * combine (ca; bwd 1: the backward of dispatch). Split halves: SEND, a busy kernel, RECV. */
+static void launch_round(fix_t* f, const epf_ll_dispatch_args_t* da, const epf_ll_combine_args_t* ca, int bwd,
+                         const how_t* h) {
   if (h->Ts != NULL) {
     const int bpr = 2, threads = 256;
     const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
-    blk_launch_check(f, (const void*)blk_dispatch_kernel, bpr, threads, smem);
-    blk_dispatch_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *da, *h->Ts,
-                                                          h->silent, bwd);
+    blk_launch_check(f, da != NULL ? (const void*)blk_dispatch_kernel : (const void*)blk_combine_kernel, bpr, threads,
+                     smem);
+    if (da != NULL)
+      blk_dispatch_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *da, *h->Ts,
+                                                            h->silent, bwd);
+    else
+      blk_combine_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *ca, *h->Ts,
+                                                           h->silent, bwd);
     EPF_CHECK_CUDA(cudaGetLastError());
-  } else if (h->split) {
-    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_SEND, 0), EPF_OK);
-    busy_kernel<<<132, 128>>>(g_sink, 2000);
-    EPF_CHECK_CUDA(cudaGetLastError());
-    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_RECV, 0), EPF_OK);
-  } else {
-    assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, EPF_LL_BOTH, 0), EPF_OK);
+    return;
   }
-}
-
-static void launch_combine(fix_t* f, const epf_ll_combine_args_t* ca, int bwd, const how_t* h) {
-  if (h->Ts != NULL) {
-    const int bpr = 2, threads = 256;
-    const size_t smem = epf_ll_smem_bytes(&f->plan, threads);
-    blk_launch_check(f, (const void*)blk_combine_kernel, bpr, threads, smem);
-    blk_combine_kernel<<<f->in.R * bpr, threads, smem>>>(f->plan, f->L.team, f->state, f->rec_d, bpr, *ca, *h->Ts,
-                                                         h->silent, bwd);
-    EPF_CHECK_CUDA(cudaGetLastError());
-  } else if (h->split) {
-    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_SEND, 0), EPF_OK);
-    busy_kernel<<<132, 128>>>(g_sink, 2000);
-    EPF_CHECK_CUDA(cudaGetLastError());
-    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_RECV, 0), EPF_OK);
-  } else {
-    assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, EPF_LL_BOTH, 0), EPF_OK);
+  const int halves[2] = {h->split ? EPF_LL_SEND : EPF_LL_BOTH, EPF_LL_RECV};
+  for (int i = 0; i < (h->split ? 2 : 1); ++i) {
+    if (i == 1) { /* between the split halves */
+      busy_kernel<<<132, 128>>>(g_sink, 2000);
+      EPF_CHECK_CUDA(cudaGetLastError());
+    }
+    if (da != NULL)
+      assert_int_equal((bwd ? epf_ll_combine_backward : epf_ll_dispatch)(&f->L, da, halves[i], 0), EPF_OK);
+    else
+      assert_int_equal((bwd ? epf_ll_dispatch_backward : epf_ll_combine)(&f->L, ca, halves[i], 0), EPF_OK);
   }
 }
 
@@ -1488,9 +1482,9 @@ static void fwd_round(fix_t* f, uint32_t epoch, int packed, int y_layout, const 
   epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
   llref_t ref;
   fix_poison(f, epoch);
-  launch_dispatch(f, &da, 0, h);
+  launch_round(f, &da, NULL, 0, h);
   run_experts(f, packed && y_layout == EPF_LL_Y_PACKED, y_layout, 0, h->Ts != NULL ? h->silent : -1, 0);
-  launch_combine(f, &ca, 0, h);
+  launch_round(f, NULL, &ca, 0, h);
   EPF_CHECK_LAUNCH();
   llref_dispatch(&f->in, absent, &ref);
   check_dispatch(f, &ref, absent, epoch, !llref_y_in_place(y_layout), packed, what);
@@ -1523,7 +1517,7 @@ static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed,
   EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
   EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
   /* backward of combine */
-  launch_dispatch(f, &da, 1, h);
+  launch_round(f, &da, NULL, 1, h);
   EPF_CHECK_LAUNCH();
   f->in.combine_weights = 1;
   llref_dispatch(&f->in, absent, &ref);
@@ -1541,7 +1535,7 @@ static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed,
   ca.topk_weights = NULL;
   ca.weight_grad = with_wg ? b->wg : NULL;
   ca.topk_weights_grad = b->twg;
-  launch_combine(f, &ca, 1, h);
+  launch_round(f, NULL, &ca, 1, h);
   EPF_CHECK_LAUNCH();
   llref_dispatch_backward(&f->in, absent, identity, want, wantg);
   if (!with_wg) memset(wantg, 0, (size_t)R * Tmax * K * 4); /* nobody carried gradients: 0 everywhere */

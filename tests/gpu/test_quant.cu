@@ -254,33 +254,66 @@ static int same_float(float a, float b) { return (isnan(a) && isnan(b)) || f32_b
 
 /* ---- MXFP8 rows -------------------------------------------------------------------------------- */
 
+/* the buffers of one row-quantization case: n fresh inputs (make_input) as FP32 xf and BF16 xb,
+ * uploaded to d_x in the kernel's input type (fp32: xf, else xb); the reference and the device's
+ * payload (n bytes) and scales (want_sf_bytes / sf_bytes) */
+typedef struct {
+  float* xf;
+  uint16_t* xb;
+  uint8_t *want_q, *got_q;
+  void *want_sf, *got_sf;
+  void* d_x;
+  uint8_t* d_q;
+  void* d_sf;
+} qbufs_t;
+
+static void qbufs_init(qbufs_t* b, int64_t n, int64_t want_sf_bytes, int64_t sf_bytes, int fp32) {
+  b->xf = (float*)malloc((size_t)n * 4);
+  b->xb = (uint16_t*)malloc((size_t)n * 2);
+  b->want_q = (uint8_t*)malloc((size_t)n);
+  b->want_sf = malloc((size_t)want_sf_bytes);
+  b->got_q = (uint8_t*)malloc((size_t)n);
+  b->got_sf = malloc((size_t)sf_bytes);
+  assert_non_null(b->xf);
+  assert_non_null(b->xb);
+  assert_non_null(b->want_q);
+  assert_non_null(b->want_sf);
+  assert_non_null(b->got_q);
+  assert_non_null(b->got_sf);
+  make_input(b->xf, n, fp32);
+  to_bf16(b->xf, b->xb, n);
+  EPF_CHECK_CUDA(cudaMalloc(&b->d_x, (size_t)n * 4));
+  EPF_CHECK_CUDA(cudaMalloc(&b->d_q, (size_t)n));
+  EPF_CHECK_CUDA(cudaMalloc(&b->d_sf, (size_t)sf_bytes));
+  if (fp32) EPF_CHECK_CUDA(cudaMemcpy(b->d_x, b->xf, (size_t)n * 4, cudaMemcpyHostToDevice));
+  else EPF_CHECK_CUDA(cudaMemcpy(b->d_x, b->xb, (size_t)n * 2, cudaMemcpyHostToDevice));
+}
+
+static void qbufs_free(qbufs_t* b) {
+  EPF_CHECK_CUDA(cudaFree(b->d_x));
+  EPF_CHECK_CUDA(cudaFree(b->d_q));
+  EPF_CHECK_CUDA(cudaFree(b->d_sf));
+  free(b->xf);
+  free(b->xb);
+  free(b->want_q);
+  free(b->want_sf);
+  free(b->got_q);
+  free(b->got_sf);
+}
+
 static void run_mxfp8_case(int H, int64_t rows, int fp32) {
   const int64_t n = rows * H;
   const int ncols = H / 32;
   const int threads = 128;
-  float* xf = (float*)malloc((size_t)n * 4);
-  uint16_t* xb = (uint16_t*)malloc((size_t)n * 2);
-  uint8_t* want_q = (uint8_t*)malloc((size_t)n);
-  uint8_t* want_sf = (uint8_t*)malloc((size_t)(rows * ncols));
-  uint8_t* got_q = (uint8_t*)malloc((size_t)n);
   const int64_t sw_bytes = epf_scale_swizzle_bytes(rows, ncols);
-  uint8_t* got_sf = (uint8_t*)malloc((size_t)sw_bytes);
-  void* d_x;
-  uint8_t *d_q, *d_sf;
-  assert_non_null(xf);
-  assert_non_null(xb);
-  assert_non_null(want_q);
-  assert_non_null(want_sf);
-  assert_non_null(got_q);
-  assert_non_null(got_sf);
+  qbufs_t b;
   assert_int_equal(epf_quant_check(H, EPF_PAYLOAD_MXFP8), EPF_OK);
-  make_input(xf, n, fp32);
-  to_bf16(xf, xb, n);
-  EPF_CHECK_CUDA(cudaMalloc(&d_x, (size_t)n * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&d_q, (size_t)n));
-  EPF_CHECK_CUDA(cudaMalloc(&d_sf, (size_t)sw_bytes));
-  if (fp32) EPF_CHECK_CUDA(cudaMemcpy(d_x, xf, (size_t)n * 4, cudaMemcpyHostToDevice));
-  else EPF_CHECK_CUDA(cudaMemcpy(d_x, xb, (size_t)n * 2, cudaMemcpyHostToDevice));
+  qbufs_init(&b, n, rows * ncols, sw_bytes, fp32);
+  const float* xf = b.xf;
+  const uint16_t* xb = b.xb;
+  const void* d_x = b.d_x;
+  uint8_t *want_q = b.want_q, *got_q = b.got_q, *d_q = b.d_q;
+  uint8_t *want_sf = (uint8_t*)b.want_sf, *got_sf = (uint8_t*)b.got_sf, *d_sf = (uint8_t*)b.d_sf;
   for (int rule = EPF_MX_RCEIL; rule <= EPF_MX_FLOOR; ++rule) {
     /* CPU reference */
     for (int64_t r = 0; r < rows; ++r)
@@ -332,15 +365,7 @@ static void run_mxfp8_case(int H, int64_t rows, int fp32) {
       }
     }
   }
-  EPF_CHECK_CUDA(cudaFree(d_x));
-  EPF_CHECK_CUDA(cudaFree(d_q));
-  EPF_CHECK_CUDA(cudaFree(d_sf));
-  free(xf);
-  free(xb);
-  free(want_q);
-  free(want_sf);
-  free(got_q);
-  free(got_sf);
+  qbufs_free(&b);
 }
 
 static const int k_rows[] = {1, 37, 1000};
@@ -363,29 +388,14 @@ static void run_fp8_128_case(int H, int64_t rows, int fp32) {
   const int64_t n = rows * H;
   const int G = H / 128;
   const int threads = 256;
-  float* xf = (float*)malloc((size_t)n * 4);
-  uint16_t* xb = (uint16_t*)malloc((size_t)n * 2);
-  uint8_t* want_q = (uint8_t*)malloc((size_t)n);
-  float* want_sf = (float*)malloc((size_t)(rows * G) * 4);
-  uint8_t* got_q = (uint8_t*)malloc((size_t)n);
-  float* got_sf = (float*)malloc((size_t)(rows * G) * 4);
-  void* d_x;
-  uint8_t* d_q;
-  float* d_sf;
-  assert_non_null(xf);
-  assert_non_null(xb);
-  assert_non_null(want_q);
-  assert_non_null(want_sf);
-  assert_non_null(got_q);
-  assert_non_null(got_sf);
+  qbufs_t b;
   assert_int_equal(epf_quant_check(H, EPF_PAYLOAD_FP8_128), EPF_OK);
-  make_input(xf, n, fp32);
-  to_bf16(xf, xb, n);
-  EPF_CHECK_CUDA(cudaMalloc(&d_x, (size_t)n * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&d_q, (size_t)n));
-  EPF_CHECK_CUDA(cudaMalloc(&d_sf, (size_t)(rows * G) * 4));
-  if (fp32) EPF_CHECK_CUDA(cudaMemcpy(d_x, xf, (size_t)n * 4, cudaMemcpyHostToDevice));
-  else EPF_CHECK_CUDA(cudaMemcpy(d_x, xb, (size_t)n * 2, cudaMemcpyHostToDevice));
+  qbufs_init(&b, n, (rows * G) * 4, (rows * G) * 4, fp32);
+  const float* xf = b.xf;
+  const uint16_t* xb = b.xb;
+  const void* d_x = b.d_x;
+  uint8_t *want_q = b.want_q, *got_q = b.got_q, *d_q = b.d_q;
+  float *want_sf = (float*)b.want_sf, *got_sf = (float*)b.got_sf, *d_sf = (float*)b.d_sf;
   for (int ue = 0; ue < 2; ++ue) {
     for (int64_t r = 0; r < rows; ++r)
       for (int g = 0; g < G; ++g) {
@@ -422,15 +432,7 @@ static void run_fp8_128_case(int H, int64_t rows, int fp32) {
         }
     }
   }
-  EPF_CHECK_CUDA(cudaFree(d_x));
-  EPF_CHECK_CUDA(cudaFree(d_q));
-  EPF_CHECK_CUDA(cudaFree(d_sf));
-  free(xf);
-  free(xb);
-  free(want_q);
-  free(want_sf);
-  free(got_q);
-  free(got_sf);
+  qbufs_free(&b);
 }
 
 static void test_fp8_128_rows(void** state) {

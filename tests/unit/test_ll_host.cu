@@ -414,6 +414,21 @@ static void test_combine_transport(void** state) {
   }
 }
 
+/* routing-only inputs of the LL references (in->htopk [R][Tmax][K]; the caller frees it): ids
+ * mostly valid from a few experts (many repeats), some -1, some outside [-1, E), E = R * EL */
+static void rand_routing_in(llref_in_t* in, int R, int EL, int K, int Tmax, int T) {
+  const int E = R * EL;
+  /* R, Tmax, T, K, E, EL; no payload, no H: the slot references read only htopk */
+  const llref_in_t z = {R, Tmax, T, 0, K, E, EL, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL};
+  *in = z;
+  in->htopk = (int64_t*)malloc((size_t)R * Tmax * K * sizeof(int64_t));
+  assert_non_null(in->htopk);
+  for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) {
+    const int c = rnd_in(0, 19);
+    in->htopk[i] = c < 14 ? (int64_t)rnd_in(0, E - 1) % (c < 7 ? 3 : E) : c < 17 ? -1 : c == 17 ? E : c == 18 ? -2 : (int64_t)1 << 40;
+  }
+}
+
 /* Slots in HT and LL (docs/concepts.md): for the same topk_idx, the LL slot of every (token, k)
  * (the LL reference: where the GPU tests require the row to land) is the route's SLOT (the route
  * reference: what the route tests require), including -1, ids outside [-1, E) and repeats, with
@@ -427,20 +442,7 @@ static void test_slots_match_route(void** state) {
     llref_t ll;
     route_ref_t rr;
     int Tr[8];
-    memset(&in, 0, sizeof(in));
-    in.R = R;
-    in.Tmax = Tmax;
-    in.T = T;
-    in.K = K;
-    in.E = E;
-    in.EL = EL;
-    in.htopk = (int64_t*)malloc((size_t)R * Tmax * K * sizeof(int64_t));
-    assert_non_null(in.htopk);
-    for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) {
-      const int c = rnd_in(0, 19);
-      /* mostly valid ids from a few experts (many repeats), some -1, some outside [-1, E) */
-      in.htopk[i] = c < 14 ? (int64_t)rnd_in(0, E - 1) % (c < 7 ? 3 : E) : c < 17 ? -1 : c == 17 ? E : c == 18 ? -2 : (int64_t)1 << 40;
-    }
+    rand_routing_in(&in, R, EL, K, Tmax, T);
     for (int r = 0; r < R; ++r) Tr[r] = T;
     llref_dispatch(&in, 0u, &ll);
     assert_int_equal(route_ref_compute_ex(&rr, R, E, K, Tmax, Tr, 1, 0, (int64_t)R * Tmax * K, in.htopk), 0);
@@ -601,19 +603,7 @@ static void test_rm_slots_match_route(void** state) {
     llrm_ref_t rm;
     route_ref_t rr;
     int Tr[8];
-    memset(&in, 0, sizeof(in));
-    in.R = R;
-    in.Tmax = Tmax;
-    in.T = Tmax;
-    in.K = K;
-    in.E = E;
-    in.EL = EL;
-    in.htopk = (int64_t*)malloc((size_t)R * Tmax * K * sizeof(int64_t));
-    assert_non_null(in.htopk);
-    for (size_t i = 0; i < (size_t)R * Tmax * K; ++i) {
-      const int c = rnd_in(0, 19);
-      in.htopk[i] = c < 14 ? (int64_t)rnd_in(0, E - 1) % (c < 7 ? 3 : E) : c < 17 ? -1 : c == 17 ? E : c == 18 ? -2 : (int64_t)1 << 40;
-    }
+    rand_routing_in(&in, R, EL, K, Tmax, Tmax);
     for (int r = 0; r < R; ++r) Tr[r] = r == 0 ? 0 : r == 1 ? (Tmax < 1 ? Tmax : 1) : rnd_in(0, Tmax);
     llrm_dispatch(&in, Tr, 0u, &rm);
     assert_int_equal(route_ref_compute_ex(&rr, R, E, K, Tmax, Tr, 1, 1, (int64_t)R * Tmax * K, in.htopk), 0);
