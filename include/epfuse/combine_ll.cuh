@@ -128,6 +128,36 @@ EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
 #define EPF_LL_COMBINE_BATCH 8
 #endif
 
+/* epf__ll_combine_publish_block — the end of a combine send round (the sends of combine_ll.cuh and
+ *   combine_ll_rm.cuh): every block arrives; the last one signals (epoch, value) into this rank's
+ *   SIG_LL_COMBINE word of every rank active in mask (no rank when !ok_round), then sets
+ *   state.epoch[COMBINE_SEND] = epoch.
+ *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
+ *             the rank, once per round, after the block's last store of the round.
+ *   Input:    mask = the block's snapshot (epf__ll_snapshot_mask_block, less the sources whose
+ *             dispatch was missed); value = the value half of the word: EPF__LL_COMBINE_PULL and /
+ *             or EPF__LL_COMBINE_WGRAD, or 0 (pushed).
+ *   Memory:   what every block stored happens before the .sys release of the signal words
+ *             (epf_ll_phase_end_block). Blocking: no. */
+EPF_DEVICE_INLINE void epf__ll_combine_publish_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const uint32_t* mask,
+                                                     uint32_t epoch, bool ok_round, uint32_t value) {
+  const epf_team_t team = ctx.team;
+  const int R = team.nranks, rank = team.rank;
+  int g;
+  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_SEND)) {
+    for (g = (int)threadIdx.x; g < R && ok_round; g += (int)blockDim.x) {
+      if (!epf__ll_active(mask, g)) continue;
+      epf_signal_set_sys(
+          (uint64_t*)epf_peer_ptr(team,
+                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
+                                                         epf_ll_combine_signal_index(plan, epoch, rank)),
+                                  g),
+          epoch, value);
+    }
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
+  }
+}
+
 /* the body of the two send blocks below (defined after them) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
                                             void* smem, bool bwd);
@@ -294,18 +324,8 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
     }
   }
 
-  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_SEND)) {
-    for (g = (int)threadIdx.x; g < R && ok_round; g += (int)blockDim.x) {
-      if (!epf__ll_active(mask, g)) continue;
-      epf_signal_set_sys(
-          (uint64_t*)epf_peer_ptr(team,
-                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
-                                                         epf_ll_combine_signal_index(plan, epoch, rank)),
-                                  g),
-          epoch, (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
-    }
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
-  }
+  epf__ll_combine_publish_block(plan, ctx, mask, epoch, ok_round,
+                                (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
 }
 
 /* the body of the two receive blocks below (defined after them) */

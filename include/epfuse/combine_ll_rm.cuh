@@ -256,18 +256,8 @@ EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ct
     }
   }
 
-  if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_SEND)) {
-    for (g = (int)threadIdx.x; g < R && ok_round; g += (int)blockDim.x) {
-      if (!epf__ll_active(mask, g)) continue;
-      epf_signal_set_sys(
-          (uint64_t*)epf_peer_ptr(team,
-                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
-                                                         epf_ll_combine_signal_index(plan, epoch, rank)),
-                                  g),
-          epoch, (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
-    }
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
-  }
+  epf__ll_combine_publish_block(plan, ctx, mask, epoch, ok_round,
+                                (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
 }
 
 /* epf_ll_rm_combine_recv_block — the source side of a RANK_MAJOR LL combine: wait for every rank,

@@ -92,6 +92,61 @@ EPF_DEVICE_INLINE float epf__ll_combine_weight(const void* topk_idx, int is64, c
   return acc;
 }
 
+/* epf__ll_quantize_chunk_warp — the lane's 8 BF16 values of one chunk in the payload's wire form
+ *   (the sends of dispatch_ll.cuh and dispatch_ll_rm.cuh: once per chunk, before its copies).
+ *   Scope:    [collective:warp] every lane, converged (lanes past the row end pass zeros); payload
+ *             warp-uniform.
+ *   Result:   EPF_PAYLOAD_MXFP8: the E4M3 bytes, *out_sbits = the group's E8M0 byte (rule mx_rule);
+ *             EPF_PAYLOAD_FP8_128: the E4M3 bytes, *out_sbits = the FP32 bits of the group's scale
+ *             (UE8M0 when ue8m0); BF16: zeros, *out_sbits = 0 (v is stored as it is). */
+EPF_DEVICE_INLINE uint2 epf__ll_quantize_chunk_warp(uint4 v, int payload, int mx_rule, bool ue8m0, uint32_t* out_sbits) {
+  uint2 q = make_uint2(0u, 0u);
+  *out_sbits = 0u;
+  if (payload == EPF_PAYLOAD_MXFP8) {
+    uint8_t sb = 0;
+    q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb);
+    *out_sbits = sb;
+  } else if (payload == EPF_PAYLOAD_FP8_128) {
+    float sf = 0.f;
+    q = epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
+    *out_sbits = __float_as_uint(sf);
+  }
+  return q;
+}
+
+/* epf__ll_store_copies_warp — one 256-element chunk of one token into every copy the warp carries
+ *   (the sends of dispatch_ll.cuh and dispatch_ll_rm.cuh).
+ *   Scope:    [collective:warp] every lane, converged; payload warp-uniform.
+ *   Input:    per lane: dst / sdst, the token and scale rows of one copy (epf_plan_recv_token_offset
+ *             / _scale_offset in its destination's window) or dst = NULL (no copy); col = the lane's
+ *             first element (chunk * EPF_LL_UNIT_ELEMS + lane * 8), on = col < hidden; v = its 8
+ *             BF16 values; q / sbits = epf__ll_quantize_chunk_warp(v, payload, ...).
+ *   Does:     for each lane with a copy (ascending lane), every lane stores its 16 BF16 bytes, or
+ *             8 E4M3 bytes plus its group's scale (the group's first lane), into that copy.
+ *   Memory:   plain stores to peers; no fence. */
+EPF_DEVICE_INLINE void epf__ll_store_copies_warp(char* dst, char* sdst, int payload, int col, bool on, uint4 v, uint2 q,
+                                                 uint32_t sbits) {
+  const int lane = epf_lane_id();
+  uint32_t present = __ballot_sync(0xffffffffu, dst != NULL);
+  while (present != 0u) {
+    const int j = __ffs((int)present) - 1;
+    char* dj = (char*)epf__ll_shfl_ptr(dst, j);
+    present &= present - 1u;
+    if (payload == EPF_PAYLOAD_BF16) {
+      if (on) epf_st_v4_u32(dj + (int64_t)col * 2, v);
+    } else {
+      char* sj = (char*)epf__ll_shfl_ptr(sdst, j);
+      if (on) {
+        *(uint2*)(dj + col) = q;
+        if (payload == EPF_PAYLOAD_MXFP8 && (lane & 3) == 0)
+          ((uint8_t*)sj)[col / EPF_MXFP8_GROUP] = (uint8_t)sbits;
+        else if (payload == EPF_PAYLOAD_FP8_128 && (lane & 15) == 0)
+          ((float*)sj)[col / EPF_FP8_128_GROUP] = __uint_as_float(sbits);
+      }
+    }
+  }
+}
+
 /* the body of the two send blocks below (defined after them) */
 EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
                                              void* smem, bool bwd);
@@ -167,26 +222,17 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
     const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
     const bool on = col < H;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    uint2 q = make_uint2(0u, 0u);
-    uint32_t sbits = 0u; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
+    uint2 q;
+    uint32_t sbits; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
     int kb;
     if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
-    if (payload == EPF_PAYLOAD_MXFP8) { /* warp-uniform; lanes past the row end quantize zeros */
-      uint8_t sb = 0;
-      q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb);
-      sbits = sb;
-    } else if (payload == EPF_PAYLOAD_FP8_128) {
-      float sf = 0.f;
-      q = epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
-      sbits = __float_as_uint(sf);
-    }
+    q = epf__ll_quantize_chunk_warp(v, payload, mx_rule, ue8m0, &sbits);
     for (kb = 0; kb < K; kb += 32) {
       const int k = kb + lane;
       char* dst = NULL;
       char* sdst = NULL;
       int64_t row = -1;
       int d = -1, le = 0;
-      uint32_t present;
       if (k < K) {
         int ex;
         const uint32_t slot = epf_ll_slot(plan, slots, t * K + k, &ex);
@@ -200,24 +246,7 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
           }
         }
       }
-      present = __ballot_sync(0xffffffffu, dst != NULL);
-      while (present != 0u) {
-        const int j = __ffs((int)present) - 1;
-        char* dj = (char*)epf__ll_shfl_ptr(dst, j);
-        present &= present - 1u;
-        if (payload == EPF_PAYLOAD_BF16) {
-          if (on) epf_st_v4_u32(dj + (int64_t)col * 2, v);
-        } else {
-          char* sj = (char*)epf__ll_shfl_ptr(sdst, j);
-          if (on) {
-            *(uint2*)(dj + col) = q;
-            if (payload == EPF_PAYLOAD_MXFP8 && (lane & 3) == 0)
-              ((uint8_t*)sj)[col / EPF_MXFP8_GROUP] = (uint8_t)sbits;
-            else if (payload == EPF_PAYLOAD_FP8_128 && (lane & 15) == 0)
-              ((float*)sj)[col / EPF_FP8_128_GROUP] = __uint_as_float(sbits);
-          }
-        }
-      }
+      epf__ll_store_copies_warp(dst, sdst, payload, col, on, v, q, sbits);
       if (c == 0 && dst != NULL) {
         union {
           epf_recv_meta_em_t m;

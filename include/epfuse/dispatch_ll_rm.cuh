@@ -122,23 +122,14 @@ EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf
     const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
     const bool on = col < H;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    uint2 q = make_uint2(0u, 0u);
-    uint32_t sbits = 0u; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
-    char* dst = NULL;    /* lane k < K: the copy that entry k carries (its first entry on a rank) */
+    uint2 q;
+    uint32_t sbits;   /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
+    char* dst = NULL; /* lane k < K: the copy that entry k carries (its first entry on a rank) */
     char* sdst = NULL;
     int64_t row = -1;
     int d = -1;
-    uint32_t present;
     if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
-    if (payload == EPF_PAYLOAD_MXFP8) { /* warp-uniform; lanes past the row end quantize zeros */
-      uint8_t sb = 0;
-      q = epf_mxfp8_quantize_lane8_bf16_warp(v, mx_rule, &sb);
-      sbits = sb;
-    } else if (payload == EPF_PAYLOAD_FP8_128) {
-      float sf = 0.f;
-      q = epf_fp8_128_quantize_lane8_bf16_warp(v, ue8m0, &sf);
-      sbits = __float_as_uint(sf);
-    }
+    q = epf__ll_quantize_chunk_warp(v, payload, mx_rule, ue8m0, &sbits);
     if (lane < K) {
       const uint32_t slot = epf_ll_rm_slot(plan, rslots, t * K + lane, &d);
       if (slot != EPF_LL_SLOT_NONE && slot < (uint32_t)Tmax && epf__ll_active(mask, d)) {
@@ -147,24 +138,7 @@ EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf
         sdst = (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, row), d);
       }
     }
-    present = __ballot_sync(0xffffffffu, dst != NULL);
-    while (present != 0u) { /* one copy per destination rank */
-      const int j = __ffs((int)present) - 1;
-      char* dj = (char*)epf__ll_shfl_ptr(dst, j);
-      present &= present - 1u;
-      if (payload == EPF_PAYLOAD_BF16) {
-        if (on) epf_st_v4_u32(dj + (int64_t)col * 2, v);
-      } else {
-        char* sj = (char*)epf__ll_shfl_ptr(sdst, j);
-        if (on) {
-          *(uint2*)(dj + col) = q;
-          if (payload == EPF_PAYLOAD_MXFP8 && (lane & 3) == 0)
-            ((uint8_t*)sj)[col / EPF_MXFP8_GROUP] = (uint8_t)sbits;
-          else if (payload == EPF_PAYLOAD_FP8_128 && (lane & 15) == 0)
-            ((float*)sj)[col / EPF_FP8_128_GROUP] = __uint_as_float(sbits);
-        }
-      }
-    }
+    epf__ll_store_copies_warp(dst, sdst, payload, col, on, v, q, sbits); /* one copy per destination rank */
     if (c == 0) { /* warp-uniform: the metadata rows (plan.h's epf_recv_meta_rm_* offsets) */
       int first_k = lane;
       const int e = lane < K ? epf__ll_route(a->topk_idx, is64, t, lane, K, E, &first_k) : -1;

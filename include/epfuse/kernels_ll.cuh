@@ -106,30 +106,99 @@ EPF_DEVICE_INLINE epf_ll_ctx_t epf__ll_kernel_ctx(epf_team_t team, epf_ll_state_
                          virtual_ranks ? (int)(blockIdx.x % (unsigned)bpr) : (int)blockIdx.x, bpr);
 }
 
+/* The operations of the ready-made kernels with a send and a receive half: the selector of
+ * epf__ll_kernel_body. Each kernel passes its own as a literal to the force-inlined body, so the
+ * switch folds away and every kernel carries only its own two block functions. */
+#define EPF__LL_OP_DISPATCH 0             /* epf_ll_dispatch_send_block, epf_ll_dispatch_recv_block */
+#define EPF__LL_OP_COMBINE 1              /* epf_ll_combine_send_block, epf_ll_combine_recv_block */
+#define EPF__LL_OP_RM_DISPATCH 2          /* epf_ll_rm_dispatch_send_block, epf_ll_rm_dispatch_recv_block */
+#define EPF__LL_OP_RM_COMBINE 3           /* epf_ll_rm_combine_send_block, epf_ll_rm_combine_recv_block */
+#define EPF__LL_OP_COMBINE_BACKWARD 4     /* epf_ll_combine_backward_send_block, epf_ll_dispatch_recv_block */
+#define EPF__LL_OP_DISPATCH_BACKWARD 5    /* epf_ll_dispatch_backward_send_block, _recv_block */
+#define EPF__LL_OP_RM_COMBINE_BACKWARD 6  /* epf_ll_rm_dispatch_send_block, epf_ll_rm_combine_backward_recv_block */
+#define EPF__LL_OP_RM_DISPATCH_BACKWARD 7 /* epf_ll_rm_dispatch_backward_send_block, _recv_block */
+
+/* epf__ll_kernel_half — the send half (send) or the receive half (!send) of operation op (an
+ * EPF__LL_OP_* literal) for one rank: the block function named beside op. [collective:block], as
+ * that function. d: the rank's operands of DISPATCH, RM_DISPATCH, COMBINE_BACKWARD and
+ * RM_COMBINE_BACKWARD; c: those of the others (the other pointer is not read). */
+EPF_DEVICE_INLINE void epf__ll_kernel_half(int op, bool send, const epf_plan_t* plan, epf_ll_ctx_t ctx,
+                                           const epf_ll_dispatch_args_t* d, const epf_ll_combine_args_t* c, void* smem) {
+  switch (op) {
+    case EPF__LL_OP_DISPATCH:
+      if (send) epf_ll_dispatch_send_block(plan, ctx, d, smem);
+      else (void)epf_ll_dispatch_recv_block(plan, ctx, d, smem);
+      break;
+    case EPF__LL_OP_COMBINE:
+      if (send) epf_ll_combine_send_block(plan, ctx, c, smem);
+      else (void)epf_ll_combine_recv_block(plan, ctx, c, smem);
+      break;
+    case EPF__LL_OP_RM_DISPATCH:
+      if (send) epf_ll_rm_dispatch_send_block(plan, ctx, d, smem);
+      else (void)epf_ll_rm_dispatch_recv_block(plan, ctx, d, smem);
+      break;
+    case EPF__LL_OP_RM_COMBINE:
+      if (send) epf_ll_rm_combine_send_block(plan, ctx, c, smem);
+      else (void)epf_ll_rm_combine_recv_block(plan, ctx, c, smem);
+      break;
+    case EPF__LL_OP_COMBINE_BACKWARD:
+      if (send) epf_ll_combine_backward_send_block(plan, ctx, d, smem);
+      else (void)epf_ll_dispatch_recv_block(plan, ctx, d, smem);
+      break;
+    case EPF__LL_OP_DISPATCH_BACKWARD:
+      if (send) epf_ll_dispatch_backward_send_block(plan, ctx, c, smem);
+      else (void)epf_ll_dispatch_backward_recv_block(plan, ctx, c, smem);
+      break;
+    case EPF__LL_OP_RM_COMBINE_BACKWARD:
+      if (send) epf_ll_rm_dispatch_send_block(plan, ctx, d, smem);
+      else (void)epf_ll_rm_combine_backward_recv_block(plan, ctx, d, smem);
+      break;
+    case EPF__LL_OP_RM_DISPATCH_BACKWARD:
+      if (send) epf_ll_rm_dispatch_backward_send_block(plan, ctx, c, smem);
+      else (void)epf_ll_rm_dispatch_backward_recv_block(plan, ctx, c, smem);
+      break;
+  }
+}
+
+/* epf__ll_kernel_body — the body of the eight kernels below: the rank's context and operands
+ * (epf_ll_*_args_for_rank under virtual ranks), the send half, a __syncthreads when both halves
+ * run, the receive half. op: an EPF__LL_OP_* literal; dargs / cargs: the kernel's operands, the
+ * one op does not use NULL. [collective:block]: every thread of the grid, converged. */
+EPF_DEVICE_INLINE void epf__ll_kernel_body(int op, const epf_plan_t* plan, epf_team_t team, epf_ll_state_t* state,
+                                           epf_error_record_t* record, const uint32_t* abort_word, int virtual_ranks,
+                                           int bpr, int halves, const epf_ll_dispatch_args_t* dargs,
+                                           const epf_ll_combine_args_t* cargs) {
+  extern __shared__ uint4 epf__ll_smem[];
+  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
+  if (dargs != NULL) {
+    const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(dargs, plan, ctx.team.rank) : *dargs;
+    if (halves & EPF_LL_SEND) epf__ll_kernel_half(op, true, plan, ctx, &a, NULL, epf__ll_smem);
+    if (halves == EPF_LL_BOTH) __syncthreads();
+    if (halves & EPF_LL_RECV) epf__ll_kernel_half(op, false, plan, ctx, &a, NULL, epf__ll_smem);
+  } else {
+    const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(cargs, plan, ctx.team.rank) : *cargs;
+    if (halves & EPF_LL_SEND) epf__ll_kernel_half(op, true, plan, ctx, NULL, &a, epf__ll_smem);
+    if (halves == EPF_LL_BOTH) __syncthreads();
+    if (halves & EPF_LL_RECV) epf__ll_kernel_half(op, false, plan, ctx, NULL, &a, epf__ll_smem);
+  }
+}
+
 /* epf_ll_dispatch_kernel — grid = ranks_in_launch * bpr blocks; dynamic smem epf_ll_smem_bytes. */
 static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                               epf_error_record_t* record, const uint32_t* abort_word,
                                               int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_dispatch_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_DISPATCH, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, &args, NULL);
 }
 
 /* epf_ll_combine_kernel — grid = ranks_in_launch * bpr blocks; dynamic smem epf_ll_smem_bytes.
  * Same shape as epf_ll_dispatch_kernel on purpose (one kernel per stage and operand type, no
- * templates): context, per-rank operands, the send half, the receive half. */
+ * templates): context, per-rank operands, the send half, the receive half (epf__ll_kernel_body). */
 static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                              epf_error_record_t* record, const uint32_t* abort_word,
                                              int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_combine_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_combine_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_COMBINE, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, NULL, &args);
 }
 
 /* epf_ll_rm_dispatch_kernel / epf_ll_rm_combine_kernel — the same kernels for a RANK_MAJOR plan
@@ -138,23 +207,15 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_kernel(epf_plan
 static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                  epf_error_record_t* record, const uint32_t* abort_word,
                                                  int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_rm_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_RM_DISPATCH, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, &args, NULL);
 }
 
 static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_combine_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                 epf_error_record_t* record, const uint32_t* abort_word,
                                                 int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_rm_combine_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_rm_combine_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_RM_COMBINE, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, NULL, &args);
 }
 
 /* epf_ll_expand_kernel — RANK_MAJOR: epf_ll_rm_expand_block on every block of every rank of the
@@ -173,12 +234,8 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_expand_kernel(epf_plan_
 static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                       epf_error_record_t* record, const uint32_t* abort_word,
                                                       int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_combine_backward_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_COMBINE_BACKWARD, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, &args, NULL);
 }
 
 /* epf_ll_dispatch_backward_kernel — the backward of the dispatch (training): epf_ll_combine_kernel
@@ -186,12 +243,8 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_backward_kernel
 static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                        epf_error_record_t* record, const uint32_t* abort_word,
                                                        int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_dispatch_backward_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_dispatch_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_DISPATCH_BACKWARD, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, NULL, &args);
 }
 
 /* epf_ll_rm_combine_backward_kernel / epf_ll_rm_dispatch_backward_kernel — the training direction of
@@ -201,23 +254,15 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_dispatch_backward_kerne
 static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_combine_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                          epf_error_record_t* record, const uint32_t* abort_word,
                                                          int virtual_ranks, int bpr, int halves, epf_ll_dispatch_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_dispatch_args_t a = virtual_ranks ? epf_ll_dispatch_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_rm_combine_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_RM_COMBINE_BACKWARD, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, &args, NULL);
 }
 
 static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_dispatch_backward_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                           epf_error_record_t* record, const uint32_t* abort_word,
                                                           int virtual_ranks, int bpr, int halves, epf_ll_combine_args_t args) {
-  extern __shared__ uint4 epf__ll_smem[];
-  const epf_ll_ctx_t ctx = epf__ll_kernel_ctx(team, state, record, abort_word, virtual_ranks, bpr);
-  const epf_ll_combine_args_t a = virtual_ranks ? epf_ll_combine_args_for_rank(&args, &plan, ctx.team.rank) : args;
-  if (halves & EPF_LL_SEND) epf_ll_rm_dispatch_backward_send_block(&plan, ctx, &a, epf__ll_smem);
-  if (halves == EPF_LL_BOTH) __syncthreads();
-  if (halves & EPF_LL_RECV) (void)epf_ll_rm_dispatch_backward_recv_block(&plan, ctx, &a, epf__ll_smem);
+  epf__ll_kernel_body(EPF__LL_OP_RM_DISPATCH_BACKWARD, &plan, team, state, record, abort_word, virtual_ranks, bpr,
+                      halves, NULL, &args);
 }
 
 /* epf_ll_clean_kernel — one block per rank of the launch. */
