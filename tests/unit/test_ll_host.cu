@@ -252,8 +252,8 @@ static void test_smem(void** state) {
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
   d = epf_ll_dispatch_smem_bytes(&p, 512);
   cmb = epf_ll_combine_smem_bytes(&p, 512);
-  /* header + T*K codes + 8 segments x E histogram + E counts */
-  assert_true(d == (size_t)EPF__LL_HDR_BYTES + 128u * 8u * 4u + 8u * 256u * 4u + 256u * 4u);
+  /* header + T*K codes + 16 segments (one per warp, EPF_LL_SCAN_SEGMENTS) x E histogram + E counts */
+  assert_true(d == (size_t)EPF__LL_HDR_BYTES + 128u * 8u * 4u + 16u * 256u * 4u + 256u * 4u);
   assert_true(cmb >= (size_t)EPF__LL_HDR_BYTES + 257u * 4u);
   assert_true(epf_ll_smem_bytes(&p, 512) == (d > cmb ? d : cmb));
   assert_true(d % 16u == 0u);

@@ -167,7 +167,7 @@ typedef enum epf_ll_buffer {
  * vector). The slot scan of the dispatch send splits the (token, k) pairs into at most
  * EPF_LL_SCAN_SEGMENTS segments, one per warp. */
 #define EPF_LL_UNIT_ELEMS 256
-#define EPF_LL_SCAN_SEGMENTS 8
+#define EPF_LL_SCAN_SEGMENTS 16
 /* 256-element chunks of one row that a warp of the combine push moves per unit (loads in flight per
  * lane before the stores; one metadata lookup per unit). The dispatch send moves one chunk per unit:
  * grouping 4 there cost 1-2.5 us at T = 1 (docs/performance.md, LL v3). */
