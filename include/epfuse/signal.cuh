@@ -53,7 +53,6 @@
  *   epf_status_t epf_barrier_block(epf_team_t, const epf_plan_t*, uint32_t epoch, epf_wait_t)
  *   epf_status_t epf_rank_barrier_block(uint64_t* word, uint32_t nblocks, uint32_t epoch, epf_wait_t)  the blocks of one rank
  *   bool     epf_arrive_last_block(uint32_t* counter, uint32_t nblocks, uint32_t round)     [collective:block]
- *   bool     epf_arrive_last_block_gpu(uint32_t* counter, uint32_t nblocks, uint32_t round) [collective:block]
  *   bool     epf_arrive_last_block_epoch(uint32_t* word, uint32_t nblocks, uint32_t epoch)  [collective:block]
  *   void     epf_signal_peers_block(epf_team_t, const epf_plan_t*, epf_region_id_t, uint32_t epoch)    [collective:block]
  *   epf_status_t epf_wait_peers_block(epf_team_t, const epf_plan_t*, epf_region_id_t, uint32_t epoch, epf_wait_t)
@@ -379,22 +378,6 @@ EPF_DEVICE_INLINE bool epf_arrive_last_block(uint32_t* counter, uint32_t nblocks
   __syncthreads();
   if (threadIdx.x == 0) {
     const uint32_t old = epf_atom_add_acq_rel_sys_u32(counter, 1u);
-    last = old + 1u == round * nblocks;
-  }
-  return __syncthreads_or(last) != 0;
-}
-
-/* epf_arrive_last_block_gpu — epf_arrive_last_block with a .gpu acq_rel atomic: the same result,
- *   but only this GPU's threads are ordered by it. What every block wrote before its arrival
- *   happens before what the last block does after the call, for observers on this GPU; use it
- *   when the last block publishes nothing to peers or to the host (e.g. it only records the
- *   round in the rank's own state), and epf_arrive_last_block when it signals other GPUs.
- *   Scope, memory, limits: as epf_arrive_last_block. */
-EPF_DEVICE_INLINE bool epf_arrive_last_block_gpu(uint32_t* counter, uint32_t nblocks, uint32_t round) {
-  int last = 0;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t old = epf_atom_add_acq_rel_gpu_u32(counter, 1u);
     last = old + 1u == round * nblocks;
   }
   return __syncthreads_or(last) != 0;

@@ -45,15 +45,8 @@ EPF_DEVICE_INLINE uint32_t epf_ll_epoch_next(const epf_ll_state_t* state, epf_ll
  *   arrives (epf_arrive_last_block); the last one gets *out_last = true. The caller publishes the
  *   rank's work from that block, then calls epf_ll_phase_commit_block to advance the epoch.
  *   Scope: [collective:block] [uniform-args]. Memory: what every block wrote before arriving
- *   happens before what the last block does after (release/acquire at .sys, cumulative; at .gpu
- *   for EPF_LL_PHASE_COMBINE_RECV, whose last block publishes nothing beyond this GPU). */
+ *   happens before what the last block does after (release/acquire at .sys, cumulative). */
 EPF_DEVICE_INLINE bool epf_ll_phase_end_block(epf_ll_ctx_t ctx, epf_ll_phase_t phase) {
-  /* the combine receive's last block only records the round in this rank's own state, which this
-   * GPU's next kernels read: a .gpu arrival orders that. The send phases' last blocks signal the
-   * peers and the dispatch receive's writes a->round, which a host may poll: their arrival is
-   * .sys, cumulative over every block's writes. */
-  if (phase == EPF_LL_PHASE_COMBINE_RECV)
-    return epf_arrive_last_block_gpu(&ctx.state->arrive[phase], (uint32_t)ctx.nblocks, 1u);
   return epf_arrive_last_block(&ctx.state->arrive[phase], (uint32_t)ctx.nblocks, 1u);
 }
 
