@@ -462,5 +462,6 @@ int main(void) {
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
   g_seed = epf_test_seed();
+  if (getenv("EPF_TEST_FILTER") != NULL) cmocka_set_test_filter(getenv("EPF_TEST_FILTER")); /* e.g. "test_backward_*" */
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

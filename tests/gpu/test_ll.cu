@@ -2836,6 +2836,7 @@ int main(void) {
     printf("cudaMalloc failed\n");
     return 1;
   }
+  if (getenv("EPF_TEST_FILTER") != NULL) cmocka_set_test_filter(getenv("EPF_TEST_FILTER")); /* e.g. "test_backward_*" */
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   cudaFree(g_sink);
   return rc;
