@@ -299,15 +299,169 @@ static void test_zero_timeout(void** state) {
   fix_free(&f);
 }
 
+/* ---- the backward's barrier (docs/high-throughput.md "Signals and epochs of the backward") ------ */
+
+/* the whole window, states and route set up afresh: the recovery a team that fell out of step has
+ * (route.md: every rank starts from the same epoch on a zeroed window) */
+static void fix_reset(fix_t* f) {
+  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+  uint64_t rbytes = 0;
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  EPF_CHECK_CUDA(cudaMemset(f->window, 0, (size_t)R * f->plan.total_bytes));
+  EPF_CHECK_CUDA(cudaMemset(f->d_state, 0, R * sizeof(epf_ht_state_t)));
+  rc.index_type = EPF_INDEX_INT64;
+  assert_int_equal(epf_route_size(&f->plan, &rc, &rbytes), EPF_OK);
+  assert_int_equal(epf_route_init(&f->plan, &rc, f->route_buf, rbytes * R, R, 1u + (uint32_t)(epf_test_rand(&g_seed) % 1000u),
+                                  0, &f->route),
+                   EPF_OK);
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  epf_error_clear(f->rec_h);
+}
+
+static void read_epochs(const fix_t* f, uint32_t* e) {
+  for (int r = 0; r < R; ++r)
+    EPF_CHECK_CUDA(cudaMemcpy(&e[r], epf_route_epoch_ptr(&f->route, r), 4, cudaMemcpyDeviceToHost));
+}
+
+static double wall_s(void) {
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* identity experts in place, dy = x: the backward of dispatch gives dx[t] = BF16(fma(1, dy, ...
+ * fma(1, dy, 0))) over the K distinct experts of the token */
+static void check_identity_backward(fix_t* f) {
+  static uint16_t out[R * T * H];
+  EPF_CHECK_CUDA(cudaMemcpy(out, f->d_out, sizeof(out), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < R * T; ++i)
+    for (int h = 0; h < H; ++h) {
+      float acc = 0.f;
+      for (int k = 0; k < K; ++k) acc = fmaf(1.0f, bf16_f(f->x[i * H + h]), acc);
+      if (out[i * H + h] != bf16_rne(acc))
+        fail_msg("backward: rank %d token %d h %d: got %04x want %04x", i / T, i % T, h, out[i * H + h], bf16_rne(acc));
+    }
+}
+
+/* a whole step on every rank through the launchers: route update, dispatch, combine (checked), then
+ * the backward of combine (dy = x) and of dispatch (identity experts in place, checked); no error */
+static void full_step(fix_t* f, const char* what) {
+  epf_ht_step_t s = fix_step(f, 0);
+  epf_error_record_t rec;
+  s.topk_idx = f->d_topk;
+  fix_inputs(f);
+  fix_round(f, &s);
+  check_identity_combine(f);
+  EPF_CHECK_CUDA(cudaMemset(f->d_out, 0xA7, sizeof(f->x)));
+  assert_int_equal(epf_ht_combine_backward(&f->route, f->team, &f->plan, &s, EPF_HT_BOTH, 0), EPF_OK);
+  assert_int_equal(epf_ht_dispatch_backward(&f->route, f->team, &f->plan, &s, 0), EPF_OK);
+  sync_or_fail(30.0, what);
+  check_identity_backward(f);
+  epf_error_read(f->rec_h, &rec);
+  if (rec.count != 0)
+    fail_msg("%s: %u errors recorded (%s, peer %d)", what, rec.count, epf_status_name((epf_status_t)rec.status), rec.peer);
+}
+
+/* The backward of combine starts with a team barrier over SIG_COMBINE(e + 1). Ranks 0 .. R-2 launch
+ * it (the ready-made kernel on a grid of R-1 ranks), rank R-1 does not: the barrier's wait on rank
+ * R-1 must end with the documented outcome and no hang — timeout: EPF_ERR_TIMEOUT recorded in
+ * full (peer R-1, epoch e + 1, elapsed >= the plan's timeout); abort (the step's abort word set
+ * before the launch): the waits end at once with EPF_ERR_ABORTED ("a barrier that times out or is
+ * aborted sends nothing (recorded in the error record)"). The round still stores e + 1 into the
+ * launching ranks' epoch words. Then the team is set up afresh and whole forward + backward steps
+ * are exact again. */
+static void backward_barrier_case(int abort_it) {
+  const uint64_t timeout_ns = abort_it ? 2000000000ull : 100000000ull; /* abort: far beyond the check */
+  fix_t f;
+  epf_error_record_t rec;
+  uint32_t e0[R], e1[R];
+  uint32_t *abort_h = NULL, *abort_d = NULL;
+  const char* what = abort_it ? "backward barrier abort" : "backward barrier timeout";
+  double dt;
+  fix_init(&f, EPF_LAYOUT_EXPERT_MAJOR, 0, timeout_ns);
+  full_step(&f, "backward barrier: step before the fault");
+  read_epochs(&f, e0);
+  for (int r = 1; r < R; ++r) assert_int_equal(e0[r], e0[0]);
+  epf_error_clear(f.rec_h);
+  {
+    epf_ht_step_t s = fix_step(&f, 0);
+    epf__ht_kargs_t ks;
+    s.topk_idx = f.d_topk;
+    if (abort_it) {
+      EPF_CHECK_CUDA(cudaHostAlloc(&abort_h, 4, cudaHostAllocMapped));
+      EPF_CHECK_CUDA(cudaHostGetDevicePointer(&abort_d, abort_h, 0));
+      *abort_h = 1u;
+      s.wait.abort_word = abort_d;
+    }
+    fix_inputs(&f);
+    ks = epf__ht_step_for_launch(&s, &f.plan);
+    assert_int_equal(epf_virtual_grid_check((const void*)epf_ht_combine_backward_kernel, EPF_HT_THREADS, 0, (R - 1) * BPR, 0),
+                     EPF_OK);
+    EPF_CHECK_CUDA(cudaDeviceSynchronize());
+    dt = wall_s();
+    epf_ht_combine_backward_kernel<<<(R - 1) * BPR, EPF_HT_THREADS>>>(f.route, f.team, f.plan, ks, f.d_topk, 1, BPR,
+                                                                      EPF_HT_BOTH);
+    EPF_CHECK_CUDA(cudaGetLastError());
+    sync_or_fail(30.0, what);
+    dt = wall_s() - dt;
+  }
+  printf("%s: ranks 0..%d returned after %.1f ms (timeout %.0f ms)\n", what, R - 2, dt * 1e3, timeout_ns * 1e-6);
+  read_epochs(&f, e1);
+  for (int r = 0; r < R - 1; ++r)
+    if (e1[r] != e0[r] + 1u) fail_msg("%s: rank %d epoch word %u, want %u", what, r, e1[r], e0[r] + 1u);
+  assert_int_equal(e1[R - 1], e0[R - 1]); /* the absent rank launched nothing */
+  epf_error_read(f.rec_h, &rec);
+  if (abort_it) {
+    assert_true(dt < 1.0); /* far below the 2 s timeout: the waits were aborted, not timed out */
+    /* documented: an aborted barrier is recorded in the error record */
+    if (rec.valid != 1 || rec.status != EPF_ERR_ABORTED)
+      fail_msg("%s: record valid %u status %s, want EPF_ERR_ABORTED (docs/high-throughput.md: an aborted barrier is "
+               "recorded)",
+               what, rec.valid, epf_status_name((epf_status_t)rec.status));
+    assert_true(rec.count >= 1);
+    *abort_h = 0u;
+  } else {
+    assert_true(dt < 3.0);
+    assert_int_equal(rec.valid, 1);
+    assert_int_equal(rec.status, EPF_ERR_TIMEOUT);
+    assert_int_equal(rec.peer, R - 1);
+    assert_true(rec.waiter_rank >= 0 && rec.waiter_rank < R - 1);
+    assert_int_equal(rec.wanted, (uint64_t)(e0[0] + 1u));
+    assert_true(rec.elapsed_ns >= timeout_ns);
+    assert_int_equal(rec.masked_ranks, 0); /* no mask in the step's wait */
+    assert_true(rec.count >= 1);
+  }
+  /* recovery: the team set up afresh; two whole steps exact, nothing recorded */
+  fix_reset(&f);
+  full_step(&f, "backward barrier: step 1 after the reset");
+  full_step(&f, "backward barrier: step 2 after the reset");
+  printf("%s: recorded as documented, team reset, 2 forward + backward steps exact\n", what);
+  if (abort_h != NULL) EPF_CHECK_CUDA(cudaFreeHost(abort_h));
+  fix_free(&f);
+}
+
+static void test_backward_barrier_timeout(void** state) {
+  (void)state;
+  backward_barrier_case(0);
+}
+
+static void test_backward_barrier_abort(void** state) {
+  (void)state;
+  backward_barrier_case(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_failed_round_state),
       cmocka_unit_test(test_stale_ids),
       cmocka_unit_test(test_bad_metadata),
       cmocka_unit_test(test_zero_timeout),
+      cmocka_unit_test(test_backward_barrier_timeout),
+      cmocka_unit_test(test_backward_barrier_abort),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
   g_seed = epf_test_seed();
+  if (getenv("EPF_TEST_FILTER") != NULL) cmocka_set_test_filter(getenv("EPF_TEST_FILTER")); /* e.g. "test_backward_*" */
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

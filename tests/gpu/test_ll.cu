@@ -1502,10 +1502,17 @@ static void fix_new_dy(fix_t* f) {
  * checked (rows, counts, metadata with combine weights, packed copy), then the experts (dx rows
  * in y_layout, the per-row weight gradient when with_wg) and epf_ll_dispatch_backward, checked (dx
  * and topk_weights_grad, bit for bit) */
-static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed, int y_layout, int identity,
-                      int with_wg, const how_t* h, uint32_t absent, const char* what) {
+/* bwd_round_ex: the backward of combine launched as hc says (absent_c: the ranks that take no part
+ * in it), the backward of dispatch as hd says (absent_d: the ranks that take no part in it, beyond
+ * absent_c); *dt (if not NULL): the wall time of the two launches, each to its sync */
+static void bwd_round_ex(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed, int y_layout, int identity,
+                         int with_wg, const how_t* hc, const how_t* hd, uint32_t absent_c, uint32_t absent_d,
+                         double* dt, const char* what) {
   const int R = f->in.R, Tmax = f->in.Tmax, H = f->in.H, K = f->in.K;
-  const int silent = h->Ts != NULL ? h->silent : -1;
+  const int silent = hc->Ts != NULL ? hc->silent : -1;
+  const uint32_t absent = absent_c | absent_d;
+  const how_t* h = hc;
+  double t0, t1 = 0.0;
   epf_ll_dispatch_args_t da = fix_dargs(f, packed);
   epf_ll_combine_args_t ca = fix_cargs(f, y_layout);
   uint16_t* want = (uint16_t*)malloc((size_t)R * Tmax * H * 2);
@@ -1517,12 +1524,15 @@ static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed,
   EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
   EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
   /* backward of combine */
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  t0 = now_s();
   launch_round(f, &da, NULL, 1, h);
   EPF_CHECK_LAUNCH();
+  t1 += now_s() - t0;
   f->in.combine_weights = 1;
-  llref_dispatch(&f->in, absent, &ref);
+  llref_dispatch(&f->in, absent_c, &ref);
   snprintf(w2, sizeof(w2), "%s: backward of combine", what);
-  check_dispatch(f, &ref, absent, epoch, 1, packed, w2);
+  check_dispatch(f, &ref, absent_c, epoch, 1, packed, w2);
   f->in.combine_weights = 0;
   /* the expert stage: per-row weight gradient (read before experts in place overwrite the rows), dx rows */
   if (with_wg) {
@@ -1535,8 +1545,12 @@ static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed,
   ca.topk_weights = NULL;
   ca.weight_grad = with_wg ? b->wg : NULL;
   ca.topk_weights_grad = b->twg;
-  launch_round(f, NULL, &ca, 1, h);
+  EPF_CHECK_CUDA(cudaDeviceSynchronize());
+  t0 = now_s();
+  launch_round(f, NULL, &ca, 1, hd);
   EPF_CHECK_LAUNCH();
+  t1 += now_s() - t0;
+  if (dt != NULL) *dt = t1;
   llref_dispatch_backward(&f->in, absent, identity, want, wantg);
   if (!with_wg) memset(wantg, 0, (size_t)R * Tmax * K * 4); /* nobody carried gradients: 0 everywhere */
   snprintf(w2, sizeof(w2), "%s: backward of dispatch", what);
@@ -1548,6 +1562,11 @@ static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed,
   llref_free(&ref);
   free(want);
   free(wantg);
+}
+
+static void bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int packed, int y_layout, int identity,
+                      int with_wg, const how_t* h, uint32_t absent, const char* what) {
+  bwd_round_ex(f, b, epoch, packed, y_layout, identity, with_wg, h, h, absent, 0u, NULL, what);
 }
 
 /* forward then backward, launchers: hidden 2880 / 1032 / 5120 / 7168, top-k 1 / 8 / 22, 3 / 5 / 8
@@ -1642,6 +1661,314 @@ static void test_backward_blocks(void** state) {
   }
   printf("backward blocks: unequal T {0, 1, 33, 7, 64}, a silent rank masked, clean, all exact\n");
   f.in.Ts = NULL;
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* the fault-tolerance checks after a round in which `silent` missed a wait of every survivor: the
+ * first error in full (a timeout on `silent`, waited for by a survivor, at least the timeout
+ * long), each survivor masked it once, and every survivor's mask lacks exactly it */
+static void check_timed_out_on(const fix_t* f, int silent, uint64_t timeout_ns, const char* what) {
+  const int R = f->in.R;
+  uint32_t masks[16 * EPF_MASK_WORDS];
+  epf_error_record_t rec;
+  epf_error_read(f->rec_h, &rec);
+  if (rec.valid != 1 || rec.status != EPF_ERR_TIMEOUT || rec.peer != silent)
+    fail_msg("%s: record valid %u status %s peer %d, want a timeout on rank %d", what, rec.valid,
+             epf_status_name((epf_status_t)rec.status), rec.peer, silent);
+  assert_true(rec.waiter_rank >= 0 && rec.waiter_rank < R && rec.waiter_rank != silent);
+  assert_true(rec.elapsed_ns >= timeout_ns);
+  assert_true(rec.count >= 1);
+  if (rec.masked_ranks != (uint32_t)(R - 1))
+    fail_msg("%s: masked_ranks %u, want %d (each survivor masks it once)", what, rec.masked_ranks, R - 1);
+  read_masks(f, masks);
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < R; ++p)
+      if (r != silent && ((masks[r * EPF_MASK_WORDS] >> p) & 1u) != (p == silent ? 0u : 1u))
+        fail_msg("%s: rank %d mask %08x, want every rank but %d", what, masks[r * EPF_MASK_WORDS], r, silent);
+}
+
+/* mask clean on every rank: nothing recorded, masks full, every epoch at the clean's common base
+ * (returned) */
+static uint32_t clean_all(fix_t* f, const char* what) {
+  const int R = f->in.R;
+  uint32_t masks[16 * EPF_MASK_WORDS];
+  epf_ll_state_t st[16];
+  epf_error_clear(f->rec_h);
+  assert_int_equal(epf_ll_mask_clean(&f->L, 0), EPF_OK);
+  EPF_CHECK_LAUNCH();
+  if (f->rec_h->count != 0)
+    fail_msg("%s: the clean recorded %u errors (%s)", what, f->rec_h->count, epf_status_name((epf_status_t)f->rec_h->status));
+  read_masks(f, masks);
+  for (int r = 0; r < R; ++r) assert_int_equal(masks[r * EPF_MASK_WORDS], (1u << R) - 1u);
+  EPF_CHECK_CUDA(cudaMemcpy(st, f->state, (size_t)R * sizeof(epf_ll_state_t), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < EPF_LL_PHASE_COUNT; ++p) assert_int_equal(st[r].epoch[p], st[0].epoch[0]);
+  return st[0].epoch[0];
+}
+
+/* Faults in the backward rounds (fault tolerant, 5 virtual ranks, unequal T, the blocks):
+ *   1. everybody: forward + backward exact;
+ *   2. a forward with everybody, then rank 3 takes no part in the backward (neither half): the
+ *      survivors' backward of combine (a dispatch receive) times out on it once, within the
+ *      timeout, masks it (record in full, masked_ranks = R - 1), and the backward of dispatch skips
+ *      it; the survivors' dy rows, counts, metadata, dx and topk_weights_grad are those of the
+ *      reference with rank 3 absent (its entries contribute zero), bit for bit;
+ *   3. rank 3 still silent, forward + backward: skipped at once, nothing recorded, exact;
+ *   4. mask clean, then everybody exact again;
+ *   5. rank 1 takes part in the forward and the backward of combine but not the backward of
+ *      dispatch: the survivors' combine receive times out on it (recorded, masked), their dx and
+ *      topk_weights_grad are the reference's with rank 1 absent;
+ *   6. mask clean, everybody exact, nothing recorded.
+ * Push (y FIXED) and pull (IN_PLACE_PULL) backward combines alternate. */
+static void test_backward_fault_tolerant(void** state) {
+  const int R = 5, Tmax = 32, H = 2880, K = 8, E = 40;
+  const uint64_t timeout_ns = 50000000ull; /* 50 ms */
+  ts_t ts = {{7, 32, 1, 19, 0}};
+  const how_t all = {0, &ts, -1};
+  fix_t f;
+  bwd_bufs_t b;
+  uint32_t ep = 0;
+  double dt;
+  (void)state;
+  fix_init(&f, R, Tmax, H, K, E, 0, EPF_FLAG_FAULT_TOLERANT, timeout_ns);
+  bwd_bufs_init(&f, &b);
+  f.in.Ts = ts.t;
+
+  /* 1: everybody */
+  fix_fill(&f, Tmax, 0);
+  fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &all, 0u, "bwd FT 1: forward");
+  fix_new_dy(&f);
+  bwd_round_ex(&f, &b, ++ep, 0, EPF_LL_Y_FIXED, 0, 1, &all, &all, 0u, 0u, NULL, "bwd FT 1: backward");
+  assert_int_equal(f.rec_h->count, 0);
+
+  /* 2: rank 3 in the forward, absent from the backward */
+  {
+    const int silent = 3;
+    const how_t sil = {0, &ts, silent};
+    fix_fill(&f, Tmax, 1);
+    fwd_round(&f, ++ep, 1, EPF_LL_Y_PACKED, &all, 0u, "bwd FT 2: forward");
+    assert_int_equal(f.rec_h->count, 0);
+    fix_new_dy(&f);
+    bwd_round_ex(&f, &b, ++ep, 0, EPF_LL_Y_FIXED, 0, 1, &sil, &sil, 1u << silent, 0u, &dt,
+                 "bwd FT 2: backward, rank 3 silent");
+    printf("bwd FT: backward with rank 3 silent took %.1f ms (timeout %.0f ms)\n", dt * 1e3, timeout_ns * 1e-6);
+    assert_true(dt < 3.0);
+    check_timed_out_on(&f, silent, timeout_ns, "bwd FT 2");
+
+    /* 3: still silent: masked, skipped at once, nothing new */
+    epf_error_clear(f.rec_h);
+    fix_fill(&f, Tmax, 0);
+    fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &sil, 1u << silent, "bwd FT 3: forward, rank 3 masked");
+    fix_new_dy(&f);
+    bwd_round_ex(&f, &b, ++ep, 1, EPF_LL_Y_IN_PLACE_PULL, 0, 1, &sil, &sil, 1u << silent, 0u, &dt,
+                 "bwd FT 3: backward (pull), rank 3 masked");
+    printf("bwd FT: next backward with rank 3 masked took %.1f ms\n", dt * 1e3);
+    assert_true(dt < (double)timeout_ns * 1e-9);
+    if (f.rec_h->count != 0)
+      fail_msg("bwd FT 3: %u errors recorded with the rank masked (%s)", f.rec_h->count,
+               epf_status_name((epf_status_t)f.rec_h->status));
+  }
+
+  /* 4: clean, everybody exact */
+  ep = clean_all(&f, "bwd FT 4");
+  fix_fill(&f, Tmax, 0);
+  fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &all, 0u, "bwd FT 4: forward after the clean");
+  fix_new_dy(&f);
+  bwd_round_ex(&f, &b, ++ep, 1, EPF_LL_Y_IN_PLACE_PULL, 0, 1, &all, &all, 0u, 0u, NULL, "bwd FT 4: backward after the clean");
+  assert_int_equal(f.rec_h->count, 0);
+
+  /* 5: rank 1 misses only the backward of dispatch (push, then pull in a second run after a clean) */
+  for (int it = 0; it < 2; ++it) {
+    const int silent = 1;
+    const how_t sil = {0, &ts, silent};
+    const int y = it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
+    char what[120];
+    snprintf(what, sizeof(what), "bwd FT 5.%d (y %d): rank 1 silent in the backward of dispatch", it, y);
+    fix_fill(&f, Tmax, 0);
+    fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &all, 0u, what);
+    assert_int_equal(f.rec_h->count, 0);
+    fix_new_dy(&f);
+    bwd_round_ex(&f, &b, ++ep, it, y, 0, 1, &all, &sil, 0u, 1u << silent, &dt, what);
+    printf("bwd FT: backward of dispatch with rank 1 silent (y %d) took %.1f ms\n", y, dt * 1e3);
+    assert_true(dt < 3.0);
+    check_timed_out_on(&f, silent, timeout_ns, what);
+    /* 6: clean, everybody exact */
+    ep = clean_all(&f, what);
+    fix_fill(&f, Tmax, 1);
+    fwd_round(&f, ++ep, 1, EPF_LL_Y_PACKED, &all, 0u, "bwd FT 6: forward after the clean");
+    fix_new_dy(&f);
+    bwd_round_ex(&f, &b, ++ep, 1, EPF_LL_Y_PACKED, 1, 1, &all, &all, 0u, 0u, NULL, "bwd FT 6: backward after the clean");
+    if (f.rec_h->count != 0)
+      fail_msg("bwd FT 6: %u errors recorded (%s)", f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+  }
+  printf("backward FT: a rank silent in the backward (both halves, or the backward of dispatch only) is masked "
+         "within the timeout, survivors exact, clean, exact again\n");
+  f.in.Ts = NULL;
+  bwd_bufs_free(&b);
+  fix_free(&f);
+}
+
+/* the backward blocks with an abort word, one half per launch (halves: EPF_LL_SEND or
+ * EPF_LL_RECV); comb 0: the backward of combine (da), 1: the backward of dispatch (ca); the receive
+ * half's status per block into status[blockIdx.x] */
+__global__ void abort_bwd_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* states, epf_error_record_t* rec,
+                                 const uint32_t* abort_word, int bpr, epf_ll_dispatch_args_t dargs,
+                                 epf_ll_combine_args_t cargs, int comb, ts_t Ts, int silent, int halves,
+                                 int32_t* status) {
+  extern __shared__ uint4 smem[];
+  const epf_team_t t = epf_team_for_block(team, 1, bpr);
+  epf_status_t st = EPF_OK;
+  if (t.rank == silent) return;
+  const epf_ll_ctx_t ctx = epf_ll_ctx_make(t, states + t.rank, rec, abort_word, (int)(blockIdx.x % bpr), bpr);
+  if (comb) {
+    epf_ll_combine_args_t a = epf_ll_combine_args_for_rank(&cargs, &plan, t.rank);
+    a.num_tokens = Ts.t[t.rank];
+    if (halves == EPF_LL_SEND)
+      epf_ll_dispatch_backward_send_block(&plan, ctx, &a, smem);
+    else
+      st = epf_ll_dispatch_backward_recv_block(&plan, ctx, &a, smem);
+  } else {
+    epf_ll_dispatch_args_t a = epf_ll_dispatch_args_for_rank(&dargs, &plan, t.rank);
+    a.num_tokens = Ts.t[t.rank];
+    if (halves == EPF_LL_SEND)
+      epf_ll_combine_backward_send_block(&plan, ctx, &a, smem);
+    else
+      st = epf_ll_dispatch_recv_block(&plan, ctx, &a, smem);
+  }
+  if (halves == EPF_LL_RECV && threadIdx.x == 0) status[blockIdx.x] = (int32_t)st;
+}
+
+/* The abort word during the backward (no fault tolerance, 5 virtual ranks, rank 2 silent, the
+ * word set before the launches): every half is its own launch, so when a receive half runs, the
+ * present peers' signals are already there and only the waits on rank 2 can be cut short. Both
+ * backward receive halves must return EPF_ERR_ABORTED at once (far below the 2 s timeout); the
+ * survivors count 0 rows from rank 2 and their dx / topk_weights_grad are the reference's with
+ * rank 2 absent ("a masked, late or aborted source"), bit for bit; the aborted dispatch keeps them
+ * from pushing to rank 2 (state.dispatch_fail). Then the word is cleared, a mask clean
+ * re-synchronises the team, and forward + backward rounds of everybody are exact again.
+ * The error record of the aborted rounds is checked last: the receive blocks' contract says every
+ * failure but PEER_MASKED is also in the record. */
+static void test_backward_abort(void** state) {
+  const int R = 5, Tmax = 32, H = 1032, K = 8, E = 40, silent = 2, bpr = 2, threads = 256;
+  const uint64_t timeout_ns = 2000000000ull; /* 2 s: an abort that is not honoured shows as a 2 s wait */
+  ts_t ts = {{17, 1, 32, 0, 9}};
+  const how_t all = {0, &ts, -1};
+  fix_t f;
+  bwd_bufs_t b;
+  uint32_t *abort_h, *abort_d;
+  int32_t *status_d, status[5 * 2];
+  uint32_t ep = 0;
+  epf_error_record_t rec_abort;
+  size_t smem;
+  (void)state;
+  fix_init(&f, R, Tmax, H, K, E, 1, 0u, timeout_ns);
+  bwd_bufs_init(&f, &b);
+  f.in.Ts = ts.t;
+  smem = epf_ll_smem_bytes(&f.plan, threads);
+  blk_launch_check(&f, (const void*)abort_bwd_kernel, bpr, threads, smem);
+  EPF_CHECK_CUDA(cudaHostAlloc(&abort_h, 4, cudaHostAllocMapped));
+  EPF_CHECK_CUDA(cudaHostGetDevicePointer(&abort_d, abort_h, 0));
+  *abort_h = 0u;
+  EPF_CHECK_CUDA(cudaMalloc(&status_d, sizeof(status)));
+
+  /* everybody: forward + backward exact (the word is there, but clear) */
+  fix_fill(&f, Tmax, 0);
+  fwd_round(&f, ++ep, 0, EPF_LL_Y_FIXED, &all, 0u, "bwd abort: forward 1");
+  fix_new_dy(&f);
+  bwd_round(&f, &b, ++ep, 0, EPF_LL_Y_FIXED, 0, 1, &all, 0u, "bwd abort: backward 1");
+  fix_fill(&f, Tmax, 1);
+  fwd_round(&f, ++ep, 1, EPF_LL_Y_PACKED, &all, 0u, "bwd abort: forward 2");
+  assert_int_equal(f.rec_h->count, 0);
+
+  /* the backward with rank 2 silent and the abort word set */
+  {
+    const uint32_t absent = 1u << silent, epoch = ++ep;
+    const size_t n = (size_t)R * Tmax * H;
+    uint16_t* want = (uint16_t*)malloc(n * 2);
+    float* wantg = (float*)malloc((size_t)R * Tmax * K * 4);
+    epf_ll_dispatch_args_t da = fix_dargs(&f, 0);
+    epf_ll_combine_args_t ca = fix_cargs(&f, EPF_LL_Y_FIXED);
+    char msg[LLREF_MSG];
+    llref_t ref;
+    double t0, dt;
+    assert_true(want != NULL && wantg != NULL);
+    fix_new_dy(&f);
+    fix_poison(&f, epoch);
+    EPF_CHECK_CUDA(cudaMemset(b.wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f.plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
+    EPF_CHECK_CUDA(cudaMemset(b.twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f.plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+    ca.topk_weights = NULL;
+    ca.weight_grad = b.wg;
+    ca.topk_weights_grad = b.twg;
+    epf_error_clear(f.rec_h);
+    *abort_h = 1u;
+    for (int comb = 0; comb < 2; ++comb) {
+      const char* half = comb ? "backward of dispatch" : "backward of combine";
+      abort_bwd_kernel<<<R * bpr, threads, smem>>>(f.plan, f.L.team, f.state, f.rec_d, abort_d, bpr, da, ca, comb, ts,
+                                                   silent, EPF_LL_SEND, status_d);
+      EPF_CHECK_LAUNCH();
+      EPF_CHECK_CUDA(cudaMemset(status_d, 0x7f, sizeof(status)));
+      EPF_CHECK_CUDA(cudaDeviceSynchronize());
+      t0 = now_s();
+      abort_bwd_kernel<<<R * bpr, threads, smem>>>(f.plan, f.L.team, f.state, f.rec_d, abort_d, bpr, da, ca, comb, ts,
+                                                   silent, EPF_LL_RECV, status_d);
+      EPF_CHECK_LAUNCH();
+      dt = now_s() - t0;
+      printf("bwd abort: %s receive with the word set returned after %.2f ms\n", half, dt * 1e3);
+      if (dt >= 1.0) fail_msg("bwd abort: %s took %.2f s: the abort word was not honoured", half, dt);
+      EPF_CHECK_CUDA(cudaMemcpy(status, status_d, sizeof(status), cudaMemcpyDeviceToHost));
+      for (int blk = 0; blk < R * bpr; ++blk)
+        if (blk / bpr != silent && status[blk] != (int32_t)EPF_ERR_ABORTED)
+          fail_msg("bwd abort: %s, rank %d block %d returned %s, want EPF_ERR_ABORTED", half, blk / bpr, blk % bpr,
+                   epf_status_name((epf_status_t)status[blk]));
+      if (comb == 0) { /* the survivors' receive side: rank 2 counts 0 rows; then the experts */
+        f.in.combine_weights = 1;
+        llref_dispatch(&f.in, absent, &ref);
+        check_dispatch(&f, &ref, absent, epoch, 1, 0, "bwd abort: backward of combine, rank 2 aborted");
+        f.in.combine_weights = 0;
+        llref_free(&ref);
+        llref_wgrad_kernel<<<dim3(64, (unsigned)R), 256>>>(f.plan, f.win, 0, f.round, f.recv_counts, b.wg, 0, silent);
+        EPF_CHECK_CUDA(cudaGetLastError());
+        run_experts(&f, 0, EPF_LL_Y_FIXED, 0, silent, 0);
+        EPF_CHECK_LAUNCH();
+      }
+    }
+    epf_error_read(f.rec_h, &rec_abort);
+    *abort_h = 0u;
+    llref_dispatch_backward(&f.in, absent, 0, want, wantg);
+    for (int s = 0; s < R; ++s) {
+      if ((absent >> s) & 1u) continue;
+      if (llref_check_combine_rank(&f.in, s, f.out + (size_t)s * Tmax * H, want, "bwd abort: dx", msg) != 0)
+        fail_msg("%s", msg);
+      if (llref_check_wgrad_rank(&f.in, s, b.twg + (size_t)s * Tmax * K, wantg, "bwd abort: topk_weights_grad", msg) != 0)
+        fail_msg("%s", msg);
+    }
+    free(want);
+    free(wantg);
+  }
+
+  /* recovery: mask clean (rank 2 is two rounds behind), then everybody exact, nothing recorded */
+  ep = clean_all(&f, "bwd abort: clean");
+  for (int it = 0; it < 2; ++it) {
+    fix_fill(&f, Tmax, it);
+    fwd_round(&f, ++ep, it, EPF_LL_Y_FIXED, &all, 0u, "bwd abort: forward after the clean");
+    fix_new_dy(&f);
+    bwd_round(&f, &b, ++ep, it, it ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED, 0, 1, &all, 0u,
+              "bwd abort: backward after the clean");
+  }
+  if (f.rec_h->count != 0)
+    fail_msg("bwd abort: %u errors recorded after the clean (%s)", f.rec_h->count,
+             epf_status_name((epf_status_t)f.rec_h->status));
+  printf("bwd abort: both backward receive halves aborted at once, survivors exact, clean, exact again\n");
+
+  /* documented (epf_ll_dispatch_recv_block, epf_ll_combine_recv_block: "every failure is also in
+   * the error record except PEER_MASKED"): the aborted waits are recorded */
+  if (rec_abort.valid != 1 || rec_abort.status != EPF_ERR_ABORTED || rec_abort.count < 1)
+    fail_msg("bwd abort: record valid %u count %u status %s, want EPF_ERR_ABORTED recorded", rec_abort.valid,
+             rec_abort.count, epf_status_name((epf_status_t)rec_abort.status));
+  f.in.Ts = NULL;
+  EPF_CHECK_CUDA(cudaFree(status_d));
+  EPF_CHECK_CUDA(cudaFreeHost(abort_h));
   bwd_bufs_free(&b);
   fix_free(&f);
 }
@@ -2487,6 +2814,8 @@ int main(void) {
       cmocka_unit_test(test_backward_refusals),
       cmocka_unit_test(test_backward_matrix),
       cmocka_unit_test(test_backward_blocks),
+      cmocka_unit_test(test_backward_fault_tolerant),
+      cmocka_unit_test(test_backward_abort),
       cmocka_unit_test(test_backward_two_layers),
       cmocka_unit_test(test_backward_graph),
       cmocka_unit_test(test_rm_refusals),
@@ -2507,6 +2836,7 @@ int main(void) {
     printf("cudaMalloc failed\n");
     return 1;
   }
+  if (getenv("EPF_TEST_FILTER") != NULL) cmocka_set_test_filter(getenv("EPF_TEST_FILTER")); /* e.g. "test_backward_*" */
   rc = cmocka_run_group_tests(tests, NULL, NULL);
   cudaFree(g_sink);
   return rc;
