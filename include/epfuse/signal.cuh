@@ -218,7 +218,8 @@ EPF_DEVICE_INLINE void epf_signal_add_sys(uint64_t* flag, uint32_t value) {
 /* epf__wait_sys — THE spin loop. Polls `addr` (kind: EPF__WAIT_*) with .sys acquire loads until
  * it is done.
  * Returns EPF_OK (and the word in *out_word), EPF_ERR_PEER_MASKED (peer already masked: no
- * wait), EPF_ERR_ABORTED, or EPF_ERR_TIMEOUT (recorded; peer masked when w.mask != NULL). */
+ * wait, not recorded), EPF_ERR_ABORTED (recorded), or EPF_ERR_TIMEOUT (recorded; peer masked when
+ * w.mask != NULL). */
 EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, int kind, uint32_t epoch,
                                              epf_wait_t w, int peer, uint64_t* out_word) {
   uint64_t word = 0, start = 0;
@@ -241,16 +242,22 @@ EPF_DEVICE_INLINE epf_status_t epf__wait_sys(const void* addr, int kind, uint32_
     }
     if ((polls++ & EPF_ABORT_POLL_MASK) == 0u) {
       uint64_t now = epf_globaltimer_ns();
+      epf_status_t st = EPF_OK;
       if (start == 0) start = now;
-      if (w.abort_word != NULL && epf_ld_volatile_u32(w.abort_word) != 0u) return EPF_ERR_ABORTED;
+      if (w.abort_word != NULL && epf_ld_volatile_u32(w.abort_word) != 0u) {
+        st = EPF_ERR_ABORTED; /* recorded like a timeout: who waited on what when the abort came */
+      }
 #if EPF_ENABLE_TIMEOUT
-      if (now - start > limit) {
+      else if (now - start > limit) {
         if (w.mask != NULL && peer >= 0 && epf_mask_deactivate_sys(w.mask, peer) && w.record != NULL)
           epf_error_count_add(&w.record->masked_ranks, 1u);
-        epf_error_report(w.record, EPF_ERR_TIMEOUT, w.rank, peer, addr, epoch, word, now - start);
-        return EPF_ERR_TIMEOUT;
+        st = EPF_ERR_TIMEOUT;
       }
 #endif
+      if (st != EPF_OK) {
+        epf_error_report(w.record, st, w.rank, peer, addr, epoch, word, now - start);
+        return st;
+      }
     }
   }
 }
