@@ -87,19 +87,6 @@ EPF_BEGIN_DECLS
 #ifndef EPF_QSEND_UNROLL
 #define EPF_QSEND_UNROLL 4
 #endif
-/* The staged sends (epf_dispatch_send_row_staged_warp, epf_dispatch_send_row_quant_staged_warp,
- * epf_dispatch_send_token_staged_warp) read a row through a per-warp ring in shared memory filled by
- * cp.async: EPF_STAGE_DEPTH groups of EPF_STAGE_GROUP chunks (a chunk: 32 16-byte vectors, one per
- * lane), EPF_STAGE_DEPTH - 1 groups in flight while one is stored. The loads in flight hold no
- * registers, so a 16-warp kernel keeps 3x the bytes in flight of the register-held sends. */
-#ifndef EPF_STAGE_GROUP
-#define EPF_STAGE_GROUP 4
-#endif
-#ifndef EPF_STAGE_DEPTH
-#define EPF_STAGE_DEPTH 4
-#endif
-/* Shared memory of one warp's ring: bytes, a multiple of 16 (8 KB by default). */
-#define EPF_STAGE_WARP_BYTES (EPF_STAGE_DEPTH * EPF_STAGE_GROUP * 32 * 16)
 
 /* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
  *   EPF_COPY_UNROLL loads per lane in flight before the first store.
@@ -205,77 +192,6 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
   return dropped;
 }
 
-/* epf__stage_issue — start group g of a row of nvec 16-byte vectors (vectors [g * 32 * GROUP, (g + 1)
- * * 32 * GROUP), each lane its own) into its ring slot, and commit the group (empty past the row's
- * end). Each lane later reads only the vectors it copied itself, so no barrier is needed. */
-EPF_DEVICE_INLINE void epf__stage_issue(uint4* ring, const uint4* src, int g, int nvec) {
-  const int lane = epf_lane_id();
-  uint4* slot = ring + (g % EPF_STAGE_DEPTH) * (EPF_STAGE_GROUP * 32);
-  const int first = g * (EPF_STAGE_GROUP * 32);
-  int u;
-#pragma unroll
-  for (u = 0; u < EPF_STAGE_GROUP; ++u) {
-    const int i = first + u * 32 + lane;
-    if (i < nvec) epf_cp_async_16(slot + u * 32 + lane, src + i);
-  }
-  epf_cp_async_commit();
-}
-
-/* epf__stage_begin — the first EPF_STAGE_DEPTH - 1 groups of a row. */
-EPF_DEVICE_INLINE void epf__stage_begin(uint4* ring, const uint4* src, int nvec) {
-  int g;
-#pragma unroll
-  for (g = 0; g < EPF_STAGE_DEPTH - 1; ++g) epf__stage_issue(ring, src, g, nvec);
-}
-
-/* epf__stage_next — start group g + EPF_STAGE_DEPTH - 1 (into the slot group g - 1 used: its vectors
- * were read before), wait for group g and return its slot. */
-EPF_DEVICE_INLINE const uint4* epf__stage_next(uint4* ring, const uint4* src, int g, int nvec) {
-  epf__stage_issue(ring, src, g + EPF_STAGE_DEPTH - 1, nvec);
-  EPF_CP_ASYNC_WAIT(EPF_STAGE_DEPTH - 1);
-  return ring + (g % EPF_STAGE_DEPTH) * (EPF_STAGE_GROUP * 32);
-}
-
-/* epf_dispatch_send_row_staged_warp — epf_dispatch_send_row_warp reading the row through `ring`:
- *   this warp's EPF_STAGE_WARP_BYTES of shared memory, 16-byte aligned, used by no other warp
- *   during the call (reused by the next call). The same copies, drops, result and memory
- *   contract; src_row must not be written during the kernel (cp.async reads it). sm_80+ (before:
- *   plain loads through the ring). [collective:warp] */
-EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_staged_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
-                                                             int dst_rank, int64_t dst_row, int ncopies, uint4* ring) {
-  const int lane = epf_lane_id();
-  const int nvec = (int)(plan->row_bytes >> 4);
-  const uint4* src = (const uint4*)src_row;
-  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
-  const uint32_t dropped =
-      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
-  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
-  const int ngroups = (nvec + EPF_STAGE_GROUP * 32 - 1) / (EPF_STAGE_GROUP * 32);
-  int g;
-  if (present == 0u) return dropped;
-  epf__stage_begin(ring, src, nvec);
-  for (g = 0; g < ngroups; ++g) {
-    const uint4* slot = epf__stage_next(ring, src, g, nvec);
-    const int base = g * (EPF_STAGE_GROUP * 32);
-    uint4 v[EPF_STAGE_GROUP];
-    uint32_t m;
-    int u;
-#pragma unroll
-    for (u = 0; u < EPF_STAGE_GROUP; ++u)
-      if (base + u * 32 + lane < nvec) v[u] = slot[u * 32 + lane];
-    for (m = present; m != 0u; m &= m - 1u) {
-      const int j = __ffs((int)m) - 1;
-      uint4* d = (uint4*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
-#pragma unroll
-      for (u = 0; u < EPF_STAGE_GROUP; ++u) {
-        const int i = base + u * 32 + lane;
-        if (i < nvec) epf_st_v4_u32(d + i, v[u]);
-      }
-    }
-  }
-  return dropped;
-}
-
 /* epf_recv_scale_offset — where the scale of receive row `row`, scale column `col` lives, as a
  *   byte offset in the rank's window slice: THE owner of a receive scale's position, for every
  *   scale layout (the dispatch writes through it, readers and the tests' references read through
@@ -319,47 +235,6 @@ EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, i
   return epf_recv_scale_offset(plan, row, col, 0, 0);
 }
 
-/* epf__qsend_compact_ptrs — the COMPACT quantizing send's copy addresses, once per token: dp[c] /
- * sp[c] = the row and the scale row of the c-th present copy (c < popc(present) <= 8; the rest are
- * copies of lane 0's and never used). [collective:warp] */
-EPF_DEVICE_INLINE void epf__qsend_compact_ptrs(epf_team_t team, const epf_plan_t* plan, char* my_dst, int dst_rank,
-                                               int64_t dst_row, uint32_t present, char** dp, char** sp) {
-  const int lane = epf_lane_id();
-  const int n = __popc(present);
-  const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
-  char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
-  const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
-  const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
-  int c;
-#pragma unroll
-  for (c = 0; c < 8; ++c) {
-    dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
-    sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
-  }
-}
-
-/* epf__qsend_compact_chunk — quantize this lane's 8 elements of one 256-element chunk (x: vector i
- * of the row; zeros past the row) and store them and the chunk's scales into the n copies of
- * epf__qsend_compact_ptrs. [collective:warp] every lane, the chunk warp-uniform. */
-EPF_DEVICE_INLINE void epf__qsend_compact_chunk(uint4 x, int i, int nvec, int n, char* const* dp, char* const* sp, bool mx,
-                                                int rule, bool ue8m0) {
-  const int lane = epf_lane_id();
-  uint8_t sb = 0;
-  float sf = 0.f;
-  int c;
-  const uint2 q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(x, rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(x, ue8m0, &sf);
-  if (i < nvec) {
-#pragma unroll
-    for (c = 0; c < 8; ++c) {
-      if (c < n) {
-        *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
-        if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sb;
-        if (!mx && (lane & 15) == 0) ((float*)sp[c])[i >> 4] = sf;
-      }
-    }
-  }
-}
-
 /* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
  *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
  *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
@@ -397,9 +272,18 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
      * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
      * the quantizing dispatch at 57 % of the copy ceiling). */
     const int n = __popc(present);
+    const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
+    char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
+    const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
+    const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
     char* dp[8];
     char* sp[8];
-    epf__qsend_compact_ptrs(team, plan, my_dst, dst_rank, dst_row, present, dp, sp);
+    int c;
+#pragma unroll
+    for (c = 0; c < 8; ++c) {
+      dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
+      sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
+    }
     /* Software-pipelined: the loads of the next EPF_QSEND_UNROLL chunks are in flight while this
      * step quantizes and stores (load everything, then quantize and store, left the loads idle
      * during the stores: docs/performance.md, HT v8). */
@@ -419,8 +303,22 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
       }
 #pragma unroll
       for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+        const int i = base + u * 32 + lane;
+        uint8_t sb = 0;
+        float sf = 0.f;
+        uint2 q;
         if (base + u * 32 >= nvec) break; /* warp-uniform */
-        epf__qsend_compact_chunk(v[u], base + u * 32 + lane, nvec, n, dp, sp, mx, rule, ue8m0);
+        q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
+        if (i < nvec) {
+#pragma unroll
+          for (c = 0; c < 8; ++c) {
+            if (c < n) {
+              *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
+              if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sb;
+              if (!mx && (lane & 15) == 0) ((float*)sp[c])[i >> 4] = sf;
+            }
+          }
+        }
       }
 #pragma unroll
       for (u = 0; u < EPF_QSEND_UNROLL; ++u) v[u] = nx[u];
@@ -471,47 +369,6 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                             int dst_rank, int64_t dst_row, int ncopies) {
   return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, 0, 0);
-}
-
-/* epf_dispatch_send_row_quant_staged_warp — epf_dispatch_send_row_quant_seg_warp reading the row
- *   through `ring` (this warp's EPF_STAGE_WARP_BYTES of shared memory, 16-byte aligned, no other
- *   warp's during the call): the same copies, scales, drops, result, numerics and memory contract.
- *   The ring serves the common case (COMPACT scales, at most 8 present copies); other plans and
- *   copy lists take epf_dispatch_send_row_quant_seg_warp. src_row must not be written during the
- *   kernel (cp.async reads it). [collective:warp] Requirements as the _seg form. */
-EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_staged_warp(epf_team_t team, const epf_plan_t* plan,
-                                                                   const void* src_row, int dst_rank, int64_t dst_row,
-                                                                   int ncopies, int seg_begin, int seg_rows, uint4* ring) {
-  const int lane = epf_lane_id();
-  const int nvec = plan->hidden >> 3;
-  const uint4* src = (const uint4*)src_row;
-  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
-  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
-  const int n = __popc(present);
-  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
-  const int rule = epf_mx_rule_from_flags(plan->flags);
-  const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
-  const int ngroups = (nvec + EPF_STAGE_GROUP * 32 - 1) / (EPF_STAGE_GROUP * 32);
-  char* dp[8];
-  char* sp[8];
-  int g;
-  if (plan->scale_layout != EPF_SCALE_LAYOUT_COMPACT || n > 8 || n == 0)
-    return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
-  epf__qsend_compact_ptrs(team, plan, my_dst, dst_rank, dst_row, present, dp, sp);
-  epf__stage_begin(ring, src, nvec);
-  for (g = 0; g < ngroups; ++g) {
-    const uint4* slot = epf__stage_next(ring, src, g, nvec);
-    const int base = g * (EPF_STAGE_GROUP * 32);
-    int u;
-#pragma unroll
-    for (u = 0; u < EPF_STAGE_GROUP; ++u) {
-      const int i = base + u * 32 + lane;
-      if (base + u * 32 >= nvec) break; /* warp-uniform */
-      epf__qsend_compact_chunk(i < nvec ? slot[u * 32 + lane] : make_uint4(0u, 0u, 0u, 0u), i, nvec, n, dp, sp, mx, rule,
-                               ue8m0);
-    }
-  }
-  return (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
 }
 
 /* epf_dispatch_send_scales_seg_warp — forward a caller-quantized row's compact scales (MXFP8:
@@ -566,28 +423,6 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* p
   epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank), row.v);
 }
 
-/* epf_dispatch_send_token_staged_warp — epf_dispatch_send_token_warp reading the row through `ring`
- *   (this warp's EPF_STAGE_WARP_BYTES of shared memory, 16-byte aligned, no other warp's during the
- *   call; NULL: the register-held sends): epf_dispatch_send_row_staged_warp /
- *   epf_dispatch_send_row_quant_staged_warp for the payload, scales forwarded as without a ring.
- *   Contract otherwise as epf_dispatch_send_token_warp (below). [collective:warp] */
-EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_staged_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
-                                                               const uint8_t* src_scales, int quantize, int dst_rank,
-                                                               int64_t dst_row, int ncopies, int seg_begin, int seg_rows,
-                                                               uint4* ring) {
-  uint32_t dropped;
-  if (quantize && plan->payload != EPF_PAYLOAD_BF16)
-    return ring != NULL ? epf_dispatch_send_row_quant_staged_warp(team, plan, src_row, dst_rank, dst_row, ncopies, seg_begin,
-                                                                  seg_rows, ring)
-                        : epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, seg_begin,
-                                                               seg_rows);
-  dropped = ring != NULL ? epf_dispatch_send_row_staged_warp(team, plan, src_row, dst_rank, dst_row, ncopies, ring)
-                         : epf_dispatch_send_row_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
-  if (plan->payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
-    epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
-  return dropped;
-}
-
 /* epf_dispatch_send_token_warp — one token's payload to all its copies, whatever the payload:
  *   a BF16 plan copies the row (epf_dispatch_send_row_warp); a quantized plan either quantizes the
  *   BF16 row on the way (quantize != 0: epf_dispatch_send_row_quant_warp) or forwards a row already
@@ -601,8 +436,13 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_staged_warp(epf_team_t team, 
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                         const uint8_t* src_scales, int quantize, int dst_rank,
                                                         int64_t dst_row, int ncopies, int seg_begin, int seg_rows) {
-  return epf_dispatch_send_token_staged_warp(team, plan, src_row, src_scales, quantize, dst_rank, dst_row, ncopies,
-                                             seg_begin, seg_rows, NULL);
+  uint32_t dropped;
+  if (quantize && plan->payload != EPF_PAYLOAD_BF16)
+    return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
+  dropped = epf_dispatch_send_row_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
+  if (plan->payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
+    epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
+  return dropped;
 }
 
 /* epf_dispatch_meta_rm_warp — write the RANK_MAJOR metadata row (epf_recv_meta_rm_*) of every

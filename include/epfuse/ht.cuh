@@ -186,7 +186,7 @@ EPF_DEVICE_INLINE void epf_ht_report_stale_warp(const epf_ht_view_t* v, const ep
  * combine weight). [collective:warp] */
 EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* x_row,
                                                        const uint8_t* x_scales_row, int quantize, int t,
-                                                       const epf_wait_t* w, int combine_weight, uint4* ring) {
+                                                       const epf_wait_t* w, int combine_weight) {
   const int lane = epf_lane_id();
   const int64_t i = (int64_t)t * v->K + lane;
   int e, dst, n, seg_begin = 0, seg_rows = 0;
@@ -225,8 +225,7 @@ EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, c
     epf_dispatch_meta_rm_warp(v->team, plan, t, dst, row, n, dk, dk >= 0 ? e - dk * v->EL : -1,
                               dk >= 0 ? v->topk_weights[i] : 0.f, s_first);
   }
-  return epf_dispatch_send_token_staged_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n, seg_begin, seg_rows,
-                                             ring);
+  return epf_dispatch_send_token_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n, seg_begin, seg_rows);
 }
 
 /* epf_ht_dispatch_token_warp — the send half for token t: its copies (EXPERT_MAJOR: one per
@@ -244,18 +243,7 @@ EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, c
 EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* x_row,
                                                       const uint8_t* x_scales_row, int quantize, int t,
                                                       const epf_wait_t* w) {
-  return epf__ht_dispatch_token_warp(v, plan, x_row, x_scales_row, quantize, t, w, 0, NULL);
-}
-
-/* epf_ht_dispatch_token_staged_warp — epf_ht_dispatch_token_warp reading the token's row through
- *   `ring`: this warp's EPF_STAGE_WARP_BYTES of shared memory (16-byte aligned, no other warp's
- *   during the call; dispatch.cuh, epf_dispatch_send_token_staged_warp), which keeps more of the row
- *   in flight than registers can. x_row must not be written during the kernel. Contract otherwise
- *   as epf_ht_dispatch_token_warp. [collective:warp] */
-EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_staged_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* x_row,
-                                                             const uint8_t* x_scales_row, int quantize, int t,
-                                                             const epf_wait_t* w, uint4* ring) {
-  return epf__ht_dispatch_token_warp(v, plan, x_row, x_scales_row, quantize, t, w, 0, ring);
+  return epf__ht_dispatch_token_warp(v, plan, x_row, x_scales_row, quantize, t, w, 0);
 }
 
 /* epf_ht_combine_backward_token_warp — the backward of combine, send half, for token t: dy_row (BF16
@@ -275,7 +263,7 @@ EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_staged_warp(const epf_ht_view_t
  *             (the ready-made kernel's barrier, docs/high-throughput.md); publish as the dispatch. */
 EPF_DEVICE_INLINE uint32_t epf_ht_combine_backward_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan,
                                                               const void* dy_row, int t, const epf_wait_t* w) {
-  return epf__ht_dispatch_token_warp(v, plan, dy_row, NULL, 0, t, w, 1, NULL);
+  return epf__ht_dispatch_token_warp(v, plan, dy_row, NULL, 0, t, w, 1);
 }
 
 /* epf__ht_combine_expert_warp — epf_ht_combine_expert_warp (unit == 0) and

@@ -72,13 +72,6 @@ EPF_BEGIN_DECLS
 #ifndef EPF_HT_DISPATCH_MIN_BLOCKS
 #define EPF_HT_DISPATCH_MIN_BLOCKS 1
 #endif
-/* 1: the dispatch's sends read each token row through a per-warp ring in shared memory
- * (EPF_STAGE_WARP_BYTES per warp, cp.async, sm_80+; epf_dispatch_send_token_staged_warp) when the
- * device grants the kernel that much; 0: the register-held sends. */
-#ifndef EPF_HT_STAGED
-#define EPF_HT_STAGED 1
-#endif
-#define EPF_HT_DISPATCH_SMEM ((EPF_HT_THREADS / 32) * EPF_STAGE_WARP_BYTES) /* the staged dispatch's shared memory */
 
 /* Per-rank counters the ready-made kernels keep in device memory (zero at start; caller-owned:
  * cudaMemset once, then never touched by the host). One per rank, or per virtual rank. */
@@ -176,13 +169,10 @@ EPF_DEVICE_INLINE epf_ht_view_t epf__ht_view_for_block(const epf_route_t* route,
 }
 
 /* epf_ht_dispatch_kernel — grid = ranks_in_launch * bpr blocks of EPF_HT_THREADS; `halves` as
- *   epf_ht_dispatch; staged != 0: launched with EPF_HT_DISPATCH_SMEM bytes of dynamic shared memory,
- *   one ring per warp. */
+ *   epf_ht_dispatch. */
 static __global__ void __launch_bounds__(EPF_HT_THREADS, EPF_HT_DISPATCH_MIN_BLOCKS)
     epf_ht_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, epf__ht_kargs_t step, const void* topk_idx,
-                           int virtual_ranks, int bpr, int halves, int staged) {
-  extern __shared__ uint4 epf__ht_smem[];
-  uint4* ring = staged ? epf__ht_smem + (size_t)epf_warp_id() * (EPF_STAGE_WARP_BYTES / 16) : NULL;
+                           int virtual_ranks, int bpr, int halves) {
   epf_wait_t w;
   const epf_ht_view_t v = epf__ht_view_for_block(&route, team, &plan, &step, topk_idx, virtual_ranks, bpr, &w);
   const int block = (int)(blockIdx.x % (unsigned)bpr), nwarps = (int)(blockDim.x >> 5);
@@ -193,10 +183,10 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, EPF_HT_DISPATCH_MIN_BLO
     uint32_t dropped = 0;
     int t;
     for (t = block * nwarps + epf_warp_id(); t < v.T; t += bpr * nwarps)
-      dropped += epf_ht_dispatch_token_staged_warp(
+      dropped += epf_ht_dispatch_token_warp(
           &v, &plan, (const char*)step.x + (first + (uint64_t)t) * x_row,
           step.x_scales ? (const uint8_t*)step.x_scales + (first + (uint64_t)t) * plan.scale_bytes_per_row : NULL,
-          quantize, t, &w, ring);
+          quantize, t, &w);
     if (epf_lane_id() == 0 && w.record != NULL) epf_error_count_add(&w.record->recv_overflow, dropped);
     if (epf_arrive_last_block_epoch(&step.state[v.index].arrive[0], (uint32_t)bpr, v.epoch))
       epf_dispatch_signal_block(v.team, &plan, v.epoch);
@@ -382,51 +372,31 @@ EPF_INLINE epf__ht_kargs_t epf__ht_step_for_launch(const epf_ht_step_t* step, co
   return s;
 }
 
-EPF_INLINE int epf__ht_blocks_per_rank(const epf_ht_step_t* step, int count, const void* kernel, size_t smem) {
+EPF_INLINE int epf__ht_blocks_per_rank(const epf_ht_step_t* step, int count, const void* kernel) {
   int per_sm = 0, sms = 0, dev = 0, bpr;
   if (step->blocks_per_rank > 0) return step->blocks_per_rank;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, smem);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, 0);
   bpr = (per_sm * sms) / count;
   if (bpr > 2 * sms / count + 1) bpr = 2 * sms / count + 1; /* about two resident blocks per SM */
   return bpr < 1 ? 1 : bpr;
 }
 
-/* epf__ht_dispatch_smem — the dynamic shared memory the dispatch's send half runs with: the staged
- *   sends' rings (EPF_HT_DISPATCH_SMEM) when EPF_HT_STAGED, the device is sm_80+ and grants them to
- *   the kernel (the opt-in attribute is set here), else 0 (the register-held sends). Host. */
-EPF_INLINE size_t epf__ht_dispatch_smem(void) {
-  int dev = 0, major = 0, optin = 0;
-  if (!EPF_HT_STAGED) return 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  if (major < 8 || optin < (int)EPF_HT_DISPATCH_SMEM) return 0;
-  if (cudaFuncSetAttribute((const void*)epf_ht_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           (int)EPF_HT_DISPATCH_SMEM) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return EPF_HT_DISPATCH_SMEM;
-}
-
 /* epf__ht_grid — blocks per rank, and the co-residency check (ranks of one grid wait on each other). */
 EPF_INLINE epf_status_t epf__ht_grid(const epf_route_t* route, const epf_plan_t* plan, const epf_ht_step_t* step,
-                                     const void* kernel, size_t smem, int* out_bpr, int* out_virtual) {
+                                     const void* kernel, int* out_bpr, int* out_virtual) {
   int dev = 0;
   const int virtual_ranks = route->count == plan->nranks;
   const int count = route->count;
-  const int bpr = epf__ht_blocks_per_rank(step, count, kernel, smem);
+  const int bpr = epf__ht_blocks_per_rank(step, count, kernel);
   int per_sm = 0;
   if (!epf__cuda_ok(cudaGetDevice(&dev))) return EPF_ERR_CUDA;
   /* a kernel that cannot hold one block on an SM (registers, shared memory) is not a co-residency
    * question: this build of it does not run here */
-  if (!epf__cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, smem))) return EPF_ERR_CUDA;
+  if (!epf__cuda_ok(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, EPF_HT_THREADS, 0))) return EPF_ERR_CUDA;
   if (per_sm < 1) return EPF_ERR_NOT_SUPPORTED;
-  if (epf_virtual_grid_check(kernel, EPF_HT_THREADS, smem, bpr * count, dev) != EPF_OK) return EPF_ERR_CO_RESIDENCY;
+  if (epf_virtual_grid_check(kernel, EPF_HT_THREADS, 0, bpr * count, dev) != EPF_OK) return EPF_ERR_CO_RESIDENCY;
   *out_bpr = bpr;
   *out_virtual = virtual_ranks;
   return EPF_OK;
@@ -441,19 +411,17 @@ EPF_INLINE epf_status_t epf_ht_dispatch(const epf_route_t* route, epf_team_t tea
                                         const epf_ht_step_t* step, const void* topk_idx, int halves,
                                         cudaStream_t stream) {
   int bpr, virt;
-  size_t smem;
   epf__ht_kargs_t s;
   epf_status_t st = epf__ht_launch_check(route, team, plan, step);
   if (st != EPF_OK) return st;
   if (step->x == NULL || step->topk_weights == NULL || topk_idx == NULL || (halves & EPF_HT_BOTH) == 0 || (halves & ~EPF_HT_BOTH) != 0)
     return EPF_ERR_INVALID_ARGUMENT;
   if (step->x_quantized && plan->payload != EPF_PAYLOAD_BF16 && step->x_scales == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  smem = (halves & EPF_HT_SEND) ? epf__ht_dispatch_smem() : 0;
-  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_dispatch_kernel, smem, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_dispatch_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
-  epf_ht_dispatch_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, smem, stream>>>(
-      *route, team, *plan, s, topk_idx, virt, bpr, halves, smem != 0);
+  epf_ht_dispatch_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
+                                                                                         topk_idx, virt, bpr, halves);
   return epf__cuda_status(cudaGetLastError());
 }
 
@@ -468,7 +436,7 @@ EPF_INLINE epf_status_t epf_ht_expand(const epf_route_t* route, epf_team_t team,
   if (st != EPF_OK) return st;
   if (plan->layout != EPF_LAYOUT_RANK_MAJOR) return EPF_ERR_LAYOUT;
   if (step->em_view == NULL || step->expert_rows <= 0) return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_expand_kernel, 0, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_expand_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
   epf_ht_expand_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
@@ -493,7 +461,7 @@ EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team
   if (step->expert_out != NULL &&
       (plan->layout == EPF_LAYOUT_EXPERT_MAJOR ? step->expert_rows < plan->recv_capacity : step->expert_rows < 1))
     return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_kernel, 0, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
   epf_ht_combine_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(*route, team, *plan, s,
@@ -542,7 +510,7 @@ EPF_INLINE epf_status_t epf_ht_combine_backward(const epf_route_t* route, epf_te
   if (st != EPF_OK) return st;
   if (step->x == NULL || step->topk_weights == NULL || (halves & EPF_HT_BOTH) == 0 || (halves & ~EPF_HT_BOTH) != 0)
     return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_backward_kernel, 0, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_backward_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
   epf_ht_combine_backward_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(
@@ -588,7 +556,7 @@ EPF_INLINE epf_status_t epf_ht_dispatch_backward(const epf_route_t* route, epf_t
   if ((step->expert_out != NULL || step->weight_grad != NULL) &&
       (plan->layout == EPF_LAYOUT_EXPERT_MAJOR ? step->expert_rows < plan->recv_capacity : step->expert_rows < 1))
     return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_dispatch_backward_kernel, 0, &bpr, &virt);
+  st = epf__ht_grid(route, plan, step, (const void*)epf_ht_dispatch_backward_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
   s = epf__ht_step_for_launch(step, plan);
   epf_ht_dispatch_backward_kernel<<<(unsigned)(bpr * route->count), EPF_HT_THREADS, 0, stream>>>(

@@ -24,11 +24,9 @@
  *   epf_atom_add_acq_rel_{gpu,sys}_*  epf_atom_cas_acq_rel_{gpu,sys}_u32
  *   epf_fence_acq_rel_{gpu,sys}  epf_fence_sc_{gpu,sys}  epf_fence_acq_rel_cta
  *   epf_ld_v4_u32  epf_st_v4_u32  epf_ld_nc_v4_u32     16-byte data access (uint4)
- *   epf_cp_async_16  epf_cp_async_commit  EPF_CP_ASYNC_WAIT(n)   global -> shared without registers
  *   epf_globaltimer_ns  epf_lane_id  epf_warp_id
  *
- * Requirements: CUDA, sm_70+ (all of it is plain PTX ISA 6.0+; the cp.async helpers sm_80+); nvcc or
- * clang-cuda.
+ * Requirements: CUDA, sm_70+ (all of it is plain PTX ISA 6.0+); nvcc or clang-cuda.
  */
 #ifndef EPF_PTX_CUH
 #define EPF_PTX_CUH
@@ -224,35 +222,6 @@ EPF_DEVICE_INLINE uint4 epf_ld_nc_v4_u32(const void* p) {
   return epf_ld_v4_u32(p);
 #endif
 }
-
-/* ---- asynchronous copies into shared memory (sm_80+) ------------------------------------------ */
-/* epf_cp_async_16 — start a 16-byte copy global -> shared (cp.async.cg: cached in L2 only) that holds
- *   no register while in flight. Both addresses 16-byte aligned; gmem must not be written during the
- *   kernel. The copy belongs to the thread's next group (epf_cp_async_commit); its bytes are
- *   visible to THIS thread after EPF_CP_ASYNC_WAIT lets that group go (to other threads only after
- *   a barrier as well). Scope: any thread. */
-EPF_DEVICE_INLINE void epf_cp_async_16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(smem)), "l"(gmem)
-               : "memory");
-#else
-  *(uint4*)smem = epf_ld_nc_v4_u32(gmem); /* before sm_80: a plain load and store */
-#endif
-}
-/* epf_cp_async_commit — close the thread's current group of epf_cp_async_16 copies (an empty group
- *   is fine: it completes at once). Scope: any thread. */
-EPF_DEVICE_INLINE void epf_cp_async_commit(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-/* EPF_CP_ASYNC_WAIT(n) — wait until at most n (a constant) of the thread's committed groups are
- *   still in flight. Scope: any thread. */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define EPF_CP_ASYNC_WAIT(n) asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory")
-#else
-#define EPF_CP_ASYNC_WAIT(n) ((void)0)
-#endif
 
 /* ---- misc ------------------------------------------------------------------------------------- */
 /* %globaltimer: nanoseconds, the same clock on every SM (coarse: updates every ~1 us). */

@@ -1430,7 +1430,6 @@ static void run_ht(const Case& c, uint64_t seed) {
   hgrid.threads = EPF_HT_THREADS;
   Grid hg_dispatch = hgrid, hg_expand = hgrid, hg_combine = hgrid;
   hg_dispatch.kernel = (const void*)epf_ht_dispatch_kernel;
-  hg_dispatch.smem = EPF_HT_STAGED ? EPF_HT_DISPATCH_SMEM : 0; /* the send half's rings (sm_80+) */
   hg_expand.kernel = (const void*)epf_ht_expand_kernel;
   hg_combine.kernel = (const void*)epf_ht_combine_kernel;
   Grid hg_cbwd = hgrid, hg_dbwd = hgrid;
