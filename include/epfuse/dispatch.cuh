@@ -235,6 +235,100 @@ EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, i
   return epf_recv_scale_offset(plan, row, col, 0, 0);
 }
 
+/* The quantizing send's scale rules, as a constant for epf__qsend_compact_row (one straight-line
+ * copy of the row loop per rule). */
+#define EPF__QK_MX_RCEIL 0
+#define EPF__QK_MX_FLOOR 1
+#define EPF__QK_FP8 2
+#define EPF__QK_FP8_UE8M0 3
+
+/* epf__qsend_group_amax — the scale groups' amax of EPF_QSEND_UNROLL 256-element chunks held in the
+ * lane8 layout (x[u]: this lane's 8 BF16 of chunk u; zeros past the row), each phase over all chunks
+ * at once (every chunk's lane amax, then every chunk's first shuffle step, ...), so the chunks'
+ * shuffle chains overlap instead of running one after another. a[u]: the amax of the lane's
+ * group (MXFP8: its quad, 32 elements; FP8-128: its half-warp, 128), exactly the value the
+ * lane8 quantizers reduce. kind: EPF__QK_*, a constant. [collective:warp] */
+EPF_DEVICE_INLINE void epf__qsend_group_amax(const uint4* x, int kind, float* a) {
+  const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+  int u;
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = epf__amax8_bf16(x[u]);
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 1));
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 2));
+  if (!mx) { /* a 128-element group is a half-warp */
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 4));
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 8));
+  }
+}
+
+/* epf__qsend_chunk — one chunk's bytes from its reduced amax (epf__qsend_group_amax): the lane's 8
+ * E4M3 bytes, *sc = the group's scale (MXFP8: the E8M0 byte; FP8-128: the FP32 bits). Exactly what
+ * epf_mxfp8_quantize_lane8_bf16_warp / epf_fp8_128_quantize_lane8_bf16_warp give (the same
+ * functions after the same reduction). kind: EPF__QK_*, a constant. Any lane. */
+EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* sc) {
+  float f[8];
+  epf__bf16x8_to_float(x, f);
+  if (kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR) {
+    const uint8_t b = epf__e8m0_from_amax_nonneg(fmaxf(a, 0.0f), kind == EPF__QK_MX_FLOOR ? EPF_MX_FLOOR : EPF_MX_RCEIL);
+    *sc = b;
+    return epf_mxfp8_quantize8(f, b);
+  } else {
+    float y;
+    const float s = epf__fp8_128_scale_fast(a, kind == EPF__QK_FP8_UE8M0, &y);
+    *sc = __float_as_uint(s);
+    return epf__fp8_128_quantize8_steps(f, s, y, false);
+  }
+}
+
+/* epf__qsend_compact_row — the COMPACT quantizing send's row loop: nvec 16-byte vectors of BF16
+ * from src into the n copies dp[c] (rows) / sp[c] (scale rows), EPF_QSEND_UNROLL chunks per group,
+ * the next group's loads in flight while this one is quantized and stored (load everything, then
+ * quantize and store, left the loads idle during the stores: docs/performance.md, HT v8).
+ * kind: EPF__QK_*, a constant. [collective:warp] */
+EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
+  const int lane = epf_lane_id();
+  const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+  uint4 v[EPF_QSEND_UNROLL];
+  int base, u, c;
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+    const int i = u * 32 + lane;
+    v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
+    uint4 nx[EPF_QSEND_UNROLL];
+    float a[EPF_QSEND_UNROLL];
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+      const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
+      nx[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    epf__qsend_group_amax(v, kind, a); /* chunks past the row reduce zeros: nothing is stored */
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      uint32_t sc;
+      const uint2 q = epf__qsend_chunk(v[u], a[u], kind, &sc);
+      if (i < nvec) {
+#pragma unroll
+        for (c = 0; c < 8; ++c) {
+          if (c < n) {
+            *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
+            if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sc;
+            if (!mx && (lane & 15) == 0) ((uint32_t*)sp[c])[i >> 4] = sc;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) v[u] = nx[u];
+  }
+}
+
 /* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
  *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
  *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
@@ -270,7 +364,9 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
   if (plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT && __popc(present) <= 8) {
     /* The common case: every copy's row and scale-row addresses in registers, computed once per
      * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
-     * the quantizing dispatch at 57 % of the copy ceiling). */
+     * the quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule, so that each
+     * is straight-line code (docs/performance.md, HT v10). */
+    const int kind = mx ? (rule == EPF_MX_FLOOR ? EPF__QK_MX_FLOOR : EPF__QK_MX_RCEIL) : (ue8m0 ? EPF__QK_FP8_UE8M0 : EPF__QK_FP8);
     const int n = __popc(present);
     const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
     char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
@@ -284,45 +380,14 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
       dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
       sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
     }
-    /* Software-pipelined: the loads of the next EPF_QSEND_UNROLL chunks are in flight while this
-     * step quantizes and stores (load everything, then quantize and store, left the loads idle
-     * during the stores: docs/performance.md, HT v8). */
-    uint4 v[EPF_QSEND_UNROLL];
-    int u;
-#pragma unroll
-    for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
-      const int i = u * 32 + lane;
-      v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
-    }
-    for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
-      uint4 nx[EPF_QSEND_UNROLL];
-#pragma unroll
-      for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
-        const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
-        nx[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
-        const int i = base + u * 32 + lane;
-        uint8_t sb = 0;
-        float sf = 0.f;
-        uint2 q;
-        if (base + u * 32 >= nvec) break; /* warp-uniform */
-        q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
-        if (i < nvec) {
-#pragma unroll
-          for (c = 0; c < 8; ++c) {
-            if (c < n) {
-              *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
-              if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sb;
-              if (!mx && (lane & 15) == 0) ((float*)sp[c])[i >> 4] = sf;
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (u = 0; u < EPF_QSEND_UNROLL; ++u) v[u] = nx[u];
-    }
+    if (kind == EPF__QK_MX_RCEIL)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_RCEIL);
+    else if (kind == EPF__QK_MX_FLOOR)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_FLOOR);
+    else if (kind == EPF__QK_FP8)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8);
+    else
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8_UE8M0);
     return dropped;
   }
   /* EPF_SEND_UNROLL 256-element chunks per step: their loads are all in flight before the first
