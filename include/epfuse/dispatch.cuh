@@ -292,6 +292,14 @@ EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* s
 EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
   const int lane = epf_lane_id();
   const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+  /* With two or more copies a group's scales go out as one run per copy: lane p gathers the p-th
+   * scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8; FP8-128: 8 floats, chunk p / 2,
+   * half p % 2) and the warp stores the run with one instruction, instead of one small store per
+   * chunk (docs/performance.md, HT v10). */
+  const bool pack = n >= 2 && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
+  const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
+  const int gather_chunk = mx ? lane >> 3 : lane >> 1;
+  const int ncols = mx ? nvec >> 2 : nvec >> 4; /* scales per row */
   uint4 v[EPF_QSEND_UNROLL];
   int base, u, c;
 #pragma unroll
@@ -302,6 +310,7 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
   for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
     uint4 nx[EPF_QSEND_UNROLL];
     float a[EPF_QSEND_UNROLL];
+    uint32_t run = 0; /* pack: this lane's scale of the group's run */
 #pragma unroll
     for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
       const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
@@ -313,13 +322,31 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
       const int i = base + u * 32 + lane;
       uint32_t sc;
       const uint2 q = epf__qsend_chunk(v[u], a[u], kind, &sc);
+      if (pack) {
+        const uint32_t t = __shfl_sync(0xffffffffu, sc, gather_lane);
+        if (gather_chunk == u) run = t;
+      }
       if (i < nvec) {
 #pragma unroll
         for (c = 0; c < 8; ++c) {
           if (c < n) {
             *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
-            if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sc;
-            if (!mx && (lane & 15) == 0) ((uint32_t*)sp[c])[i >> 4] = sc;
+            if (!pack && mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sc;
+            if (!pack && !mx && (lane & 15) == 0) ((uint32_t*)sp[c])[i >> 4] = sc;
+          }
+        }
+      }
+    }
+    if (pack) {
+      const int col = (mx ? base >> 2 : base >> 4) + lane; /* this lane's scale column */
+      if ((mx || lane < 2 * EPF_QSEND_UNROLL) && col < ncols) {
+#pragma unroll
+        for (c = 0; c < 8; ++c) {
+          if (c < n) {
+            if (mx)
+              sp[c][col] = (char)run;
+            else
+              ((uint32_t*)sp[c])[col] = run;
           }
         }
       }
