@@ -7,6 +7,8 @@
  *     output (the swizzle padding included) poisoned before each launch, the padding must be 0;
  *   - dequantize and the fused dequantize x weight FP32 accumulate against the CPU reference;
  *   - the per-thread 32-block primitive and the register-level (lane8) fused example;
+ *   - the HT quantizing send's group quantizer (EPF_QSEND_UNROLL chunks: packed-BF16 amax, the
+ *     chunks' shuffle steps together) for all four scale rules, on the same special-value inputs;
  *   - exhaustive device checks: the FP8/E8M0 conversion instructions against the integer
  *     reference for all 2^32 FP32 inputs; every BF16 amax -> scale on the device; the one-step
  *     division-free per-128 path against IEEE division for every (BF16 amax, BF16 x) pair.
@@ -21,6 +23,7 @@
 #include "epf_cmocka.h"
 
 #include "epf_test_gpu.h"
+#include "epfuse/dispatch.cuh" /* the quantizing send's group quantizer (epf__qsend_group_amax / _chunk) */
 #include "epfuse/quant.cuh"
 
 static uint64_t g_seed;
@@ -631,6 +634,81 @@ static void test_lane_primitives(void** state) {
   free(s2);
 }
 
+/* ---- the quantizing send's group quantizer ------------------------------------------------------ */
+
+/* one warp per group of EPF_QSEND_UNROLL chunks (256 elements each): q in row order (lane l of chunk
+ * c: elements [256c + 8l, +8)); the scale of each 32- (MXFP8) or 128-element (FP8-128) block as a
+ * u32 (E8M0 byte or FP32 bits) */
+__global__ void k_qsend_group(const uint4* x, int64_t ngroups, int kind, uint2* q, uint32_t* sc) {
+  const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = (int)(threadIdx.x & 31u);
+  const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+  uint4 v[EPF_QSEND_UNROLL];
+  float a[EPF_QSEND_UNROLL];
+  if (w >= ngroups) return; /* warp-uniform */
+  for (int u = 0; u < EPF_QSEND_UNROLL; ++u) v[u] = x[(w * EPF_QSEND_UNROLL + u) * 32 + lane];
+  epf__qsend_group_amax(v, kind, a);
+  for (int u = 0; u < EPF_QSEND_UNROLL; ++u) {
+    const int64_t c = w * EPF_QSEND_UNROLL + u;
+    uint32_t s;
+    q[c * 32 + lane] = epf__qsend_chunk(v[u], a[u], kind, &s);
+    if (mx && (lane & 3) == 0) sc[c * 8 + lane / 4] = s;
+    if (!mx && (lane & 15) == 0) sc[c * 2 + lane / 16] = s;
+  }
+}
+
+static void test_qsend_group(void** state) {
+  const int64_t ngroups = 777, n = ngroups * EPF_QSEND_UNROLL * 256;
+  float* xf = (float*)malloc((size_t)n * 4);
+  uint16_t* xb = (uint16_t*)malloc((size_t)n * 2);
+  uint8_t* q = (uint8_t*)malloc((size_t)n);
+  uint32_t* sc = (uint32_t*)malloc((size_t)(n / 32) * 4);
+  uint16_t* d_x;
+  uint2* d_q;
+  uint32_t* d_sc;
+  (void)state;
+  assert_non_null(xf);
+  assert_non_null(xb);
+  assert_non_null(q);
+  assert_non_null(sc);
+  make_input(xf, n, 0);
+  to_bf16(xf, xb, n);
+  EPF_CHECK_CUDA(cudaMalloc(&d_x, (size_t)n * 2));
+  EPF_CHECK_CUDA(cudaMalloc(&d_q, (size_t)n));
+  EPF_CHECK_CUDA(cudaMalloc(&d_sc, (size_t)(n / 32) * 4));
+  EPF_CHECK_CUDA(cudaMemcpy(d_x, xb, (size_t)n * 2, cudaMemcpyHostToDevice));
+  for (int kind = EPF__QK_MX_RCEIL; kind <= EPF__QK_FP8_UE8M0; ++kind) {
+    const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+    const int64_t group = mx ? 32 : 128, nscales = n / group;
+    EPF_CHECK_CUDA(cudaMemset(d_q, 0xaa, (size_t)n));
+    EPF_CHECK_CUDA(cudaMemset(d_sc, 0xaa, (size_t)nscales * 4));
+    k_qsend_group<<<(unsigned)((ngroups * 32 + 127) / 128), 128>>>((const uint4*)d_x, ngroups, kind, d_q, d_sc);
+    EPF_CHECK_LAUNCH();
+    EPF_CHECK_CUDA(cudaMemcpy(q, d_q, (size_t)n, cudaMemcpyDeviceToHost));
+    EPF_CHECK_CUDA(cudaMemcpy(sc, d_sc, (size_t)nscales * 4, cudaMemcpyDeviceToHost));
+    for (int64_t b = 0; b < nscales; ++b) {
+      uint8_t want[128];
+      uint32_t want_s;
+      if (mx) {
+        want_s = epf_mxfp8_quantize_block_ref(xf + b * 32, kind == EPF__QK_MX_FLOOR ? EPF_MX_FLOOR : EPF_MX_RCEIL, want);
+      } else {
+        const float s = epf_fp8_128_quantize_block_ref(xf + b * 128, kind == EPF__QK_FP8_UE8M0, want);
+        want_s = f32_bits(s);
+      }
+      if (sc[b] != want_s) fail_msg("kind %d block %lld: scale 0x%08x, reference 0x%08x", kind, (long long)b, sc[b], want_s);
+      if (memcmp(q + b * group, want, (size_t)group) != 0) fail_msg("kind %d block %lld: bytes differ from the reference", kind, (long long)b);
+    }
+  }
+  EPF_CHECK_CUDA(cudaFree(d_x));
+  EPF_CHECK_CUDA(cudaFree(d_q));
+  EPF_CHECK_CUDA(cudaFree(d_sc));
+  free(xf);
+  free(xb);
+  free(q);
+  free(sc);
+  printf("quantizing send's group quantizer: %lld elements x 4 scale rules, bit-exact\n", (long long)n);
+}
+
 /* ---- exhaustive device checks ---------------------------------------------------------------------- */
 
 static void test_exhaustive_conversions(void** state) {
@@ -732,7 +810,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_exhaustive_conversions), cmocka_unit_test(test_mxfp8_rows),
       cmocka_unit_test(test_fp8_128_rows),           cmocka_unit_test(test_dequant),
-      cmocka_unit_test(test_lane_primitives),
+      cmocka_unit_test(test_lane_primitives),        cmocka_unit_test(test_qsend_group),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
