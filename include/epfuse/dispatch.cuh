@@ -295,7 +295,7 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
   /* With two or more copies a group's scales go out as one run per copy: lane p gathers the p-th
    * scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8; FP8-128: 8 floats, chunk p / 2,
    * half p % 2) and the warp stores the run with one instruction, instead of one small store per
-   * chunk (docs/performance.md, HT v10). */
+   * chunk (docs/performance.md, HT v12). */
   const bool pack = n >= 2 && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
   const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
   const int gather_chunk = mx ? lane >> 3 : lane >> 1;
