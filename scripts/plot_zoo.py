@@ -4,7 +4,9 @@
 One heat map per virtual-rank count: a column per model, a row per case (mode / tokens / payload /
 stage); each cell shows the row's % of the copy ceiling measured in the same run (LL T=1: its µs),
 coloured by how close it is to its target (green: met; red: far below; grey: no target), and
-framed in red when the target is missed. Cells the run refused or failed say so.
+framed in red when the target is missed; a missed cell whose bound (bench_zoo: the run's latency
+floor plus the row's bytes at the copy ceiling) is below the target too is framed in grey and its
+text ends in '*' (out of reach). Cells the run refused or failed say so.
 
 Usage:
   build/tests/bench/bench_zoo --csv docs/perf-zoo.csv [--torch zoo_torch.csv]
@@ -40,20 +42,22 @@ def case_label(r):
 
 
 def cell(r):
-    """(score for the colour or None, text, missed)"""
+    """(score for the colour or None, text, frame colour or None)"""
     meets = r["meets"]
     if meets.startswith("REFUSED") or meets.startswith("ERROR"):
-        return None, meets.split(":")[0].lower(), False
+        return None, meets.split(":")[0].lower(), None
     us, frac, tgt = num(r["us"]), num(r["frac_ceiling"]), r["target"]
     if us is None:
-        return None, "", False
+        return None, "", None
     if tgt.startswith("<=") and tgt.endswith("us"):  # LL T=1: time bound
         bound = float(tgt[2:-2])
-        return bound / us, f"{us:.1f}µs", meets == "no"
+        return bound / us, f"{us:.1f}µs", "#b00000" if meets == "no" else None
     text = f"{100 * frac:.0f}" if frac is not None else ""
     if tgt.startswith(">=") and tgt.endswith("%") and frac is not None:
-        return frac / (float(tgt[2:-1]) / 100.0), text, meets == "no"
-    return None, text, False
+        if meets == "out-of-reach":
+            return frac / (float(tgt[2:-1]) / 100.0), text + "*", "#666666"
+        return frac / (float(tgt[2:-1]) / 100.0), text, "#b00000" if meets == "no" else None
+    return None, text, None
 
 
 def main():
@@ -66,9 +70,10 @@ def main():
         return 1
     rows = read_rows(a.csv)
     measured = [r for r in rows if num(r["us"]) is not None or r["meets"].startswith(("REFUSED", "ERROR"))]
-    with_target = [r for r in measured if r["meets"] in ("yes", "no")]
+    with_target = [r for r in measured if r["meets"] in ("yes", "no", "out-of-reach")]
     print(f"plot_zoo: {len(rows)} rows, {len(measured)} measured, targets met "
-          f"{sum(r['meets'] == 'yes' for r in with_target)} of {len(with_target)}")
+          f"{sum(r['meets'] == 'yes' for r in with_target)} of {len(with_target)}, out of reach "
+          f"{sum(r['meets'] == 'out-of-reach' for r in with_target)}")
     try:
         import matplotlib
     except ImportError:
@@ -103,13 +108,13 @@ def main():
                 r = index.get((R, m, lab))
                 if r is None:
                     continue
-                score, text, missed = cell(r)
+                score, text, frame = cell(r)
                 if score is not None:
                     grid[yi][xi] = min(max(score, 0.4), 1.3)
                 ax.text(xi, yi, text, ha="center", va="center", fontsize=6,
                         color="black" if score is not None else "#555555")
-                if missed:
-                    ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, fill=False, ec="#b00000", lw=1.2))
+                if frame:
+                    ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, fill=False, ec=frame, lw=1.2))
         ax.imshow(np.ma.masked_invalid(np.array(grid)), cmap=cmap, norm=norm, aspect="auto")
         ax.set_xticks(range(len(models)))
         ax.set_xticklabels(models, rotation=45, ha="right", fontsize=7)
@@ -118,7 +123,8 @@ def main():
         ax.set_title(f"{R} virtual ranks", fontsize=9)
     ceiling = next((num(r["ceiling_gbs"]) for r in measured if num(r["ceiling_gbs"])), None)
     fig.suptitle("bench_zoo: % of the copy ceiling" + (f" ({ceiling:.0f} GB/s, same run)" if ceiling else "") +
-                 "; LL T1: µs. Colour: against the row's target (grey: none); red frame: target missed",
+                 "; LL T1: µs. Colour: against the row's target (grey: none); red frame: target missed;\n"
+                 "grey frame and *: missed and out of reach (the run's latency floor + the row's bytes at the ceiling)",
                  fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
