@@ -123,6 +123,12 @@ EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
 #define EPF__LL_COMBINE_WGRAD 2u
 
 
+/* Rounds of at most this many (token, k) pairs build the combine receive's slot table before the
+ * waits even when the peers push (its routes then come from shared memory after the waits). */
+#ifndef EPF_LL_EARLY_SLOT_PAIRS
+#define EPF_LL_EARLY_SLOT_PAIRS 0
+#endif
+
 /* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
 #ifndef EPF_LL_COMBINE_BATCH
 #define EPF_LL_COMBINE_BATCH 8
@@ -398,7 +404,9 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   /* an MXFP8 plan lets the peers pull iff it has EXPERT_OUT (the plan is the same on every rank) */
   const bool can_pull = !mx || epf_ll_combine_pulls(plan, a->y_layout);
-  const bool early_slots = epf_ll_combine_pulls(plan, a->y_layout) && T > 0;
+  /* the slot table is built before the waits when the peers will likely let this rank pull, and
+   * for small rounds whatever the transport: then the routes come from it, not from topk_idx */
+  const bool early_slots = T > 0 && (epf_ll_combine_pulls(plan, a->y_layout) || T * K <= EPF_LL_EARLY_SLOT_PAIRS);
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
   int u;
@@ -429,6 +437,8 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
   for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || pulled[i] != 0u; /* block-uniform */
   if (any_pull && !early_slots && T > 0) /* a peer lets this rank pull although it did not expect it */
     epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
+  /* with the slot table built, the routes come from it (shared memory) instead of topk_idx */
+  const bool table = early_slots || (any_pull && T > 0);
 
   /* Each warp walks one contiguous range of (token, chunk) units, so consecutive units share their
    * token: with K <= 32 (one lane per k) the lane's route of the token (its source row and weight)
@@ -456,9 +466,12 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
         wk = __uint_as_float(r.z);
       } else {
         const int k = kb + lane;
+        /* the weight's load is issued with the route's, not after it */
+        const float wt = !bwd && a->topk_weights != NULL && k < K ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
         if (k < K) {
           int first_k;
-          const int e = epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
+          const int e = table ? epf__ll_slot_route(slots, t * K + k, k, &first_k)
+                              : epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
           const int d = e >= 0 ? e / EL : 0;
           float wg = 0.f; /* backward: the router-weight gradient of (t, k) */
           if (e >= 0 && epf__ll_active(present, d)) {
@@ -480,7 +493,7 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
               }
             }
             if (bwd && first_k != k) src = NULL; /* a repeat: its gradient is in the first occurrence's row */
-            if (src != NULL) wk = bwd ? 1.0f : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
+            if (src != NULL) wk = wt;
           }
           if (wg_out != NULL && c == 0) wg_out[(int64_t)t * K + k] = wg;
         }

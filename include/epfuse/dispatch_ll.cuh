@@ -147,6 +147,18 @@ EPF_DEVICE_INLINE void epf__ll_store_copies_warp(char* dst, char* sdst, int payl
   }
 }
 
+/* epf__ll_send_chunk_load — the lane's 16 bytes of unit u (token u / nchunks, 256-element chunk
+ *   u % nchunks) of x [T][H] BF16, or zeros past the row end or when u >= units. Scope: any lane. */
+EPF_DEVICE_INLINE uint4 epf__ll_send_chunk_load(const void* x, int64_t u, int64_t units, int nchunks, int H) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (u < units) {
+    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
+    const int col = c * EPF_LL_UNIT_ELEMS + epf_lane_id() * 8;
+    if (col < H) v = epf_ld_nc_v4_u32((const char*)x + ((int64_t)t * H + col) * 2);
+  }
+  return v;
+}
+
 /* the body of the two send blocks below (defined after them) */
 EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
                                              void* smem, bool bwd);
@@ -211,21 +223,25 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
   const int payload = plan->payload;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
-  int64_t u;
+  const int64_t ustride = (int64_t)ctx.nblocks * nwarps;
+  int64_t u = (int64_t)ctx.block * nwarps + warp;
+  /* the chunk of the warp's next unit, loaded one unit ahead: the first one before the slot pass,
+   * so its load overlaps the pass; each next one before the current unit's stores */
+  uint4 vnext = epf__ll_send_chunk_load(a->x, u, units, nchunks, H);
 
   epf__ll_snapshot_mask_block(plan, ctx, mask);
   epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots,
                      ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL);
 
-  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+  for (; u < units; u += ustride) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
     const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
     const bool on = col < H;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 v = vnext;
     uint2 q;
     uint32_t sbits; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
     int kb;
-    if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
+    vnext = epf__ll_send_chunk_load(a->x, u + ustride, units, nchunks, H);
     q = epf__ll_quantize_chunk_warp(v, payload, mx_rule, ue8m0, &sbits);
     for (kb = 0; kb < K; kb += 32) {
       const int k = kb + lane;
@@ -233,6 +249,10 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
       char* sdst = NULL;
       int64_t row = -1;
       int d = -1, le = 0;
+      /* the metadata weight (chunk 0 only), loaded before the copies rather than after them */
+      const float wrow = c != 0 || k >= K ? 0.0f
+                         : bwd ? epf__ll_combine_weight(a->topk_idx, epf_ll_index_is64(a->index_type), a->topk_weights, t, k, K)
+                         : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
       if (k < K) {
         int ex;
         const uint32_t slot = epf_ll_slot(plan, slots, t * K + k, &ex);
@@ -252,8 +272,6 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
           epf_recv_meta_em_t m;
           uint4 v;
         } meta; /* registers only: one 16-byte store */
-        const float wrow = bwd ? epf__ll_combine_weight(a->topk_idx, epf_ll_index_is64(a->index_type), a->topk_weights, t, k, K)
-                               : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
         meta.m = epf_recv_meta_em_make(t, rank, k, le, wrow);
         epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), d), meta.v);
       }

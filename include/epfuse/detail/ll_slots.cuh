@@ -91,6 +91,36 @@ EPF_DEVICE_INLINE void* epf__ll_shfl_ptr(void* p, int src_lane) {
   return (void*)(uintptr_t)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)p, src_lane);
 }
 
+/* epf__ll_first_k_warp — the first k' <= k of the lane's token whose key equals the lane's key
+ *   (key = the expert id, EL = 1; or its rank, EL = experts per rank), for pairs p = base + lane of
+ *   one 32-pair step of a slot pass (consecutive pairs, pair = t * K + k, row = t * K).
+ *   The token's earlier pairs inside the step are compared by shuffles (no memory access); only
+ *   the ones in an earlier step (k > lane: a token that straddles the step boundary, when 32 % K
+ *   != 0 or K > 32) are read from topk again. key < 0: no key (returns k).
+ *   Scope:    [collective:warp] every lane, converged; K warp-uniform. */
+EPF_DEVICE_INLINE int epf__ll_first_k_warp(int key, int k, int K, const void* topk, int is64, int64_t row, int E,
+                                           int EL) {
+  const int lane = epf_lane_id();
+  const int dmax = K - 1 < 31 ? K - 1 : 31;
+  int first = k, d;
+  for (d = 1; d <= dmax; ++d) { /* warp-uniform trip count */
+    const int o = __shfl_sync(0xffffffffu, key, (lane - d) & 31);
+    if (d <= k && d <= lane && key >= 0 && o == key) first = k - d; /* pair p - d: same token, same step */
+  }
+  if (key >= 0 && k > lane) { /* pairs row + j, j < k - lane, lie in an earlier step */
+    const int jend = k - lane;
+    int j;
+    for (j = 0; j < jend; ++j) {
+      const int64_t v = epf__ll_topk_raw(topk, is64, row + j);
+      if (v >= 0 && v < E && (int)(v / EL) == key) {
+        first = j;
+        break;
+      }
+    }
+  }
+  return first;
+}
+
 /* epf_ll_slots_block — the slot pass of one source's round: where each (token, k) pair of
  *   topk_idx lands in its expert rank's receive rows (row epf_ll_recv_row(plan, round, le, source,
  *   slot)). The dispatch send runs it; the combine receive runs it again, on the same operands,
@@ -104,17 +134,20 @@ EPF_DEVICE_INLINE void* epf__ll_shfl_ptr(void* p, int src_lane) {
  *             (dropped) and a repeated expert of a token (any k after the first k naming it) get
  *             no slot (EPF_LL_SLOT_NONE) and are not counted. The same rule as the route's SLOT
  *             (route.cuh): docs/concepts.md, "Slots in HT and LL".
- *   Result:   [result:all] the table in s: epf_ll_slot gives every pair's slot and expert;
- *             s.count[e] = this source's copies to expert e (<= num_tokens).
+ *   Result:   [result:all] the table in s: epf_ll_slot gives every pair's slot and expert, and
+ *             epf__ll_slot_route a repeat's first occurrence; s.count[e] = this source's copies
+ *             to expert e (<= num_tokens).
  *             dropped_routes: NULL, or a counter (the error record's dropped_routes) to which the
  *             block adds the ids outside [-1, E) (pass it from one block of the rank only).
  *   Scratch:  the table s in shared memory; __syncthreads inside, before and after. [smem-reuse]
- *   Memory:   reads topk_idx; no peer access, no fence. Blocking: no.
+ *   Memory:   reads topk_idx (each id once, EPF__LL_SLOT_PREFETCH steps of a warp in flight);
+ *             no peer access, no fence. Blocking: no.
  *   Arch:     sm_70+ (__match_any_sync). */
 EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type, int num_tokens,
                                           epf_ll_slots_t s, uint32_t* dropped_routes) {
   const int K = plan->top_k, E = plan->num_experts;
   const int TK = num_tokens * K;
+  const int is64 = epf_ll_index_is64(index_type);
   const int lane = epf_lane_id(), warp = epf_warp_id();
   const int seg_len = s.seg_len, nseg = s.nseg;
   uint32_t* code = s.code;
@@ -126,33 +159,49 @@ EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* to
     const int lo = warp * seg_len;
     const int hi = lo + seg_len < TK ? lo + seg_len : TK;
     uint32_t* h = hist + warp * E;
-    int base;
-    for (base = lo; base < hi; base += 32) { /* warp-uniform bounds */
-      const int p = base + lane;
-      int e = -1;
-      uint32_t peers, before, cur = 0u;
-      if (p < hi) {
+    int base0;
+    for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
+      int ev[EPF__LL_SLOT_PREFETCH]; /* the steps' experts: -1 none, -2 an id outside [-1, E) */
+      int st;
+#pragma unroll
+      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* every id of the steps in flight at once */
+        const int p = base0 + st * 32 + lane;
+        const int64_t v = p < hi ? epf__ll_topk_raw(topk_idx, is64, p) : -1;
+        ev[st] = v == -1 ? -1 : (v < -1 || v >= E ? -2 : (int)v);
+      }
+#pragma unroll 1
+      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ev[0] */
+        const int base = base0 + st * 32;
+        const int p = base + lane;
         const int t = p / K, k = p - t * K;
+        int e = ev[0], j;
         int first_k;
-        e = epf__ll_route(topk_idx, epf_ll_index_is64(index_type), t, k, K, E, &first_k);
-        if (e >= 0 && first_k != k) e = -1; /* repeated expert of the token: one copy */
+        uint32_t peers, before, cur = 0u;
+        if (base >= hi) break; /* warp-uniform */
+#pragma unroll
+        for (j = 0; j + 1 < EPF__LL_SLOT_PREFETCH; ++j) ev[j] = ev[j + 1];
+        first_k = epf__ll_first_k_warp(e, k, K, topk_idx, is64, (int64_t)t * K, E, 1);
+        {
+          const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
+          if (dropped_routes != NULL && dropped != 0u && lane == 0)
+            epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
+        }
+        if (e >= 0 && first_k != k) { /* repeated expert of the token: one copy, the first k's */
+          code[p] = EPF__LL_CODE_REPEAT | (uint32_t)first_k;
+          e = -1;
+        } else if (e < 0 && p < hi) {
+          code[p] = EPF__LL_CODE_NONE;
+        }
+        peers = __match_any_sync(0xffffffffu, e);
+        before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
+        if (e >= 0) {
+          cur = h[e];
+          code[p] = ((uint32_t)e << 16) | (cur + before);
+        }
+        __syncwarp();
+        if (e >= 0 && before == 0u) h[e] = cur + (uint32_t)__popc(peers);
+        __syncwarp();
       }
-      {
-        const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
-        if (dropped_routes != NULL && dropped != 0u && lane == 0)
-          epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
-      }
-      peers = __match_any_sync(0xffffffffu, e);
-      before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
-      if (e >= 0) {
-        cur = h[e];
-        code[p] = ((uint32_t)e << 16) | (cur + before);
-      } else if (p < hi) {
-        code[p] = EPF__LL_CODE_NONE;
-      }
-      __syncwarp();
-      if (e >= 0 && before == 0u) h[e] = cur + (uint32_t)__popc(peers);
-      __syncwarp();
     }
   }
   __syncthreads();
@@ -175,13 +224,28 @@ EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* to
 EPF_DEVICE_INLINE uint32_t epf_ll_slot(const epf_plan_t* plan, epf_ll_slots_t s, int pair, int* out_expert) {
   const uint32_t cd = s.code[pair];
   int e;
-  if (cd == EPF__LL_CODE_NONE) {
+  if ((cd >> 16) == 0xffffu) { /* EPF__LL_CODE_NONE or a repeat */
     *out_expert = -1;
     return EPF_LL_SLOT_NONE;
   }
   e = (int)(cd >> 16);
   *out_expert = e;
   return (cd & 0xffffu) + s.hist[(pair / s.seg_len) * plan->num_experts + e];
+}
+
+/* epf__ll_slot_route — the route of pair (t, k) (pair = t * K + k) from a filled slot table, as
+ *   epf__ll_route gives it from topk_idx but without reading it: the expert (>= 0), or -1 for an
+ *   id -1 or a dropped id; *out_first_k = the first k' <= k of the token naming the same expert.
+ *   Scope: any thread, after the pass returned. */
+EPF_DEVICE_INLINE int epf__ll_slot_route(epf_ll_slots_t s, int pair, int k, int* out_first_k) {
+  uint32_t cd = s.code[pair];
+  *out_first_k = k;
+  if (cd == EPF__LL_CODE_NONE) return -1;
+  if ((cd >> 16) == 0xffffu) { /* a repeat: its first occurrence carries the expert */
+    *out_first_k = (int)(cd & 0xffffu);
+    cd = s.code[pair - k + *out_first_k];
+  }
+  return (int)(cd >> 16);
 }
 
 EPF_END_DECLS

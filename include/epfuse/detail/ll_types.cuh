@@ -175,6 +175,11 @@ typedef enum epf_ll_buffer {
 #define EPF_LL_SEND_CHUNKS 4
 #endif
 #define EPF__LL_CODE_NONE 0xffffffffu
+/* a repeated expert of its token: EPF__LL_CODE_REPEAT | first k naming the expert (an expert id
+ * is below EPF_MAX_EXPERTS <= 65535, so no slot code has 0xffff in its upper half) */
+#define EPF__LL_CODE_REPEAT 0xffff0000u
+/* 32-pair steps of a warp whose topk ids the slot pass loads at once */
+#define EPF__LL_SLOT_PREFETCH 4
 /* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
 #define EPF_LL_SLOT_NONE 0xffffffffu
 /* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */
@@ -221,7 +226,8 @@ typedef struct epf_ll_smem_layout {
  * each (token, k) pair of the round lands in its expert rank's receive rows. Read it with
  * epf_ll_slot. The split into segments is free: the slots do not depend on it. */
 typedef struct epf_ll_slots {
-  uint32_t* code;  /* [T * K]: per pair, EPF__LL_CODE_NONE or (expert << 16) | slot within its segment */
+  uint32_t* code;  /* [T * K]: per pair, EPF__LL_CODE_NONE, EPF__LL_CODE_REPEAT | first k, or
+                      (expert << 16) | slot within its segment */
   uint32_t* hist;  /* [nseg][E]: after the pass, the expert's slots in the segments before */
   uint32_t* count; /* [E]: after the pass, this source's copies to each expert (<= num_tokens) */
   int32_t seg_len; /* pairs per segment, a multiple of 32 */
