@@ -303,10 +303,10 @@ EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* s
 EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
   const int lane = epf_lane_id();
   const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
-  /* With EPF_QSEND_RUN_MIN or more copies (default 1: always) a group's scales go out as one run per copy: lane p gathers the p-th
-   * scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8; FP8-128: 8 floats, chunk p / 2,
-   * half p % 2) and the warp stores the run with one instruction, instead of one small store per
-   * chunk (docs/performance.md, HT v12; from one copy on since HT v13). */
+  /* With EPF_QSEND_RUN_MIN or more copies (default 1: always) a group's scales go out as one run
+   * per copy: lane p gathers the p-th scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8;
+   * FP8-128: 8 floats, chunk p / 2, half p % 2) and the warp stores the run with one instruction,
+   * instead of one small store per chunk (docs/performance.md, HT v12; from one copy on: HT v13). */
   const bool pack = n >= EPF_QSEND_RUN_MIN && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
   const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
   const int gather_chunk = mx ? lane >> 3 : lane >> 1;
