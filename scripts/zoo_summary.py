@@ -24,7 +24,8 @@ def family(r):
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "docs/perf-zoo.csv"
-    rows = list(csv.DictReader(open(path)))
+    with open(path) as f:  # '#' lines: provenance notes, not rows
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     fam = collections.OrderedDict()
     for r in rows:
         if r["meets"] not in ("yes", "no", "out-of-reach"):
