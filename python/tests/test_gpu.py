@@ -310,8 +310,14 @@ def test_nccl_one_rank_group(seed):
     if not epfuse._abi.HAS_NCCL:
         pytest.skip("library built without NCCL")
     E, K, H, T = 8, 2, 1032, 32
-    with epfuse.Group.from_nccl(epfuse.get_unique_id(), 1, 0, timeout_s=60.0, num_experts=E, top_k=K, hidden=H,
-                                max_tokens_per_rank=T) as g:
+    try:
+        group = epfuse.Group.from_nccl(epfuse.get_unique_id(), 1, 0, timeout_s=60.0, num_experts=E, top_k=K, hidden=H,
+                                       max_tokens_per_rank=T)
+    except epfuse.EpfError as e:
+        if e.name == "EPF_ERR_NOT_SUPPORTED":  # built against other NCCL headers than the library loaded
+            pytest.skip(str(e))
+        raise
+    with group as g:
         mem = torch.empty(g.handle_mem_size("expert_major", K), dtype=torch.uint8, device="cuda")
         h = g.init_handle("expert_major", K, mem)
         x, idx, w = inputs(1, T, H, K, E, seed)

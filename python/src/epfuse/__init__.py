@@ -303,7 +303,10 @@ class Group:
             check(_abi.epf_nccl_window_create(comm, plan.total_bytes, float(timeout_s), byref(win)),
                   "epf_nccl_window_create")
             check(_abi.epf_nccl_devcomm_create(comm, int(lsa_barrier_count), float(timeout_s), ctypes.addressof(dev)),
-                  "epf_nccl_devcomm_create")
+                  "epf_nccl_devcomm_create" +
+                  (f" (the NCCL library loaded is {_abi.epf_nccl_version()}; a library built against NCCL 2.28 "
+                   "headers needs exactly that release at run time: build epfuse against the NCCL it will load)"
+                   if _abi.epf_nccl_version is not None else ""))
             check(_abi.epf_nccl_team_query(ctypes.addressof(dev), win.window, None, byref(team)), "epf_nccl_team_query")
         except Exception:
             _abi.epf_nccl_window_destroy(comm, byref(win), float(timeout_s))
