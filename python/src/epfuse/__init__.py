@@ -26,7 +26,7 @@ from typing import Optional
 
 from . import _abi
 from ._buffers import DeviceArray, DeviceBuffer, MappedHost, ptr, stream_handle
-from ._errors import EpfError, check, status_message, status_name
+from ._errors import EPF_ERR_NOT_SUPPORTED, EpfError, check, status_message, status_name
 
 __all__ = ["EpfError", "Group", "Handle", "HandleState", "PlanInfo", "AsyncError", "DeviceArray", "DeviceBuffer",
            "compute_plan", "device_count", "get_include", "get_cmake_dir", "get_library", "get_unique_id",
@@ -302,11 +302,12 @@ class Group:
         try:
             check(_abi.epf_nccl_window_create(comm, plan.total_bytes, float(timeout_s), byref(win)),
                   "epf_nccl_window_create")
-            check(_abi.epf_nccl_devcomm_create(comm, int(lsa_barrier_count), float(timeout_s), ctypes.addressof(dev)),
-                  "epf_nccl_devcomm_create" +
-                  (f" (the NCCL library loaded is {_abi.epf_nccl_version()}; a library built against NCCL 2.28 "
-                   "headers needs exactly that release at run time: build epfuse against the NCCL it will load)"
-                   if _abi.epf_nccl_version is not None else ""))
+            st = _abi.epf_nccl_devcomm_create(comm, int(lsa_barrier_count), float(timeout_s), ctypes.addressof(dev))
+            what = "epf_nccl_devcomm_create"
+            if st == EPF_ERR_NOT_SUPPORTED and _abi.epf_nccl_version is not None:  # a 2.28 build, another release
+                what += (f" (the NCCL library loaded is {_abi.epf_nccl_version()}; a library built against NCCL 2.28 "
+                         "headers needs exactly that release at run time: build epfuse against the NCCL it will load)")
+            check(st, what)
             check(_abi.epf_nccl_team_query(ctypes.addressof(dev), win.window, None, byref(team)), "epf_nccl_team_query")
         except Exception:
             _abi.epf_nccl_window_destroy(comm, byref(win), float(timeout_s))

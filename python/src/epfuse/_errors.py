@@ -6,6 +6,7 @@ from . import _abi
 EPF_OK = 0
 EPF_ERR_CUDA = 24
 EPF_ERR_NCCL = 25
+EPF_ERR_NOT_SUPPORTED = 26
 
 
 def status_name(status: int) -> str:
