@@ -1,12 +1,39 @@
 # FindNCCL.cmake — fallback for NCCL releases that ship no CMake package (2.28 and older).
 #
-# Hints: NCCL_ROOT (CMake variable or environment), NCCL_HOME (environment), the CUDA toolkit's
-# include/lib directories (where the toolkit bundles NCCL), and a pip wheel's site-packages/nvidia/nccl.
-# Result: NCCL_FOUND, NCCL_VERSION, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_DEVICE_API_FOUND and the
-# imported target NCCL::nccl (the same name NCCL's own NCCLConfig.cmake exports).
+# Hints, searched in this order before the system paths: NCCL_ROOT (CMake variable or environment),
+# NCCL_HOME (environment); then, when EPF_NCCL_FROM_PYTHON is ON (its default where
+# scikit-build-core builds, which sets SKBUILD), the nvidia-nccl wheel of that Python (site-packages/nvidia/nccl, the
+# NCCL that PyTorch loads at run time; the interpreter is Python_EXECUTABLE, Python3_EXECUTABLE or
+# python3); then the CUDA toolkit's include/lib directories (where the toolkit bundles NCCL).
+# Without the Python step a Python package built on a machine with a system NCCL would compile
+# against that release while PyTorch loads its wheel's, which the NCCL device API refuses.
+# Result: NCCL_FOUND, NCCL_VERSION, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_DEVICE_API_FOUND,
+# NCCL_PYTHON_WHEEL_DIR (the wheel found by the Python step, else empty) and the imported target NCCL::nccl (the same name NCCL's own NCCLConfig.cmake exports).
 include(FindPackageHandleStandardArgs)
 
 set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME})
+set(NCCL_PYTHON_WHEEL_DIR "")
+if(EPF_NCCL_FROM_PYTHON OR (DEFINED SKBUILD AND NOT DEFINED EPF_NCCL_FROM_PYTHON))
+  set(_nccl_py "")
+  foreach(_v Python_EXECUTABLE Python3_EXECUTABLE)
+    if(NOT _nccl_py AND ${_v})
+      set(_nccl_py "${${_v}}")
+    endif()
+  endforeach()
+  if(NOT _nccl_py)
+    find_program(_nccl_py_found NAMES python3 python)
+    set(_nccl_py "${_nccl_py_found}")
+  endif()
+  if(_nccl_py)
+    execute_process(COMMAND "${_nccl_py}" -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
+                    RESULT_VARIABLE _nccl_py_rc OUTPUT_VARIABLE _nccl_py_dir
+                    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_nccl_py_rc EQUAL 0 AND EXISTS "${_nccl_py_dir}/include/nccl.h")
+      set(NCCL_PYTHON_WHEEL_DIR "${_nccl_py_dir}")
+      list(APPEND _nccl_hints "${_nccl_py_dir}")
+    endif()
+  endif()
+endif()
 if(CUDAToolkit_INCLUDE_DIRS)
   foreach(_d IN LISTS CUDAToolkit_INCLUDE_DIRS)
     get_filename_component(_p "${_d}" DIRECTORY)

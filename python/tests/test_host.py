@@ -1,5 +1,6 @@
 """Host parts of the Python package: no GPU needed (CI runs these)."""
 import ctypes
+import ctypes.util
 import os
 
 import pytest
@@ -134,3 +135,47 @@ def test_without_a_gpu_cuda_errors_say_why():
         epfuse.Group.virtual(2, num_experts=16, top_k=2, hidden=256, max_tokens_per_rank=8)
     assert e.value.name == "EPF_ERR_CUDA"
     assert e.value.cuda_error not in (None, 0) and e.value.cuda_message
+
+
+def test_nccl_wheel_preload_finds_the_wheel(tmp_path, monkeypatch):
+    # a fake nvidia-nccl wheel whose libnccl.so.2 is a copy of a loadable library (the C runtime):
+    # the preload must find it through the import system and load it
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        pytest.skip("no C library name to stand in for libnccl.so.2")
+    import shutil
+    src = None
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"):
+        if os.path.exists(os.path.join(d, libc)):
+            src = os.path.join(d, libc)
+            break
+    if src is None:
+        pytest.skip("C library file not found")
+    wheel = tmp_path / "nvidia" / "nccl"
+    (wheel / "lib").mkdir(parents=True)
+    (tmp_path / "nvidia" / "__init__.py").write_text("")
+    (wheel / "__init__.py").write_text("")
+    shutil.copy(src, wheel / "lib" / "libnccl.so.2")
+    import sys
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for m in [m for m in sys.modules if m == "nvidia" or m.startswith("nvidia.")]:
+        monkeypatch.delitem(sys.modules, m)
+    assert _abi._preload_nccl_wheel() == str(wheel / "lib" / "libnccl.so.2")
+    monkeypatch.setenv("EPFUSE_NCCL_PRELOAD", "0")
+    assert _abi._preload_nccl_wheel() is None
+
+
+def test_nccl_wheel_is_the_loaded_nccl():
+    # next to a real nvidia-nccl wheel (PyTorch's), the library runs on that wheel's NCCL
+    if not _abi.HAS_NCCL or _abi.epf_nccl_version is None:
+        pytest.skip("library built without NCCL")
+    if _abi.NCCL_WHEEL_LIBRARY is None:
+        pytest.skip("no nvidia-nccl wheel in this environment (or EPFUSE_NCCL_PRELOAD=0)")
+    inc = os.path.join(os.path.dirname(os.path.dirname(_abi.NCCL_WHEEL_LIBRARY)), "include", "nccl.h")
+    code = None
+    with open(inc) as f:
+        for line in f:
+            if line.startswith("#define NCCL_VERSION_CODE"):
+                code = int(line.split()[2])
+    assert code is not None
+    assert _abi.epf_nccl_version() == code

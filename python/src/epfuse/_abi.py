@@ -27,6 +27,32 @@ def _find_library() -> str:
                       "and EPFUSE_LIBRARY is not set")
 
 
+def _preload_nccl_wheel():
+    """Load the ``nvidia-nccl`` wheel's libnccl.so.2 (RTLD_GLOBAL) before libepfuse.so, as PyTorch
+    does, so libepfuse.so binds to the NCCL it was built against when the package was built next to
+    that wheel (CMake takes it first in a Python build) rather than to a system NCCL found by the
+    loader. Returns the loaded path, or None (no wheel, or EPFUSE_NCCL_PRELOAD=0)."""
+    if os.environ.get("EPFUSE_NCCL_PRELOAD", "1") == "0":
+        return None
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for d in spec.submodule_search_locations:
+        p = os.path.join(d, "lib", "libnccl.so.2")
+        if os.path.exists(p):
+            try:
+                ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                return None
+            return p
+    return None
+
+
+NCCL_WHEEL_LIBRARY = _preload_nccl_wheel()
 LIBRARY_PATH = _find_library()
 lib = ctypes.CDLL(LIBRARY_PATH)
 
