@@ -143,52 +143,25 @@ EPF_DEVICE_INLINE void epf_ll_rm_slots_block(const epf_plan_t* plan, const void*
     const int hi = lo + seg_len < TK ? lo + seg_len : TK;
     int base0;
     for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
-      int rv[EPF__LL_SLOT_PREFETCH]; /* the steps' ranks: -1 none (an id -1 or outside [0, E)) */
+      /* the steps' ranks: -1 none (an id -1 or outside [0, E)) */
+      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, EL, -1);
       int st;
-#pragma unroll
-      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* every id of the steps in flight at once */
-        const int p = base0 + st * 32 + lane;
-        const int64_t v = p < hi ? epf__ll_topk_raw(topk_idx, is64, p) : -1;
-        rv[st] = v >= 0 && v < E ? (int)(v / EL) : -1;
-      }
 #pragma unroll 1
-      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through rv[0] */
+      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
         const int base = base0 + st * 32;
         const int p = base + lane;
         const int t = p / K, k = p - t * K;
-        int d = rv[0], j;
-        uint32_t peers, before, cur = 0u;
+        int d;
         if (base >= hi) break; /* warp-uniform */
-#pragma unroll
-        for (j = 0; j + 1 < EPF__LL_SLOT_PREFETCH; ++j) rv[j] = rv[j + 1];
+        d = epf__ll_slot_keys_pop(&ks);
         /* an earlier entry of the token on the same rank carries the copy */
         if (epf__ll_first_k_warp(d, k, K, topk_idx, is64, (int64_t)t * K, E, EL) != k) d = -1;
-        peers = __match_any_sync(0xffffffffu, d);
-        before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
-        if (d >= 0) {
-          cur = s.hist[warp * R + d];
-          s.code[p] = ((uint32_t)d << 16) | (cur + before);
-        } else if (p < hi) {
-          s.code[p] = EPF__LL_CODE_NONE;
-        }
-        __syncwarp();
-        if (d >= 0 && before == 0u) s.hist[warp * R + d] = cur + (uint32_t)__popc(peers);
-        __syncwarp();
+        epf__ll_slot_assign_warp(d, p, s.code, s.hist + warp * R);
+        if (d < 0 && p < hi) s.code[p] = EPF__LL_CODE_NONE;
       }
     }
   }
-  __syncthreads();
-  for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
-    uint32_t acc = 0u;
-    int g;
-    for (g = 0; g < nseg; ++g) {
-      const uint32_t v = s.hist[g * R + i];
-      s.hist[g * R + i] = acc;
-      acc += v;
-    }
-    s.count[i] = acc;
-  }
-  __syncthreads();
+  epf__ll_slot_hist_scan_block(s.hist, nseg, R, s.count);
 }
 
 /* epf_ll_rm_slot — the slot of pair `pair` = t * K + k in a table that epf_ll_rm_slots_block

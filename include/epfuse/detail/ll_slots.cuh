@@ -121,6 +121,80 @@ EPF_DEVICE_INLINE int epf__ll_first_k_warp(int key, int k, int K, const void* to
   return first;
 }
 
+/* epf__ll_slot_keys_t — the keys of EPF__LL_SLOT_PREFETCH consecutive 32-pair steps of one warp
+ * of a slot pass, loaded at once (every id in flight together) and consumed in step order. A key is
+ * topk[p] / EL for a valid id (EL = 1: the expert; experts per rank: the rank), -1 for id -1 or a
+ * pair at or past the segment end `hi`, and `invalid` for an id outside [-1, E). Private to the two
+ * slot passes (epf_ll_slots_block, epf_ll_rm_slots_block); kept in registers after inlining. */
+typedef struct {
+  int key[EPF__LL_SLOT_PREFETCH];
+} epf__ll_slot_keys_t;
+
+EPF_DEVICE_INLINE epf__ll_slot_keys_t epf__ll_slot_keys_load(const void* topk, int is64, int base0, int hi, int E,
+                                                           int EL, int invalid) {
+  epf__ll_slot_keys_t ks;
+  int st;
+#pragma unroll
+  for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) {
+    const int p = base0 + st * 32 + epf_lane_id();
+    const int64_t v = p < hi ? epf__ll_topk_raw(topk, is64, p) : -1;
+    /* the same value either way; each form is the one its pass compiled best with (the rank
+     * pass folds `invalid` = -1 into one range test) */
+    if (invalid == -1)
+      ks.key[st] = v >= 0 && v < E ? (int)(v / EL) : -1;
+    else
+      ks.key[st] = v == -1 ? -1 : (v < -1 || v >= E ? invalid : (int)(v / EL));
+  }
+  return ks;
+}
+
+/* epf__ll_slot_keys_pop — the key of the next step; the later steps shift down by one. */
+EPF_DEVICE_INLINE int epf__ll_slot_keys_pop(epf__ll_slot_keys_t* ks) {
+  const int key = ks->key[0];
+  int j;
+#pragma unroll
+  for (j = 0; j + 1 < EPF__LL_SLOT_PREFETCH; ++j) ks->key[j] = ks->key[j + 1];
+  return key;
+}
+
+/* epf__ll_slot_assign_warp — one 32-pair step of a slot pass: each lane whose key is >= 0 takes
+ *   the next slot of its key in the warp's segment histogram h (lanes with the same key in lane
+ *   order) and writes code[p] = key << 16 | slot; h[key] advances by the key's lanes. Lanes with
+ *   key < 0 write nothing here (the caller wrote their code).
+ *   Scope: [collective:warp] every lane, converged; h private to the warp. */
+EPF_DEVICE_INLINE void epf__ll_slot_assign_warp(int key, int p, uint32_t* code, uint32_t* h) {
+  const int lane = epf_lane_id();
+  const uint32_t peers = __match_any_sync(0xffffffffu, key);
+  const uint32_t before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
+  uint32_t cur = 0u;
+  if (key >= 0) {
+    cur = h[key];
+    code[p] = ((uint32_t)key << 16) | (cur + before);
+  }
+  __syncwarp();
+  if (key >= 0 && before == 0u) h[key] = cur + (uint32_t)__popc(peers);
+  __syncwarp();
+}
+
+/* epf__ll_slot_hist_scan_block — the end of a slot pass: hist[g][i] (nseg segments of n keys)
+ *   becomes the exclusive prefix over g of the segment counts, count[i] the total.
+ *   Scope: [collective:block], __syncthreads before and after. */
+EPF_DEVICE_INLINE void epf__ll_slot_hist_scan_block(uint32_t* hist, int nseg, int n, uint32_t* count) {
+  int i;
+  __syncthreads();
+  for (i = (int)threadIdx.x; i < n; i += (int)blockDim.x) {
+    uint32_t acc = 0u;
+    int g;
+    for (g = 0; g < nseg; ++g) {
+      const uint32_t v = hist[g * n + i];
+      hist[g * n + i] = acc;
+      acc += v;
+    }
+    count[i] = acc;
+  }
+  __syncthreads();
+}
+
 /* epf_ll_slots_block — the slot pass of one source's round: where each (token, k) pair of
  *   topk_idx lands in its expert rank's receive rows (row epf_ll_recv_row(plan, round, le, source,
  *   slot)). The dispatch send runs it; the combine receive runs it again, on the same operands,
@@ -161,25 +235,17 @@ EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* to
     uint32_t* h = hist + warp * E;
     int base0;
     for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
-      int ev[EPF__LL_SLOT_PREFETCH]; /* the steps' experts: -1 none, -2 an id outside [-1, E) */
+      /* the steps' experts: -1 none, -2 an id outside [-1, E) */
+      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, 1, -2);
       int st;
-#pragma unroll
-      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* every id of the steps in flight at once */
-        const int p = base0 + st * 32 + lane;
-        const int64_t v = p < hi ? epf__ll_topk_raw(topk_idx, is64, p) : -1;
-        ev[st] = v == -1 ? -1 : (v < -1 || v >= E ? -2 : (int)v);
-      }
 #pragma unroll 1
-      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ev[0] */
+      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
         const int base = base0 + st * 32;
         const int p = base + lane;
         const int t = p / K, k = p - t * K;
-        int e = ev[0], j;
-        int first_k;
-        uint32_t peers, before, cur = 0u;
+        int e, first_k;
         if (base >= hi) break; /* warp-uniform */
-#pragma unroll
-        for (j = 0; j + 1 < EPF__LL_SLOT_PREFETCH; ++j) ev[j] = ev[j + 1];
+        e = epf__ll_slot_keys_pop(&ks);
         first_k = epf__ll_first_k_warp(e, k, K, topk_idx, is64, (int64_t)t * K, E, 1);
         {
           const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
@@ -192,30 +258,11 @@ EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* to
         } else if (e < 0 && p < hi) {
           code[p] = EPF__LL_CODE_NONE;
         }
-        peers = __match_any_sync(0xffffffffu, e);
-        before = (uint32_t)__popc(peers & ((1u << lane) - 1u));
-        if (e >= 0) {
-          cur = h[e];
-          code[p] = ((uint32_t)e << 16) | (cur + before);
-        }
-        __syncwarp();
-        if (e >= 0 && before == 0u) h[e] = cur + (uint32_t)__popc(peers);
-        __syncwarp();
+        epf__ll_slot_assign_warp(e, p, code, h);
       }
     }
   }
-  __syncthreads();
-  for (i = (int)threadIdx.x; i < E; i += (int)blockDim.x) {
-    uint32_t acc = 0u;
-    int g;
-    for (g = 0; g < nseg; ++g) {
-      const uint32_t v = hist[g * E + i];
-      hist[g * E + i] = acc;
-      acc += v;
-    }
-    s.count[i] = acc;
-  }
-  __syncthreads();
+  epf__ll_slot_hist_scan_block(hist, nseg, E, s.count);
 }
 
 /* epf_ll_slot — the slot of pair `pair` = t * K + k (t < the pass's num_tokens) in a table that
