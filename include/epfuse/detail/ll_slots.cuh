@@ -195,6 +195,75 @@ EPF_DEVICE_INLINE void epf__ll_slot_hist_scan_block(uint32_t* hist, int nseg, in
   __syncthreads();
 }
 
+/* epf__ll_slots_step — one 32-pair step of the expert slot pass (epf_ll_slots_block): pairs
+ * p = t * K + k (p < hi: in the segment) with expert key e (epf__ll_slot_keys_t): counts dropped ids, marks repeats
+ * and pairs without a copy, assigns the slots. [collective:warp] every lane, converged. */
+EPF_DEVICE_INLINE void epf__ll_slots_step(int p, int t, int k, int hi, int e, int K, int E, const void* topk_idx, int is64,
+                                          uint32_t* code, uint32_t* h, uint32_t* dropped_routes) {
+  const int lane = epf_lane_id();
+  const int first_k = epf__ll_first_k_warp(e, k, K, topk_idx, is64, (int64_t)t * K, E, 1);
+  {
+    const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
+    if (dropped_routes != NULL && dropped != 0u && lane == 0)
+      epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
+  }
+  if (e >= 0 && first_k != k) { /* repeated expert of the token: one copy, the first k's */
+    code[p] = EPF__LL_CODE_REPEAT | (uint32_t)first_k;
+    e = -1;
+  } else if (e < 0 && p < hi) {
+    code[p] = EPF__LL_CODE_NONE;
+  }
+  epf__ll_slot_assign_warp(e, p, code, h);
+}
+
+/* epf__ll_slots_block_u — epf_ll_slots_block with its steps unrolled (unrolled, a literal: the
+ * dispatch send passes EPF_LL_SLOT_UNROLL_SEND) or rolled into one body (0). */
+EPF_DEVICE_INLINE void epf__ll_slots_block_u(const epf_plan_t* plan, const void* topk_idx, int index_type,
+                                             int num_tokens, epf_ll_slots_t s, uint32_t* dropped_routes,
+                                             int unrolled) {
+  const int K = plan->top_k, E = plan->num_experts;
+  const int TK = num_tokens * K;
+  const int is64 = epf_ll_index_is64(index_type);
+  const int lane = epf_lane_id(), warp = epf_warp_id();
+  const int seg_len = s.seg_len, nseg = s.nseg;
+  uint32_t* code = s.code;
+  uint32_t* hist = s.hist;
+  int i;
+  for (i = (int)threadIdx.x; i < nseg * E; i += (int)blockDim.x) hist[i] = 0u;
+  __syncthreads();
+  if (warp < nseg) {
+    const int lo = warp * seg_len;
+    const int hi = lo + seg_len < TK ? lo + seg_len : TK;
+    uint32_t* h = hist + warp * E;
+    int base0;
+    for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
+      /* the steps' experts: -1 none, -2 an id outside [-1, E) */
+      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, 1, -2);
+      int st;
+      if (unrolled) {
+#pragma unroll
+        for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) {
+          const int base = base0 + st * 32;
+          const int p = base + lane;
+          const int t = p / K, k = p - t * K;
+          if (base >= hi) break; /* warp-uniform */
+          epf__ll_slots_step(p, t, k, hi, ks.key[st], K, E, topk_idx, is64, code, h, dropped_routes);
+        }
+      } else {
+#pragma unroll 1
+        for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
+          const int base = base0 + st * 32;
+          const int p = base + lane;
+          const int t = p / K, k = p - t * K;
+          if (base >= hi) break; /* warp-uniform */
+          epf__ll_slots_step(p, t, k, hi, epf__ll_slot_keys_pop(&ks), K, E, topk_idx, is64, code, h, dropped_routes);
+        }
+      }
+    }
+  }
+  epf__ll_slot_hist_scan_block(hist, nseg, E, s.count);
+}
+
 /* epf_ll_slots_block — the slot pass of one source's round: where each (token, k) pair of
  *   topk_idx lands in its expert rank's receive rows (row epf_ll_recv_row(plan, round, le, source,
  *   slot)). The dispatch send runs it; the combine receive runs it again, on the same operands,
@@ -219,50 +288,7 @@ EPF_DEVICE_INLINE void epf__ll_slot_hist_scan_block(uint32_t* hist, int nseg, in
  *   Arch:     sm_70+ (__match_any_sync). */
 EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type, int num_tokens,
                                           epf_ll_slots_t s, uint32_t* dropped_routes) {
-  const int K = plan->top_k, E = plan->num_experts;
-  const int TK = num_tokens * K;
-  const int is64 = epf_ll_index_is64(index_type);
-  const int lane = epf_lane_id(), warp = epf_warp_id();
-  const int seg_len = s.seg_len, nseg = s.nseg;
-  uint32_t* code = s.code;
-  uint32_t* hist = s.hist;
-  int i;
-  for (i = (int)threadIdx.x; i < nseg * E; i += (int)blockDim.x) hist[i] = 0u;
-  __syncthreads();
-  if (warp < nseg) {
-    const int lo = warp * seg_len;
-    const int hi = lo + seg_len < TK ? lo + seg_len : TK;
-    uint32_t* h = hist + warp * E;
-    int base0;
-    for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
-      /* the steps' experts: -1 none, -2 an id outside [-1, E) */
-      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, 1, -2);
-      int st;
-#pragma unroll 1
-      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
-        const int base = base0 + st * 32;
-        const int p = base + lane;
-        const int t = p / K, k = p - t * K;
-        int e, first_k;
-        if (base >= hi) break; /* warp-uniform */
-        e = epf__ll_slot_keys_pop(&ks);
-        first_k = epf__ll_first_k_warp(e, k, K, topk_idx, is64, (int64_t)t * K, E, 1);
-        {
-          const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
-          if (dropped_routes != NULL && dropped != 0u && lane == 0)
-            epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
-        }
-        if (e >= 0 && first_k != k) { /* repeated expert of the token: one copy, the first k's */
-          code[p] = EPF__LL_CODE_REPEAT | (uint32_t)first_k;
-          e = -1;
-        } else if (e < 0 && p < hi) {
-          code[p] = EPF__LL_CODE_NONE;
-        }
-        epf__ll_slot_assign_warp(e, p, code, h);
-      }
-    }
-  }
-  epf__ll_slot_hist_scan_block(hist, nseg, E, s.count);
+  epf__ll_slots_block_u(plan, topk_idx, index_type, num_tokens, s, dropped_routes, 0);
 }
 
 /* epf_ll_slot — the slot of pair `pair` = t * K + k (t < the pass's num_tokens) in a table that

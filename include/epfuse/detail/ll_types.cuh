@@ -180,6 +180,13 @@ typedef enum epf_ll_buffer {
 #define EPF__LL_CODE_REPEAT 0xffff0000u
 /* 32-pair steps of a warp whose topk ids the slot pass loads at once */
 #define EPF__LL_SLOT_PREFETCH 4
+/* The dispatch send's slot passes with their EPF__LL_SLOT_PREFETCH steps unrolled (1) or as one
+ * rolled body (0, the default; the combine's passes are always rolled). A build switch for
+ * measuring: unrolled steps in every pass made the combines slower (docs/performance.md,
+ * Low-latency v6); whether the dispatch alone gains is open. */
+#ifndef EPF_LL_SLOT_UNROLL_SEND
+#define EPF_LL_SLOT_UNROLL_SEND 0
+#endif
 /* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
 #define EPF_LL_SLOT_NONE 0xffffffffu
 /* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */
