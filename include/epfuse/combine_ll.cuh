@@ -145,28 +145,33 @@ EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
  *             or EPF__LL_COMBINE_WGRAD, or 0 (pushed).
  *   Memory:   what every block stored happens before the .sys release of the signal words
  *             (epf_ll_phase_end_block). Blocking: no. */
-EPF_DEVICE_INLINE void epf__ll_combine_publish_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const uint32_t* mask,
-                                                     uint32_t epoch, bool ok_round, uint32_t value) {
+EPF_DEVICE_INLINE void epf__ll_combine_signal_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const uint32_t* mask,
+                                                    uint32_t epoch, bool ok_round, uint32_t value) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank;
   int g;
+  for (g = (int)threadIdx.x; g < R && ok_round; g += (int)blockDim.x) {
+    if (!epf__ll_active(mask, g)) continue;
+    epf_signal_set_sys((uint64_t*)epf_peer_ptr(team,
+                                               epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
+                                                                      epf_ll_combine_signal_index(plan, epoch, rank)),
+                                               g),
+                       epoch, value);
+  }
+}
+
+/* (signal: false when the round's signals already went out, epf__ll_combine_send's early signal) */
+EPF_DEVICE_INLINE void epf__ll_combine_publish_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const uint32_t* mask,
+                                                     uint32_t epoch, bool ok_round, uint32_t value, bool signal) {
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_SEND)) {
-    for (g = (int)threadIdx.x; g < R && ok_round; g += (int)blockDim.x) {
-      if (!epf__ll_active(mask, g)) continue;
-      epf_signal_set_sys(
-          (uint64_t*)epf_peer_ptr(team,
-                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE,
-                                                         epf_ll_combine_signal_index(plan, epoch, rank)),
-                                  g),
-          epoch, value);
-    }
+    if (signal) epf__ll_combine_signal_block(plan, ctx, mask, epoch, ok_round, value);
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
   }
 }
 
 /* the body of the two send blocks below (defined after them) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
-                                            void* smem, bool bwd);
+                                            void* smem, bool bwd, bool y_before_launch);
 
 /* epf_ll_combine_send_block — the expert side: push this round's expert outputs to their sources.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
@@ -191,7 +196,7 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
  *             signal words after every block arrived. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                  const epf_ll_combine_args_t* a, void* smem) {
-  epf__ll_combine_send(plan, ctx, a, smem, false);
+  epf__ll_combine_send(plan, ctx, a, smem, false, false);
 }
 
 /* epf_ll_dispatch_backward_send_block — the expert side of the backward of the LL dispatch
@@ -208,13 +213,17 @@ EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_
  *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
 EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                            const epf_ll_combine_args_t* a, void* smem) {
-  epf__ll_combine_send(plan, ctx, a, smem, true);
+  epf__ll_combine_send(plan, ctx, a, smem, true, false);
 }
 
 /* (the body is epf__ll_combine_send, shared with epf_ll_dispatch_backward_send_block: bwd = true
- * also carries a->weight_grad; every caller passes a constant) */
+ * also carries a->weight_grad; every caller passes a constant. y_before_launch: every row this
+ * round reads was written before the launch began (the ready-made kernels: the experts ran in an
+ * earlier launch), so a BF16 pull round, which moves nothing here, may signal from block 0 at
+ * once instead of from the last block to arrive (EPF_LL_COMBINE_EARLY_SIGNAL; the public block
+ * functions pass false: in a user's fused kernel other blocks may still be writing y)) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
-                                            void* smem, bool bwd) {
+                                            void* smem, bool bwd, bool y_before_launch) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank;
   const int Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts, H = plan->hidden;
@@ -238,6 +247,8 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   /* backward: this rank carries the router-weight gradients of its rows */
   const bool wgrad = bwd && a->weight_grad != NULL && ok_round;
+  /* nothing to move or write: the signal need not wait for the other blocks (see above) */
+  const bool early = y_before_launch && pull && !mx && !wgrad;
   int64_t u, units;
   int g;
 
@@ -249,6 +260,8 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
     epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
                      epoch, drecv, 0);
+  if (early && ctx.block == 0) /* block-uniform */
+    epf__ll_combine_signal_block(plan, ctx, mask, epoch, ok_round, EPF__LL_COMBINE_PULL);
   if (!pull || mx || wgrad) { /* block-uniform */
     for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
       const int s = g % R;
@@ -331,7 +344,7 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   }
 
   epf__ll_combine_publish_block(plan, ctx, mask, epoch, ok_round,
-                                (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
+                                (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u), !early);
 }
 
 /* the body of the two receive blocks below (defined after them) */

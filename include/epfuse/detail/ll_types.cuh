@@ -187,6 +187,13 @@ typedef enum epf_ll_buffer {
 #ifndef EPF_LL_SLOT_UNROLL_SEND
 #define EPF_LL_SLOT_UNROLL_SEND 0
 #endif
+/* The ready-made combine kernels' BF16 pull rounds (nothing to move on the expert side) signal
+ * the sources from block 0 at once (1) instead of from the last block to arrive (0, the default).
+ * A build switch for measuring the LL fixed chain (docs/performance.md); the public block
+ * functions always signal from the last block (a fused kernel's other blocks may still write y). */
+#ifndef EPF_LL_COMBINE_EARLY_SIGNAL
+#define EPF_LL_COMBINE_EARLY_SIGNAL 0
+#endif
 /* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
 #define EPF_LL_SLOT_NONE 0xffffffffu
 /* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */
