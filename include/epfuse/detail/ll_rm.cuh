@@ -114,61 +114,6 @@ EPF_DEVICE_INLINE int epf__ll_rm_rank(const void* topk, int is64, int64_t i, int
   return v >= 0 && v < E ? (int)(v / EL) : -1;
 }
 
-/* epf__ll_rm_slots_step — one 32-pair step of the rank slot pass (epf_ll_rm_slots_block): pairs
- * p = t * K + k (p < hi: in the segment) with rank key d (epf__ll_slot_keys_t). [collective:warp] every lane. */
-EPF_DEVICE_INLINE void epf__ll_rm_slots_step(int p, int t, int k, int hi, int d, int K, int E, int EL, const void* topk_idx,
-                                             int is64, uint32_t* code, uint32_t* h) {
-  /* an earlier entry of the token on the same rank carries the copy */
-  if (epf__ll_first_k_warp(d, k, K, topk_idx, is64, (int64_t)t * K, E, EL) != k) d = -1;
-  epf__ll_slot_assign_warp(d, p, code, h);
-  if (d < 0 && p < hi) code[p] = EPF__LL_CODE_NONE;
-}
-
-/* epf__ll_rm_slots_block_u — epf_ll_rm_slots_block with its steps unrolled (unrolled, a literal:
- * the dispatch send passes EPF_LL_SLOT_UNROLL_SEND) or rolled into one body (0). */
-EPF_DEVICE_INLINE void epf__ll_rm_slots_block_u(const epf_plan_t* plan, const void* topk_idx, int index_type,
-                                                int num_tokens, epf_ll_slots_t s, int unrolled) {
-  const int K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank, R = plan->nranks;
-  const int TK = num_tokens * K;
-  const int is64 = epf_ll_index_is64(index_type);
-  const int lane = epf_lane_id(), warp = epf_warp_id();
-  const int seg_len = s.seg_len, nseg = s.nseg;
-  int i;
-  for (i = (int)threadIdx.x; i < nseg * R; i += (int)blockDim.x) s.hist[i] = 0u;
-  __syncthreads();
-  if (warp < nseg) {
-    const int lo = warp * seg_len;
-    const int hi = lo + seg_len < TK ? lo + seg_len : TK;
-    uint32_t* h = s.hist + warp * R;
-    int base0;
-    for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
-      /* the steps' ranks: -1 none (an id -1 or outside [0, E)) */
-      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, EL, -1);
-      int st;
-      if (unrolled) {
-#pragma unroll
-        for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) {
-          const int base = base0 + st * 32;
-          const int p = base + lane;
-          const int t = p / K, k = p - t * K;
-          if (base >= hi) break; /* warp-uniform */
-          epf__ll_rm_slots_step(p, t, k, hi, ks.key[st], K, E, EL, topk_idx, is64, s.code, h);
-        }
-      } else {
-#pragma unroll 1
-        for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
-          const int base = base0 + st * 32;
-          const int p = base + lane;
-          const int t = p / K, k = p - t * K;
-          if (base >= hi) break; /* warp-uniform */
-          epf__ll_rm_slots_step(p, t, k, hi, epf__ll_slot_keys_pop(&ks), K, E, EL, topk_idx, is64, s.code, h);
-        }
-      }
-    }
-  }
-  epf__ll_slot_hist_scan_block(s.hist, nseg, R, s.count);
-}
-
 /* epf_ll_rm_slots_block — the per-rank slot pass of one source's round (RANK_MAJOR): for each
  *   token, its copy to each destination rank that one of its valid expert ids lives on.
  *   Scope:    [collective:block] [uniform-args], as epf_ll_slots_block (same inputs; table from
@@ -185,7 +130,7 @@ EPF_DEVICE_INLINE void epf__ll_rm_slots_block_u(const epf_plan_t* plan, const vo
  *   Memory:   reads topk_idx; no peer access, no fence. Blocking: no. Arch: sm_70+. */
 EPF_DEVICE_INLINE void epf_ll_rm_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type,
                                              int num_tokens, epf_ll_slots_t s) {
-  epf__ll_rm_slots_block_u(plan, topk_idx, index_type, num_tokens, s, 0);
+  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, NULL, 1, 0);
 }
 
 /* epf_ll_rm_slot — the slot of pair `pair` = t * K + k in a table that epf_ll_rm_slots_block

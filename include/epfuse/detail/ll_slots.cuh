@@ -195,50 +195,63 @@ EPF_DEVICE_INLINE void epf__ll_slot_hist_scan_block(uint32_t* hist, int nseg, in
   __syncthreads();
 }
 
-/* epf__ll_slots_step — one 32-pair step of the expert slot pass (epf_ll_slots_block): pairs
- * p = t * K + k (p < hi: in the segment) with expert key e (epf__ll_slot_keys_t): counts dropped ids, marks repeats
- * and pairs without a copy, assigns the slots. [collective:warp] every lane, converged. */
-EPF_DEVICE_INLINE void epf__ll_slots_step(int p, int t, int k, int hi, int e, int K, int E, const void* topk_idx, int is64,
-                                          uint32_t* code, uint32_t* h, uint32_t* dropped_routes) {
-  const int lane = epf_lane_id();
-  const int first_k = epf__ll_first_k_warp(e, k, K, topk_idx, is64, (int64_t)t * K, E, 1);
-  {
-    const uint32_t dropped = __ballot_sync(0xffffffffu, e == -2);
-    if (dropped_routes != NULL && dropped != 0u && lane == 0)
-      epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
+/* epf__ll_slot_step — one 32-pair step of a slot pass: pairs p = t * K + k (p < hi: in the
+ * warp's segment) with key `key` (epf__ll_slot_keys_t). by_rank (a literal) picks the pass:
+ *   0, the expert pass (epf_ll_slots_block): counts the dropped ids (key -2) into dropped_routes,
+ *      marks a repeated expert of its token EPF__LL_CODE_REPEAT | first k, the pairs without a
+ *      copy EPF__LL_CODE_NONE, and assigns the slots;
+ *   1, the rank pass (epf_ll_rm_slots_block, EL = experts per rank): a pair whose token named
+ *      its rank at an earlier k carries no copy; assigns the slots, marks the rest NONE.
+ * [collective:warp] every lane, converged. */
+EPF_DEVICE_INLINE void epf__ll_slot_step(int p, int t, int k, int hi, int key, int K, int E, int EL, int by_rank,
+                                         const void* topk_idx, int is64, uint32_t* code, uint32_t* h,
+                                         uint32_t* dropped_routes) {
+  if (by_rank) {
+    /* an earlier entry of the token on the same rank carries the copy */
+    if (epf__ll_first_k_warp(key, k, K, topk_idx, is64, (int64_t)t * K, E, EL) != k) key = -1;
+    epf__ll_slot_assign_warp(key, p, code, h);
+    if (key < 0 && p < hi) code[p] = EPF__LL_CODE_NONE;
+  } else {
+    const int first_k = epf__ll_first_k_warp(key, k, K, topk_idx, is64, (int64_t)t * K, E, 1);
+    {
+      const uint32_t dropped = __ballot_sync(0xffffffffu, key == -2);
+      if (dropped_routes != NULL && dropped != 0u && epf_lane_id() == 0)
+        epf_error_count_add(dropped_routes, (uint32_t)__popc(dropped));
+    }
+    if (key >= 0 && first_k != k) { /* repeated expert of the token: one copy, the first k's */
+      code[p] = EPF__LL_CODE_REPEAT | (uint32_t)first_k;
+      key = -1;
+    } else if (key < 0 && p < hi) {
+      code[p] = EPF__LL_CODE_NONE;
+    }
+    epf__ll_slot_assign_warp(key, p, code, h);
   }
-  if (e >= 0 && first_k != k) { /* repeated expert of the token: one copy, the first k's */
-    code[p] = EPF__LL_CODE_REPEAT | (uint32_t)first_k;
-    e = -1;
-  } else if (e < 0 && p < hi) {
-    code[p] = EPF__LL_CODE_NONE;
-  }
-  epf__ll_slot_assign_warp(e, p, code, h);
 }
 
-/* epf__ll_slots_block_u — epf_ll_slots_block with its steps unrolled (unrolled, a literal: the
- * dispatch send passes EPF_LL_SLOT_UNROLL_SEND) or rolled into one body (0). */
-EPF_DEVICE_INLINE void epf__ll_slots_block_u(const epf_plan_t* plan, const void* topk_idx, int index_type,
-                                             int num_tokens, epf_ll_slots_t s, uint32_t* dropped_routes,
-                                             int unrolled) {
+/* epf__ll_slot_pass_block — the body of both slot passes: by_rank 0, epf_ll_slots_block (keys:
+ * experts, E of them; dropped_routes counted); 1, epf_ll_rm_slots_block (keys: ranks, R of them;
+ * dropped_routes unused). unrolled (a literal): the steps of a prefetch unrolled (the dispatch send
+ * passes EPF_LL_SLOT_UNROLL_SEND) or rolled into one body (0). Scope and result: as the two. */
+EPF_DEVICE_INLINE void epf__ll_slot_pass_block(const epf_plan_t* plan, const void* topk_idx, int index_type,
+                                               int num_tokens, epf_ll_slots_t s, uint32_t* dropped_routes,
+                                               int by_rank, int unrolled) {
   const int K = plan->top_k, E = plan->num_experts;
+  const int EL = by_rank ? plan->experts_per_rank : 1, nkeys = by_rank ? plan->nranks : E;
   const int TK = num_tokens * K;
   const int is64 = epf_ll_index_is64(index_type);
   const int lane = epf_lane_id(), warp = epf_warp_id();
   const int seg_len = s.seg_len, nseg = s.nseg;
-  uint32_t* code = s.code;
-  uint32_t* hist = s.hist;
   int i;
-  for (i = (int)threadIdx.x; i < nseg * E; i += (int)blockDim.x) hist[i] = 0u;
+  for (i = (int)threadIdx.x; i < nseg * nkeys; i += (int)blockDim.x) s.hist[i] = 0u;
   __syncthreads();
   if (warp < nseg) {
     const int lo = warp * seg_len;
     const int hi = lo + seg_len < TK ? lo + seg_len : TK;
-    uint32_t* h = hist + warp * E;
+    uint32_t* h = s.hist + warp * nkeys;
     int base0;
     for (base0 = lo; base0 < hi; base0 += 32 * EPF__LL_SLOT_PREFETCH) { /* warp-uniform bounds */
-      /* the steps' experts: -1 none, -2 an id outside [-1, E) */
-      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, 1, -2);
+      /* the steps' keys: -1 none; an id outside [-1, E): -2 (experts, counted) or -1 (ranks) */
+      epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, EL, by_rank ? -1 : -2);
       int st;
       if (unrolled) {
 #pragma unroll
@@ -247,7 +260,7 @@ EPF_DEVICE_INLINE void epf__ll_slots_block_u(const epf_plan_t* plan, const void*
           const int p = base + lane;
           const int t = p / K, k = p - t * K;
           if (base >= hi) break; /* warp-uniform */
-          epf__ll_slots_step(p, t, k, hi, ks.key[st], K, E, topk_idx, is64, code, h, dropped_routes);
+          epf__ll_slot_step(p, t, k, hi, ks.key[st], K, E, EL, by_rank, topk_idx, is64, s.code, h, dropped_routes);
         }
       } else {
 #pragma unroll 1
@@ -256,12 +269,13 @@ EPF_DEVICE_INLINE void epf__ll_slots_block_u(const epf_plan_t* plan, const void*
           const int p = base + lane;
           const int t = p / K, k = p - t * K;
           if (base >= hi) break; /* warp-uniform */
-          epf__ll_slots_step(p, t, k, hi, epf__ll_slot_keys_pop(&ks), K, E, topk_idx, is64, code, h, dropped_routes);
+          epf__ll_slot_step(p, t, k, hi, epf__ll_slot_keys_pop(&ks), K, E, EL, by_rank, topk_idx, is64, s.code, h,
+                            dropped_routes);
         }
       }
     }
   }
-  epf__ll_slot_hist_scan_block(hist, nseg, E, s.count);
+  epf__ll_slot_hist_scan_block(s.hist, nseg, nkeys, s.count);
 }
 
 /* epf_ll_slots_block — the slot pass of one source's round: where each (token, k) pair of
@@ -288,7 +302,7 @@ EPF_DEVICE_INLINE void epf__ll_slots_block_u(const epf_plan_t* plan, const void*
  *   Arch:     sm_70+ (__match_any_sync). */
 EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type, int num_tokens,
                                           epf_ll_slots_t s, uint32_t* dropped_routes) {
-  epf__ll_slots_block_u(plan, topk_idx, index_type, num_tokens, s, dropped_routes, 0);
+  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, dropped_routes, 0, 0);
 }
 
 /* epf_ll_slot — the slot of pair `pair` = t * K + k (t < the pass's num_tokens) in a table that
