@@ -107,13 +107,6 @@ EPF_HD epf_ll_slots_t epf_ll_rm_slots_at(const epf_plan_t* plan, void* smem, siz
 /* Device: the per-rank slot pass                                                                */
 /* ============================================================================================ */
 
-/* epf__ll_rm_rank — the destination rank of pair i of topk: >= 0 the rank of a valid expert id,
- * -1 for id -1 or an id outside [-1, E) (dropped: the expert slot pass counts those). */
-EPF_DEVICE_INLINE int epf__ll_rm_rank(const void* topk, int is64, int64_t i, int E, int EL) {
-  const int64_t v = epf__ll_topk_raw(topk, is64, i);
-  return v >= 0 && v < E ? (int)(v / EL) : -1;
-}
-
 /* epf_ll_rm_slots_block — the per-rank slot pass of one source's round (RANK_MAJOR): for each
  *   token, its copy to each destination rank that one of its valid expert ids lives on.
  *   Scope:    [collective:block] [uniform-args], as epf_ll_slots_block (same inputs; table from
