@@ -169,6 +169,34 @@ EPF_DEVICE_INLINE void epf__ll_combine_publish_block(const epf_plan_t* plan, epf
   }
 }
 
+/* epf__ll_combine_send_src — the y row a combine send reads for receive row (le, s, j) = wrow:
+ * the receive row itself (IN_PLACE*), or row epf_ll_packed_row / epf_ll_fixed_row of a->y. Any
+ * thread; in bounds for every j below the clamped count, whatever the row's metadata says. */
+EPF_DEVICE_INLINE const char* epf__ll_combine_send_src(const epf_plan_t* plan, epf_team_t team,
+                                                       const epf_ll_combine_args_t* a, bool in_place,
+                                                       const uint32_t* pre, int gi, int le, int s, int j,
+                                                       int64_t wrow) {
+  const int64_t H = plan->hidden;
+  if (in_place) return (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, wrow));
+  if (a->y_layout == EPF_LL_Y_PACKED)
+    return (const char*)a->y + epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * plan->nranks]) + j) * H * 2;
+  return (const char*)a->y + epf_ll_fixed_row(plan, le, s, j) * H * 2;
+}
+
+/* epf__ll_send_chunks_load — a lane's 16 bytes of EPF_LL_SEND_CHUNKS 256-element chunks from chunk
+ * c0 of BF16 row src (zeros past hidden H); plain loads when the row is in this launch's window
+ * (in_place), else non-coherent ones. Any lane. */
+EPF_DEVICE_INLINE void epf__ll_send_chunks_load(uint4* v, const char* src, int c0, int H, bool in_place) {
+  const int lane = epf_lane_id();
+  int ci;
+#pragma unroll
+  for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
+    const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
+    v[ci] = make_uint4(0u, 0u, 0u, 0u);
+    if (col < H) v[ci] = in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2);
+  }
+}
+
 /* the body of the two send blocks below (defined after them) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
                                             void* smem, bool bwd, bool y_before_launch);
@@ -303,16 +331,15 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
     uint4 v[EPF_LL_SEND_CHUNKS];
     int ci;
     meta.v = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)));
+    if (EPF_LL_COMBINE_LOADS_FIRST) { /* the row's loads with the metadata's (see the switch) */
+      src = epf__ll_combine_send_src(plan, team, a, in_place, pre, gi, le, s, j, wrow);
+      epf__ll_send_chunks_load(v, src, c0, H, in_place);
+    }
     t = meta.m.src_token;
     src_rank = meta.m.src_rank;
     k = meta.m.k;
     if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
-    if (in_place)
-      src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, wrow));
-    else if (a->y_layout == EPF_LL_Y_PACKED)
-      src = (const char*)a->y + epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j) * (int64_t)H * 2;
-    else
-      src = (const char*)a->y + epf_ll_fixed_row(plan, le, s, j) * (int64_t)H * 2;
+    if (!EPF_LL_COMBINE_LOADS_FIRST) src = epf__ll_combine_send_src(plan, team, a, in_place, pre, gi, le, s, j, wrow);
     dst = pull ? (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, wrow)) /* MXFP8 pull */
                : (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
     if (wgrad && c0 == 0 && lane == 0) { /* the row's gradient, into the other parity's landing row */
@@ -321,12 +348,7 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
       *(float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, k)), s) =
           a->weight_grad[yrow];
     }
-#pragma unroll
-    for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
-      const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
-      v[ci] = make_uint4(0u, 0u, 0u, 0u);
-      if (col < H) v[ci] = in_place ? epf_ld_v4_u32(src + (int64_t)col * 2) : epf_ld_nc_v4_u32(src + (int64_t)col * 2);
-    }
+    if (!EPF_LL_COMBINE_LOADS_FIRST) epf__ll_send_chunks_load(v, src, c0, H, in_place);
 #pragma unroll
     for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
       const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;

@@ -194,6 +194,12 @@ typedef enum epf_ll_buffer {
 #ifndef EPF_LL_COMBINE_EARLY_SIGNAL
 #define EPF_LL_COMBINE_EARLY_SIGNAL 0
 #endif
+/* The combine send (push, MXFP8 pull) issues a row's y loads together with its metadata load (1)
+ * instead of after it (0, the default): one dependent round trip less per unit; the loads are in
+ * bounds whatever the metadata says (rows below the clamped counts). A build switch for measuring. */
+#ifndef EPF_LL_COMBINE_LOADS_FIRST
+#define EPF_LL_COMBINE_LOADS_FIRST 0
+#endif
 /* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
 #define EPF_LL_SLOT_NONE 0xffffffffu
 /* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */
