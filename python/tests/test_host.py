@@ -138,8 +138,9 @@ def test_without_a_gpu_cuda_errors_say_why():
 
 
 def test_nccl_wheel_preload_finds_the_wheel(tmp_path, monkeypatch):
-    # a fake nvidia-nccl wheel whose libnccl.so.2 is a copy of a loadable library (the C runtime):
-    # the preload must find it through the import system and load it
+    # a fake nvidia-nccl wheel (release 2.97.3) whose libnccl.so.2 is a copy of a loadable library
+    # (the C runtime): the preload finds it through the import system and loads it, unless the
+    # library was compiled against another release (epfuse_nccl_build.txt beside it)
     libc = ctypes.util.find_library("c")
     if libc is None:
         pytest.skip("no C library name to stand in for libnccl.so.2")
@@ -151,18 +152,43 @@ def test_nccl_wheel_preload_finds_the_wheel(tmp_path, monkeypatch):
             break
     if src is None:
         pytest.skip("C library file not found")
-    wheel = tmp_path / "nvidia" / "nccl"
+    site = tmp_path / "site"
+    wheel = site / "nvidia" / "nccl"
     (wheel / "lib").mkdir(parents=True)
-    (tmp_path / "nvidia" / "__init__.py").write_text("")
+    (wheel / "include").mkdir()
+    (site / "nvidia" / "__init__.py").write_text("")
     (wheel / "__init__.py").write_text("")
+    (wheel / "include" / "nccl.h").write_text("#define NCCL_MAJOR 2\n#define NCCL_MINOR 97\n#define NCCL_PATCH 3\n")
     shutil.copy(src, wheel / "lib" / "libnccl.so.2")
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    fake_lib = str(libdir / "libepfuse.so.0")
     import sys
-    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(site))
     for m in [m for m in sys.modules if m == "nvidia" or m.startswith("nvidia.")]:
         monkeypatch.delitem(sys.modules, m)
-    assert _abi._preload_nccl_wheel() == str(wheel / "lib" / "libnccl.so.2")
+    want = str(wheel / "lib" / "libnccl.so.2")
+    assert _abi._nccl_header_version(str(wheel / "include")) == "2.97.3"
+    assert _abi._nccl_build_version(fake_lib) is None
+    assert _abi._preload_nccl_wheel(fake_lib) == want            # no build record: as PyTorch does
+    (libdir / "epfuse_nccl_build.txt").write_text("2.97.3\n")
+    assert _abi._nccl_build_version(fake_lib) == "2.97.3"
+    assert _abi._preload_nccl_wheel(fake_lib) == want            # built against the wheel's release
+    (libdir / "epfuse_nccl_build.txt").write_text("2.28.9\n")
+    assert _abi._preload_nccl_wheel(fake_lib) is None            # built against another release
     monkeypatch.setenv("EPFUSE_NCCL_PRELOAD", "0")
-    assert _abi._preload_nccl_wheel() is None
+    (libdir / "epfuse_nccl_build.txt").write_text("2.97.3\n")
+    assert _abi._preload_nccl_wheel(fake_lib) is None
+
+
+def test_nccl_build_version_is_recorded():
+    # the package's library records the NCCL it was compiled against (when built with NCCL)
+    if not _abi.HAS_NCCL:
+        pytest.skip("library built without NCCL")
+    if os.environ.get("EPFUSE_LIBRARY"):
+        pytest.skip("EPFUSE_LIBRARY: a library from elsewhere")
+    v = _abi.NCCL_BUILD_VERSION
+    assert v is not None and len(v.split(".")) == 3, v
 
 
 def test_nccl_wheel_is_the_loaded_nccl():
@@ -170,7 +196,7 @@ def test_nccl_wheel_is_the_loaded_nccl():
     if not _abi.HAS_NCCL or _abi.epf_nccl_version is None:
         pytest.skip("library built without NCCL")
     if _abi.NCCL_WHEEL_LIBRARY is None:
-        pytest.skip("no nvidia-nccl wheel in this environment (or EPFUSE_NCCL_PRELOAD=0)")
+        pytest.skip("no nvidia-nccl wheel preloaded (none here, EPFUSE_NCCL_PRELOAD=0, or built against another release)")
     inc = os.path.join(os.path.dirname(os.path.dirname(_abi.NCCL_WHEEL_LIBRARY)), "include", "nccl.h")
     code = None
     with open(inc) as f:

@@ -305,8 +305,10 @@ class Group:
             st = _abi.epf_nccl_devcomm_create(comm, int(lsa_barrier_count), float(timeout_s), ctypes.addressof(dev))
             what = "epf_nccl_devcomm_create"
             if st == EPF_ERR_NOT_SUPPORTED and _abi.epf_nccl_version is not None:  # a 2.28 build, another release
-                what += (f" (the NCCL library loaded is {_abi.epf_nccl_version()}; a library built against NCCL 2.28 "
-                         "headers needs exactly that release at run time: build epfuse against the NCCL it will load)")
+                built = f" {_abi.NCCL_BUILD_VERSION}" if _abi.NCCL_BUILD_VERSION else ""
+                what += (f" (the NCCL library loaded is {_abi.epf_nccl_version()}; a library built against NCCL"
+                         f"{built} 2.28 headers needs exactly that release at run time: build epfuse against the NCCL "
+                         "it will load, e.g. `pip install --no-build-isolation ./python` next to PyTorch)")
             check(st, what)
             check(_abi.epf_nccl_team_query(ctypes.addressof(dev), win.window, None, byref(team)), "epf_nccl_team_query")
         except Exception:

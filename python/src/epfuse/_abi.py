@@ -27,11 +27,39 @@ def _find_library() -> str:
                       "and EPFUSE_LIBRARY is not set")
 
 
-def _preload_nccl_wheel():
+def _nccl_header_version(include_dir):
+    """'major.minor.patch' from include_dir/nccl.h, or None."""
+    parts = {}
+    try:
+        with open(os.path.join(include_dir, "nccl.h")) as f:
+            for line in f:
+                w = line.split()
+                if len(w) >= 3 and w[0] == "#define" and w[1] in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"):
+                    parts[w[1]] = w[2]
+    except OSError:
+        return None
+    if len(parts) != 3:
+        return None
+    return f"{parts['NCCL_MAJOR']}.{parts['NCCL_MINOR']}.{parts['NCCL_PATCH']}"
+
+
+def _nccl_build_version(library_path):
+    """The NCCL release libepfuse.so was compiled against (epfuse_nccl_build.txt beside it), or
+    None (built without NCCL, or a library from elsewhere)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.realpath(library_path)), "epfuse_nccl_build.txt")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _preload_nccl_wheel(library_path):
     """Load the ``nvidia-nccl`` wheel's libnccl.so.2 (RTLD_GLOBAL) before libepfuse.so, as PyTorch
     does, so libepfuse.so binds to the NCCL it was built against when the package was built next to
     that wheel (CMake takes it first in a Python build) rather than to a system NCCL found by the
-    loader. Returns the loaded path, or None (no wheel, or EPFUSE_NCCL_PRELOAD=0)."""
+    loader. Skipped when the library says it was compiled against another release (then the
+    loader's choice stands, and epf_nccl_devcomm_create refuses a mismatch by itself), or when
+    EPFUSE_NCCL_PRELOAD=0. Returns the loaded path, or None."""
     if os.environ.get("EPFUSE_NCCL_PRELOAD", "1") == "0":
         return None
     try:
@@ -41,9 +69,13 @@ def _preload_nccl_wheel():
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
+    built = _nccl_build_version(library_path)
     for d in spec.submodule_search_locations:
         p = os.path.join(d, "lib", "libnccl.so.2")
         if os.path.exists(p):
+            wheel = _nccl_header_version(os.path.join(d, "include"))
+            if built is not None and wheel is not None and wheel != built:
+                return None
             try:
                 ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)
             except OSError:
@@ -52,8 +84,9 @@ def _preload_nccl_wheel():
     return None
 
 
-NCCL_WHEEL_LIBRARY = _preload_nccl_wheel()
 LIBRARY_PATH = _find_library()
+NCCL_BUILD_VERSION = _nccl_build_version(LIBRARY_PATH)
+NCCL_WHEEL_LIBRARY = _preload_nccl_wheel(LIBRARY_PATH)
 lib = ctypes.CDLL(LIBRARY_PATH)
 
 # ---- enumerations and constants (host.h) ---------------------------------------------------------
