@@ -62,6 +62,8 @@
 #define EPF_KERNELS_LL_CUH
 
 #if !defined(__CUDACC_RTC__)
+#include <string.h>
+
 #include <cuda_runtime_api.h>
 #endif
 
@@ -82,6 +84,9 @@ EPF_BEGIN_DECLS
 #define EPF_LL_BPR_COMBINE 1
 #define EPF_LL_BPR_COMBINE_PULL 2
 #define EPF_LL_CLEAN_THREADS 128
+/* the most blocks per rank a launcher takes (epf_ll_launch_t.blocks_per_rank; the phase arrival
+ * counters count at most 65535 blocks, and bpr x ranks must stay a valid grid) */
+#define EPF_LL_MAX_BLOCKS_PER_RANK 1024
 
 /* What a launcher needs besides the operands. Fill with epf_ll_launch_make, then adjust. */
 typedef struct epf_ll_launch {
@@ -91,7 +96,7 @@ typedef struct epf_ll_launch {
   epf_error_record_t* record;  /* device pointer of the host-mapped error record, or NULL */
   const uint32_t* abort_word;  /* device-visible abort word, or NULL */
   int32_t virtual_ranks;       /* 0: one real rank; nonzero: all team.nranks ranks in the launch */
-  int32_t blocks_per_rank;     /* 0: chosen per call (epf_ll_blocks_per_rank) */
+  int32_t blocks_per_rank;     /* 0: chosen per call (epf_ll_blocks_per_rank); at most EPF_LL_MAX_BLOCKS_PER_RANK */
   int32_t threads;             /* threads per block; 0: EPF_LL_DEFAULT_THREADS (multiple of 32) */
   int32_t device;              /* CUDA device of the launches (co-residency check) */
 } epf_ll_launch_t;
@@ -313,11 +318,14 @@ static __global__ void epf_ll_error_clear_kernel(epf_error_record_t* record) {
 
 /* epf_ll_launch_make — a launch description with defaults (blocks chosen per call, 512 threads,
  *   the current device). virtual_ranks != 0: team is the affine view of all R slices and state
- *   points at R states. Scope: host. */
+ *   points at R states. plan NULL: an all-zero description that every launcher refuses. Nothing is
+ *   checked here: each launcher checks the description (epf__ll_launch_check). Scope: host. */
 EPF_INLINE epf_ll_launch_t epf_ll_launch_make(const epf_plan_t* plan, epf_team_t team, epf_ll_state_t* state,
                                               epf_error_record_t* record, int virtual_ranks) {
   epf_ll_launch_t L;
   int dev = 0;
+  memset(&L, 0, sizeof(L));
+  if (plan == NULL) return L; /* every launcher refuses it (EPF_ERR_STRUCT_VERSION: no plan) */
   L.plan = *plan;
   L.team = team;
   L.state = state;
@@ -336,7 +344,13 @@ EPF_INLINE int epf__ll_threads(const epf_ll_launch_t* L) {
 }
 EPF_INLINE int epf__ll_ranks_in_launch(const epf_ll_launch_t* L) { return L->virtual_ranks ? L->team.nranks : 1; }
 
-/* epf__ll_launch_check — the launch description itself. */
+/* epf__ll_launch_check — the launch description itself, before any use of its fields: L and its
+ * state (EPF_ERR_INVALID_ARGUMENT), the plan (epf_ll_plan_check: EPF_ERR_STRUCT_VERSION, EPF_ERR_MODE
+ * for a non-LL plan, ...), the team against the plan (EPF_ERR_RANKS: another size; EPF_ERR_RANK: a
+ * real rank outside [0, R); EPF_ERR_INVALID_ARGUMENT: no memory, or an affine stride below the
+ * plan's slice, so slices would overlap), threads (a multiple of 32 in [32, 1024]) and
+ * blocks_per_rank ([0, EPF_LL_MAX_BLOCKS_PER_RANK]). Host; no CUDA calls. The HT twin is
+ * epf__ht_launch_check. */
 EPF_INLINE epf_status_t epf__ll_launch_check(const epf_ll_launch_t* L) {
   epf_status_t st;
   int threads;
@@ -345,9 +359,11 @@ EPF_INLINE epf_status_t epf__ll_launch_check(const epf_ll_launch_t* L) {
   if (st != EPF_OK) return st;
   if (L->team.nranks != L->plan.nranks) return EPF_ERR_RANKS;
   if (!L->virtual_ranks && (L->team.rank < 0 || L->team.rank >= L->team.nranks)) return EPF_ERR_RANK;
-  if (L->team.base == NULL && L->team.peers == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (L->team.peers == NULL && (L->team.base == NULL || (L->team.nranks > 1 && L->team.stride < L->plan.total_bytes)))
+    return EPF_ERR_INVALID_ARGUMENT; /* slices would overlap (a team of one has no stride: NCCL gives 0) */
   threads = epf__ll_threads(L);
-  if (threads < 32 || threads > 1024 || threads % 32 != 0 || L->blocks_per_rank < 0) return EPF_ERR_INVALID_ARGUMENT;
+  if (threads < 32 || threads > 1024 || threads % 32 != 0) return EPF_ERR_INVALID_ARGUMENT;
+  if (L->blocks_per_rank < 0 || L->blocks_per_rank > EPF_LL_MAX_BLOCKS_PER_RANK) return EPF_ERR_INVALID_ARGUMENT;
   return EPF_OK;
 }
 
@@ -377,26 +393,31 @@ EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t
  *   nothing; an MXFP8 pull quantizes every row, EPF_LL_BPR_COMBINE), at most
  *   the resident capacity divided by the ranks of the launch, at least 1. is_combine: 0
  *   dispatch, EPF_LL_BPR_COMBINE (1), EPF_LL_BPR_COMBINE_PULL (2). Scope: host. Returns 1 if the
- *   occupancy query fails. */
+ *   occupancy query fails, 0 for a launch description the launchers refuse (epf__ll_launch_check:
+ *   NULL, not an LL plan, ...) or an unknown is_combine. */
 EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
-  const int threads = epf__ll_threads(L);
-  const size_t smem = epf_ll_smem_bytes(&L->plan, threads);
-  const bool rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
-  const void* kernel = is_combine ? (rm ? (const void*)epf_ll_rm_combine_kernel : (const void*)epf_ll_combine_kernel)
-                                  : (rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel);
-  const int64_t nchunks = (L->plan.hidden + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int64_t ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
-  const int64_t tokens = num_tokens > 0 ? num_tokens : 1;
+  int threads, cap = 0, ranks;
+  size_t smem;
+  bool rm;
+  const void* kernel;
+  int64_t nchunks, ngroups, tokens, push, units, want, bpr;
+  if (epf__ll_launch_check(L) != EPF_OK || is_combine < 0 || is_combine > EPF_LL_BPR_COMBINE_PULL) return 0;
+  if (L->blocks_per_rank > 0) return L->blocks_per_rank;
+  threads = epf__ll_threads(L);
+  smem = epf_ll_smem_bytes(&L->plan, threads);
+  rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
+  kernel = is_combine ? (rm ? (const void*)epf_ll_rm_combine_kernel : (const void*)epf_ll_combine_kernel)
+                      : (rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel);
+  nchunks = (L->plan.hidden + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
+  tokens = num_tokens > 0 ? num_tokens : 1;
   /* the push's units: EXPERT_MAJOR (row, chunk group) over T * K rows; RANK_MAJOR (row, chunk)
    * over at most T * min(K, R) rows (the pre-reduce) */
-  const int64_t push = rm ? tokens * (L->plan.top_k < L->plan.nranks ? L->plan.top_k : L->plan.nranks) * nchunks
-                          : tokens * L->plan.top_k * ngroups;
-  const int64_t units = is_combine == EPF_LL_BPR_COMBINE ? (push > tokens * nchunks ? push : tokens * nchunks)
-                                                         : tokens * nchunks;
-  const int64_t want = (units + threads / 32 - 1) / (threads / 32);
-  int cap = 0, ranks = epf__ll_ranks_in_launch(L);
-  int64_t bpr;
-  if (L->blocks_per_rank > 0) return L->blocks_per_rank;
+  push = rm ? tokens * (L->plan.top_k < L->plan.nranks ? L->plan.top_k : L->plan.nranks) * nchunks
+            : tokens * L->plan.top_k * ngroups;
+  units = is_combine == EPF_LL_BPR_COMBINE ? (push > tokens * nchunks ? push : tokens * nchunks) : tokens * nchunks;
+  want = (units + threads / 32 - 1) / (threads / 32);
+  ranks = epf__ll_ranks_in_launch(L);
   if (epf__ll_capacity(kernel, threads, smem, L->device, &cap) != EPF_OK) return 1;
   bpr = cap / ranks;
   if (bpr > want) bpr = want;
@@ -677,7 +698,8 @@ EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const
                                          uint32_t* out_masks, cudaStream_t stream) {
   epf_ll_mask_words_t m;
   int count, i;
-  if (L == NULL || L->state == NULL) return EPF_ERR_INVALID_ARGUMENT; /* before any use of L */
+  const epf_status_t st = epf__ll_launch_check(L); /* checks L != NULL before any use of it */
+  if (st != EPF_OK) return st;
   count = epf__ll_ranks_in_launch(L);
   for (i = 0; i < EPF_MASK_WORDS; ++i) m.w[i] = host_mask != NULL ? host_mask[i] : 0u;
   epf_ll_state_kernel<<<(count + 127) / 128, 128, 0, stream>>>(L->state, count, L->plan.nranks, op, m, out_masks);
@@ -686,7 +708,12 @@ EPF_INLINE epf_status_t epf__ll_state_op(const epf_ll_launch_t* L, int op, const
 
 /* epf_ll_state_reset — stream-ordered epf_ll_state_init of every state of the launch (epochs 0,
  *   everyone active). Only between rounds, and only together with a zeroed window (the signal
- *   words must not hold epochs ahead of 0), or right after epf_ll_mask_clean on all ranks. */
+ *   words must not hold epochs ahead of 0), or right after epf_ll_mask_clean on all ranks.
+ *   Checks (as every LL launcher, so a launch that would touch states it does not own is refused
+ *   before anything runs): L and L->state (EPF_ERR_INVALID_ARGUMENT), an LL plan (EPF_ERR_MODE for
+ *   an HT plan), team size == plan.nranks (EPF_ERR_RANKS), a real rank in [0, R) (EPF_ERR_RANK),
+ *   team memory, threads and blocks_per_rank (EPF_ERR_INVALID_ARGUMENT); EPF_ERR_CUDA. The same
+ *   checks guard epf_ll_mask_query_async and epf_ll_mask_update. Scope: host; stream-ordered. */
 EPF_INLINE epf_status_t epf_ll_state_reset(const epf_ll_launch_t* L, cudaStream_t stream) {
   return epf__ll_state_op(L, EPF__LL_STATE_RESET, NULL, NULL, stream);
 }

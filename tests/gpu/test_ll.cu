@@ -131,16 +131,16 @@ static void fix_init_q(fix_t* f, int R, int Tmax, int H, int K, int E, int topk6
                    EPF_OK);
   assert_int_equal(llref_in_init(&f->in, R, Tmax, H, K, E, payload, cpayload, flags, (int)f->plan.scale_bytes_per_row),
                    0);
-  EPF_CHECK_CUDA(cudaMalloc(&f->win, (size_t)R * f->plan.total_bytes));
+  EPF_TEST_MALLOC(&f->win, (size_t)R * f->plan.total_bytes);
   EPF_CHECK_CUDA(cudaMemset(f->win, 0, (size_t)R * f->plan.total_bytes));
-  EPF_CHECK_CUDA(cudaMalloc(&f->state, (size_t)R * sizeof(epf_ll_state_t)));
-  EPF_CHECK_CUDA(cudaHostAlloc(&f->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped));
+  EPF_TEST_MALLOC(&f->state, (size_t)R * sizeof(epf_ll_state_t));
+  EPF_TEST_HOST_ALLOC(&f->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&f->rec_d, f->rec_h, 0));
   epf_error_clear(f->rec_h);
   f->L = epf_ll_launch_make(&f->plan, epf_team_virtual(f->win, f->plan.total_bytes, 0, R), f->state, f->rec_d, 1);
   assert_int_equal(epf_ll_state_reset(&f->L, 0), EPF_OK);
 #define ALLOC_RANKS(ptr, which) \
-  EPF_CHECK_CUDA(cudaMalloc((void**)&(ptr), (size_t)R * epf_ll_rank_bytes(&f->plan, which, topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
+  EPF_TEST_MALLOC((void**)&(ptr), (size_t)R * epf_ll_rank_bytes(&f->plan, which, topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32))
   ALLOC_RANKS(f->x, EPF_LL_BUF_X);
   ALLOC_RANKS(f->topk, EPF_LL_BUF_TOPK_IDX);
   ALLOC_RANKS(f->w, EPF_LL_BUF_TOPK_WEIGHTS);
@@ -162,20 +162,20 @@ static void fix_init(fix_t* f, int R, int Tmax, int H, int K, int E, int topk64,
 
 static void fix_free(fix_t* f) {
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
-  EPF_CHECK_CUDA(cudaFree(f->win));
-  EPF_CHECK_CUDA(cudaFree(f->state));
-  EPF_CHECK_CUDA(cudaFreeHost(f->rec_h));
-  EPF_CHECK_CUDA(cudaFree(f->x));
-  EPF_CHECK_CUDA(cudaFree(f->topk));
-  EPF_CHECK_CUDA(cudaFree(f->w));
-  EPF_CHECK_CUDA(cudaFree(f->recv_counts));
-  EPF_CHECK_CUDA(cudaFree(f->expert_counts));
-  EPF_CHECK_CUDA(cudaFree(f->packed_x));
-  EPF_CHECK_CUDA(cudaFree(f->packed_scales));
-  EPF_CHECK_CUDA(cudaFree(f->packed_meta));
-  EPF_CHECK_CUDA(cudaFree(f->round));
-  EPF_CHECK_CUDA(cudaFree(f->y));
-  EPF_CHECK_CUDA(cudaFree(f->out));
+  EPF_TEST_FREE(f->win);
+  EPF_TEST_FREE(f->state);
+  EPF_TEST_FREE(f->rec_h);
+  EPF_TEST_FREE(f->x);
+  EPF_TEST_FREE(f->topk);
+  EPF_TEST_FREE(f->w);
+  EPF_TEST_FREE(f->recv_counts);
+  EPF_TEST_FREE(f->expert_counts);
+  EPF_TEST_FREE(f->packed_x);
+  EPF_TEST_FREE(f->packed_scales);
+  EPF_TEST_FREE(f->packed_meta);
+  EPF_TEST_FREE(f->round);
+  EPF_TEST_FREE(f->y);
+  EPF_TEST_FREE(f->out);
   llref_in_free(&f->in);
 }
 
@@ -491,11 +491,11 @@ static void test_slots_block(void** state) {
         want_e[pr] = e;
       }
     }
-    EPF_CHECK_CUDA(cudaMalloc(&d_topk, n * sizeof(int64_t)));
-    EPF_CHECK_CUDA(cudaMalloc(&d_slot, (size_t)Tmax * K * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_e, (size_t)Tmax * K * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_count, (size_t)E * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_dropped, 4));
+    EPF_TEST_MALLOC(&d_topk, n * sizeof(int64_t));
+    EPF_TEST_MALLOC(&d_slot, (size_t)Tmax * K * 4);
+    EPF_TEST_MALLOC(&d_e, (size_t)Tmax * K * 4);
+    EPF_TEST_MALLOC(&d_count, (size_t)E * 4);
+    EPF_TEST_MALLOC(&d_dropped, 4);
     EPF_CHECK_CUDA(cudaMemcpy(d_topk, in.htopk, n * sizeof(int64_t), cudaMemcpyHostToDevice));
     for (int ti = 0; ti < (int)(sizeof(threads) / sizeof(threads[0])); ++ti) {
       const int th = threads[ti];
@@ -520,11 +520,11 @@ static void test_slots_block(void** state) {
                    ll.counts[((size_t)(e / EL) * EL + e % EL) * R]);
       assert_int_equal(dropped, ll.dropped_src[0]);
     }
-    cudaFree(d_topk);
-    cudaFree(d_slot);
-    cudaFree(d_e);
-    cudaFree(d_count);
-    cudaFree(d_dropped);
+    EPF_TEST_FREE(d_topk);
+    EPF_TEST_FREE(d_slot);
+    EPF_TEST_FREE(d_e);
+    EPF_TEST_FREE(d_count);
+    EPF_TEST_FREE(d_dropped);
     llref_free(&ll);
     free(in.htopk);
     free(want_slot);
@@ -626,9 +626,72 @@ static void test_refusals(void** state) {
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_RANKS);
     /* a fused launch that cannot be resident is refused; split halves need no co-residency */
     L = f.L;
-    L.blocks_per_rank = 100000;
+    L.blocks_per_rank = EPF_LL_MAX_BLOCKS_PER_RANK;
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
     assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
+    /* blocks_per_rank above EPF_LL_MAX_BLOCKS_PER_RANK is refused by every launcher, whatever the
+     * halves (1073741825 x 2 ranks used to wrap the grid to 2 blocks that both played rank 0) */
+    {
+      static const int32_t bad_bpr[] = {EPF_LL_MAX_BLOCKS_PER_RANK + 1, 100000, 1073741825, INT32_MAX, -1};
+      for (size_t i = 0; i < sizeof(bad_bpr) / sizeof(bad_bpr[0]); ++i) {
+        L = f.L;
+        L.blocks_per_rank = bad_bpr[i];
+        for (int h = EPF_LL_SEND; h <= EPF_LL_BOTH; ++h) {
+          assert_int_equal(epf_ll_dispatch(&L, &da, h, 0), EPF_ERR_INVALID_ARGUMENT);
+          assert_int_equal(epf_ll_combine(&L, &ca, h, 0), EPF_ERR_INVALID_ARGUMENT);
+          assert_int_equal(epf_ll_combine_backward(&L, &da, h, 0), EPF_ERR_INVALID_ARGUMENT);
+          assert_int_equal(epf_ll_dispatch_backward(&L, &ca, h, 0), EPF_ERR_INVALID_ARGUMENT);
+        }
+        assert_int_equal(epf_ll_mask_clean(&L, 0), EPF_ERR_INVALID_ARGUMENT);
+        assert_int_equal(epf_ll_blocks_per_rank(&L, 16, 0), 0);
+      }
+    }
+    /* the state operations check the launch as the launchers do: a team of another size than the
+     * plan (it would write team.nranks states into a buffer of plan.nranks), a real rank outside
+     * the team, an HT plan, overlapping slices, NULL */
+    {
+      uint32_t* d_masks = NULL;
+      uint32_t host_mask[EPF_MASK_WORDS];
+      epf_config_t ht = EPF_CONFIG_INIT;
+      memset(host_mask, 0xff, sizeof(host_mask));
+      EPF_TEST_MALLOC(&d_masks, (size_t)1000 * EPF_MASK_WORDS * 4);
+      L = f.L;
+      L.team.nranks = 1000;
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_RANKS);
+      assert_int_equal(epf_ll_mask_query_async(&L, d_masks, 0), EPF_ERR_RANKS);
+      assert_int_equal(epf_ll_mask_update(&L, host_mask, 0), EPF_ERR_RANKS);
+      assert_int_equal(epf_ll_mask_clean(&L, 0), EPF_ERR_RANKS);
+      L = f.L;
+      L.virtual_ranks = 0;
+      L.team.rank = 2;
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_RANK);
+      L = f.L;
+      L.team.stride = f.plan.total_bytes - 16;
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_INVALID_ARGUMENT);
+      assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_INVALID_ARGUMENT);
+      L = f.L;
+      ht.nranks = 2;
+      ht.num_experts = 64;
+      ht.top_k = 8;
+      ht.hidden = 2880;
+      ht.max_tokens_per_rank = 16;
+      ht.mode = EPF_MODE_HT;
+      assert_int_equal(epf_plan_compute(&ht, &L.plan), EPF_OK);
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_MODE);
+      assert_int_equal(epf_ll_mask_query_async(&L, d_masks, 0), EPF_ERR_MODE);
+      assert_int_equal(epf_ll_mask_update(&L, host_mask, 0), EPF_ERR_MODE);
+      L = f.L;
+      L.state = NULL;
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_INVALID_ARGUMENT);
+      assert_int_equal(epf_ll_state_reset(NULL, 0), EPF_ERR_INVALID_ARGUMENT);
+      assert_int_equal(epf_ll_mask_update(&f.L, NULL, 0), EPF_ERR_INVALID_ARGUMENT);
+      assert_int_equal(epf_ll_blocks_per_rank(NULL, 16, 0), 0);
+      assert_int_equal(epf_ll_blocks_per_rank(&f.L, 16, 7), 0);
+      L = epf_ll_launch_make(NULL, f.L.team, f.state, f.rec_d, 1);
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_STRUCT_VERSION);
+      EPF_CHECK_CUDA(cudaDeviceSynchronize());
+      EPF_TEST_FREE(d_masks);
+    }
   }
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
   assert_int_equal(f.rec_h->count, 0);
@@ -697,7 +760,7 @@ static void graph_replays_cp(int pull, int replays, int cpayload) {
     for (int r = 0; r < R; ++r)
       for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) {
         assert_int_equal(st[r].epoch[ph], replays);
-        assert_int_equal(st[r].arrive[ph], 0);
+        assert_int_equal(st[r].arrive[ph], ((uint32_t)replays & 0xffffu) << 16); /* tag of the last round, count 0 */
       }
   }
   printf("graph: %d replays of dispatch -> experts -> combine%s%s with fresh routing, all exact\n", replays,
@@ -805,10 +868,47 @@ static void check_round_vs_ref(fix_t* f, uint32_t absent, uint32_t epoch, const 
 
 static void read_masks(const fix_t* f, uint32_t* masks) {
   uint32_t* d;
-  EPF_CHECK_CUDA(cudaMalloc(&d, (size_t)f->in.R * EPF_MASK_WORDS * 4));
+  EPF_TEST_MALLOC(&d, (size_t)f->in.R * EPF_MASK_WORDS * 4);
   assert_int_equal(epf_ll_mask_query_async(&f->L, d, 0), EPF_OK);
   EPF_CHECK_CUDA(cudaMemcpy(masks, d, (size_t)f->in.R * EPF_MASK_WORDS * 4, cudaMemcpyDeviceToHost));
-  EPF_CHECK_CUDA(cudaFree(d));
+  EPF_TEST_FREE(d);
+}
+
+/* A phase's arrival counter left by a round whose blocks did not all arrive (a grid that lost a
+ * block): every rank's four counters one short of a full round (tag 0, as an earlier round of an
+ * epoch whose low 16 bits were 0 leaves them). The counters carry the round's epoch, so the later
+ * rounds restart the count instead of completing early: three rounds, all exact, and every
+ * counter clean afterwards. The HT twin is test_ht_guards' test_failed_round_state. */
+static void test_failed_round_state(void** state) {
+  const int R = 4, T = 32, H = 2880, K = 8, E = 64, bpr = 4;
+  fix_t f;
+  epf_ll_state_t st[4];
+  (void)state;
+  fix_init(&f, R, T, H, K, E, 1, 0u, 2000000000ull);
+  f.L.blocks_per_rank = bpr;
+  EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < R; ++r)
+    for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) st[r].arrive[ph] = (uint32_t)bpr - 1u;
+  EPF_CHECK_CUDA(cudaMemcpy(f.state, st, sizeof(st), cudaMemcpyHostToDevice));
+  for (uint32_t round = 1; round <= 3; ++round) {
+    char what[96];
+    snprintf(what, sizeof(what), "round %u after a failed round (split %u)", round, round & 1u);
+    fix_fill(&f, T, 0);
+    epf_error_clear(f.rec_h);
+    run_round(&f, round, (int)(round & 1u), 0, EPF_LL_Y_FIXED, 0);
+    if (f.rec_h->count != 0)
+      fail_msg("%s: %u errors recorded (%s)", what, f.rec_h->count, epf_status_name((epf_status_t)f.rec_h->status));
+    check_round_vs_ref(&f, 0u, round, what);
+  }
+  EPF_CHECK_CUDA(cudaMemcpy(st, f.state, sizeof(st), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < R; ++r)
+    for (int ph = 0; ph < EPF_LL_PHASE_COUNT; ++ph) {
+      if (st[r].epoch[ph] != 3u) fail_msg("rank %d phase %d: epoch %u, want 3", r, ph, st[r].epoch[ph]);
+      if (st[r].arrive[ph] != 3u << 16)
+        fail_msg("rank %d phase %d: arrival counter 0x%08x, want 0x00030000 (tag 3, count 0)", r, ph, st[r].arrive[ph]);
+    }
+  printf("failed-round counters: 3 later rounds complete and exact\n");
+  fix_free(&f);
 }
 
 static void test_fault_tolerant(void** state) {
@@ -1138,7 +1238,7 @@ static void test_rm_matrix(void** state) {
     fix_init_rm(&f, R, Tmax, H, K, E, topk64, flags, 5000000000ull, payload, cpayload, scale_layout);
     if (per_rank_T) {
       for (int r = 0; r < R; ++r) Ts[r] = r == 0 ? 0 : r == 1 ? 1 : epf_rng_in(&g_seed, 0, Tmax);
-      EPF_CHECK_CUDA(cudaMalloc(&Ts_d, sizeof(Ts)));
+      EPF_TEST_MALLOC(&Ts_d, sizeof(Ts));
       EPF_CHECK_CUDA(cudaMemcpy(Ts_d, Ts, sizeof(Ts), cudaMemcpyHostToDevice));
     }
     for (uint32_t round = 1; round <= 3; ++round) {
@@ -1170,7 +1270,7 @@ static void test_rm_matrix(void** state) {
     }
     ++cases;
     printf("ok  %s\n", what);
-    if (Ts_d != NULL) EPF_CHECK_CUDA(cudaFree(Ts_d));
+    if (Ts_d != NULL) EPF_TEST_FREE(Ts_d);
     fix_free(&f);
   }
   printf("rank-major matrix: %d configurations x 3 rounds exact\n", cases);
@@ -1287,7 +1387,7 @@ static void test_rm_fault_and_bad_metadata(void** state) {
   uint32_t masks[5 * EPF_MASK_WORDS];
   (void)state;
   fix_init_rm(&f, R, T, 2880, 8, 20, 0, EPF_FLAG_FAULT_TOLERANT, timeout_ns, EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0);
-  EPF_CHECK_CUDA(cudaMalloc(&Ts_d, sizeof(Ts)));
+  EPF_TEST_MALLOC(&Ts_d, sizeof(Ts));
   EPF_CHECK_CUDA(cudaMemcpy(Ts_d, Ts, sizeof(Ts), cudaMemcpyHostToDevice));
   o.Ts_d = Ts_d;
   o.silent = -1;
@@ -1367,7 +1467,7 @@ static void test_rm_fault_and_bad_metadata(void** state) {
     assert_int_equal(f.rec_h->count, 0);
   }
   printf("RM FT: silent rank masked within the timeout, skipped next round, re-admitted by clean; bad metadata reported\n");
-  EPF_CHECK_CUDA(cudaFree(Ts_d));
+  EPF_TEST_FREE(Ts_d);
   fix_free(&f);
 }
 
@@ -1467,12 +1567,12 @@ typedef struct {
 } bwd_bufs_t;
 
 static void bwd_bufs_init(const fix_t* f, bwd_bufs_t* b) {
-  EPF_CHECK_CUDA(cudaMalloc(&b->wg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
-  EPF_CHECK_CUDA(cudaMalloc(&b->twg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  EPF_TEST_MALLOC(&b->wg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0));
+  EPF_TEST_MALLOC(&b->twg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
 }
 static void bwd_bufs_free(bwd_bufs_t* b) {
-  EPF_CHECK_CUDA(cudaFree(b->wg));
-  EPF_CHECK_CUDA(cudaFree(b->twg));
+  EPF_TEST_FREE(b->wg);
+  EPF_TEST_FREE(b->twg);
 }
 
 /* a forward round (dispatch, experts, combine) of f->in, checked; absent: ranks that take no part */
@@ -1867,10 +1967,10 @@ static void test_backward_abort(void** state) {
   f.in.Ts = ts.t;
   smem = epf_ll_smem_bytes(&f.plan, threads);
   blk_launch_check(&f, (const void*)abort_bwd_kernel, bpr, threads, smem);
-  EPF_CHECK_CUDA(cudaHostAlloc(&abort_h, 4, cudaHostAllocMapped));
+  EPF_TEST_HOST_ALLOC(&abort_h, 4, cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&abort_d, abort_h, 0));
   *abort_h = 0u;
-  EPF_CHECK_CUDA(cudaMalloc(&status_d, sizeof(status)));
+  EPF_TEST_MALLOC(&status_d, sizeof(status));
 
   /* everybody: forward + backward exact (the word is there, but clear) */
   fix_fill(&f, Tmax, 0);
@@ -1967,8 +2067,8 @@ static void test_backward_abort(void** state) {
     fail_msg("bwd abort: record valid %u count %u status %s, want EPF_ERR_ABORTED recorded", rec_abort.valid,
              rec_abort.count, epf_status_name((epf_status_t)rec_abort.status));
   f.in.Ts = NULL;
-  EPF_CHECK_CUDA(cudaFree(status_d));
-  EPF_CHECK_CUDA(cudaFreeHost(abort_h));
+  EPF_TEST_FREE(status_d);
+  EPF_TEST_FREE(abort_h);
   bwd_bufs_free(&b);
   fix_free(&f);
 }
@@ -2035,8 +2135,8 @@ static void test_backward_graph(void** state) {
   (void)state;
   fix_init(&f, R, T, H, K, E, 1, 0u, 5000000000ull);
   bwd_bufs_init(&f, &b);
-  EPF_CHECK_CUDA(cudaMalloc(&dy, (size_t)R * T * H * 2));
-  EPF_CHECK_CUDA(cudaMalloc(&dx, (size_t)R * T * H * 2));
+  EPF_TEST_MALLOC(&dy, (size_t)R * T * H * 2);
+  EPF_TEST_MALLOC(&dx, (size_t)R * T * H * 2);
   want = (uint16_t*)malloc((size_t)R * T * H * 2);
   wantg = (float*)malloc((size_t)R * T * K * 4);
   f.in.T = T;
@@ -2102,8 +2202,8 @@ static void test_backward_graph(void** state) {
   free(ib.hx);
   free(want);
   free(wantg);
-  EPF_CHECK_CUDA(cudaFree(dy));
-  EPF_CHECK_CUDA(cudaFree(dx));
+  EPF_TEST_FREE(dy);
+  EPF_TEST_FREE(dx);
   bwd_bufs_free(&b);
   fix_free(&f);
 }
@@ -2334,7 +2434,7 @@ static void mx_case(const mxcase_t* c, int ci) {
       assert_int_equal(epf_ll_mask_update(&f[v].L, m, 0), EPF_OK);
     }
   }
-  EPF_CHECK_CUDA(cudaMalloc(&d_T, (size_t)R * sizeof(int32_t)));
+  EPF_TEST_MALLOC(&d_T, (size_t)R * sizeof(int32_t));
   want = (uint16_t*)malloc(nout * 2);
   o0 = (uint16_t*)malloc(nout * 2);
   o1 = (uint16_t*)malloc(nout * 2);
@@ -2398,7 +2498,7 @@ static void mx_case(const mxcase_t* c, int ci) {
   free(want);
   free(o0);
   free(o1);
-  EPF_CHECK_CUDA(cudaFree(d_T));
+  EPF_TEST_FREE(d_T);
   fix_free(&f[0]);
   fix_free(&f[1]);
 }
@@ -2637,7 +2737,7 @@ static void test_rm_backward(void** state) {
     bwd_bufs_init(&f, &b);
     if (per_rank_T) {
       for (int r = 0; r < R; ++r) Ts[r] = r == 0 ? 0 : r == 1 ? 1 : epf_rng_in(&g_seed, 0, Tmax);
-      EPF_CHECK_CUDA(cudaMalloc(&Ts_d, sizeof(Ts)));
+      EPF_TEST_MALLOC(&Ts_d, sizeof(Ts));
       EPF_CHECK_CUDA(cudaMemcpy(Ts_d, Ts, sizeof(Ts), cudaMemcpyHostToDevice));
     }
     for (int it = 0; it < 2; ++it) {
@@ -2667,7 +2767,7 @@ static void test_rm_backward(void** state) {
     }
     printf("ok  %s\n", what);
     ++cases;
-    if (Ts_d != NULL) EPF_CHECK_CUDA(cudaFree(Ts_d));
+    if (Ts_d != NULL) EPF_TEST_FREE(Ts_d);
     bwd_bufs_free(&b);
     fix_free(&f);
   }
@@ -2763,7 +2863,7 @@ static void test_nccl_one_rank(void** state) {
   epf_status_t st;
   (void)state;
   fix_init(&f, 1, Tmax, H, K, E, 1, 0u, 5000000000ull);
-  EPF_CHECK_CUDA(cudaFree(f.win)); /* the window replaces the virtual allocation */
+  EPF_TEST_FREE(f.win); /* the window replaces the virtual allocation */
   f.win = NULL;
   assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
   st = epf_nccl_comm_init_rank(&comm, 1, id, 0, 60.0);
@@ -2801,31 +2901,32 @@ static void test_nccl_one_rank(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_slots_block),
-      cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_matrix),
-      cmocka_unit_test(test_graph_replays),
-      cmocka_unit_test(test_graph_replays_pull),
-      cmocka_unit_test(test_graph_replays_mx_pull),
-      cmocka_unit_test(test_mx_pull_push),
-      cmocka_unit_test(test_fault_tolerant_mx_pull),
-      cmocka_unit_test(test_fault_tolerant),
-      cmocka_unit_test(test_not_fault_tolerant),
-      cmocka_unit_test(test_backward_refusals),
-      cmocka_unit_test(test_backward_matrix),
-      cmocka_unit_test(test_backward_blocks),
-      cmocka_unit_test(test_backward_fault_tolerant),
-      cmocka_unit_test(test_backward_abort),
-      cmocka_unit_test(test_backward_two_layers),
-      cmocka_unit_test(test_backward_graph),
-      cmocka_unit_test(test_rm_refusals),
-      cmocka_unit_test(test_rm_matrix),
-      cmocka_unit_test(test_rm_graph),
-      cmocka_unit_test(test_rm_fault_and_bad_metadata),
-      cmocka_unit_test(test_rm_backward),
-      cmocka_unit_test(test_rm_backward_graph),
+      cmocka_unit_test_teardown(test_slots_block, epf_test_teardown),
+      cmocka_unit_test_teardown(test_refusals, epf_test_teardown),
+      cmocka_unit_test_teardown(test_failed_round_state, epf_test_teardown),
+      cmocka_unit_test_teardown(test_matrix, epf_test_teardown),
+      cmocka_unit_test_teardown(test_graph_replays, epf_test_teardown),
+      cmocka_unit_test_teardown(test_graph_replays_pull, epf_test_teardown),
+      cmocka_unit_test_teardown(test_graph_replays_mx_pull, epf_test_teardown),
+      cmocka_unit_test_teardown(test_mx_pull_push, epf_test_teardown),
+      cmocka_unit_test_teardown(test_fault_tolerant_mx_pull, epf_test_teardown),
+      cmocka_unit_test_teardown(test_fault_tolerant, epf_test_teardown),
+      cmocka_unit_test_teardown(test_not_fault_tolerant, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_refusals, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_matrix, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_blocks, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_fault_tolerant, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_abort, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_two_layers, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_graph, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rm_refusals, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rm_matrix, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rm_graph, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rm_fault_and_bad_metadata, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rm_backward, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rm_backward_graph, epf_test_teardown),
 #if defined(EPF_TEST_WITH_NCCL)
-      cmocka_unit_test(test_nccl_one_rank),
+      cmocka_unit_test_teardown(test_nccl_one_rank, epf_test_teardown),
 #endif
   };
   int rc = epf_test_gpus_or_skip(1);
