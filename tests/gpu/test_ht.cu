@@ -66,71 +66,93 @@ typedef struct {
   uint16_t* h_dy;    /* host copy of dy */
 } ht_dev_t;
 
-static void dev_setup(const ht_case_t* c, int64_t capacity, ht_dev_t* d, char* nccl_window, epf_team_t* nccl_team) {
+/* dev_setup — the device buffers of case c at `capacity` (with the training direction's buffers
+ * when `train`: BF16 plans only), after checking that they fit the card: 0 (and a printed SKIP
+ * with the sizes) when they do not, 1 when set up. Every buffer is owned by the running test
+ * (EPF_TEST_MALLOC): a failure part-way leaves nothing behind for the next test
+ * (epf_test_teardown). */
+static int dev_setup(const ht_case_t* c, int64_t capacity, ht_dev_t* d, char* nccl_window, epf_team_t* nccl_team,
+                     int train) {
   epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
   uint64_t rbytes = 0;
+  const size_t RT = (size_t)c->R * c->T;
+  size_t need;
+  char what[160];
   memset(d, 0, sizeof(*d));
   assert_int_equal(make_plan(c, capacity, &d->plan), EPF_OK);
+  d->index64 = (int)(epf_test_rand(&g_seed) & 1);
+  rc.index_type = d->index64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
+  assert_int_equal(epf_route_size(&d->plan, &rc, &rbytes), EPF_OK);
+  d->expert_rows = d->plan.recv_capacity * (c->layout == EPF_LAYOUT_RANK_MAJOR ? (c->K < c->E / c->R ? c->K : c->E / c->R) : 1) +
+                   (int64_t)(c->E / c->R) * c->align;
+  train = train && c->payload == EPF_PAYLOAD_BF16 && c->combine_payload == EPF_PAYLOAD_BF16;
+  /* what the allocations below take */
+  need = (nccl_window ? 0u : (size_t)c->R * d->plan.total_bytes) + (size_t)rbytes * c->R + RT * c->K * 8 + RT * c->H * 2 +
+         RT * (c->H / 32 + 4) * 4 + RT * c->K * 4 + RT * c->H * 2 + (size_t)c->R * d->expert_rows * c->H * 2 +
+         c->R * sizeof(epf_ht_state_t);
+  if (c->layout == EPF_LAYOUT_RANK_MAJOR)
+    need += (size_t)c->R * d->expert_rows * (d->plan.row_bytes + d->plan.scale_bytes_per_row);
+  if (train) need += RT * c->H * 2 * 2 + (size_t)c->R * d->expert_rows * (c->H * 2 + 4) + RT * c->K * 4;
+  snprintf(what, sizeof(what), "HT case R=%d T=%d H=%d K=%d E=%d%s", c->R, c->T, c->H, c->K, c->E,
+           train ? " (forward + backward)" : "");
+  if (!epf_test_fits(need, what)) return 0;
   if (nccl_window) {
     d->window = nccl_window;
     d->team = *nccl_team;
   } else {
-    EPF_CHECK_CUDA(cudaMalloc(&d->window, (size_t)c->R * d->plan.total_bytes));
+    EPF_TEST_MALLOC(&d->window, (size_t)c->R * d->plan.total_bytes);
     EPF_CHECK_CUDA(cudaMemset(d->window, 0, (size_t)c->R * d->plan.total_bytes));
     d->team = epf_team_virtual(d->window, d->plan.total_bytes, 0, c->R);
   }
-  d->index64 = (int)(epf_test_rand(&g_seed) & 1);
-  rc.index_type = d->index64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
-  assert_int_equal(epf_route_size(&d->plan, &rc, &rbytes), EPF_OK);
-  EPF_CHECK_CUDA(cudaMalloc(&d->route_buf, (size_t)rbytes * c->R));
+  EPF_TEST_MALLOC(&d->route_buf, (size_t)rbytes * c->R);
   assert_int_equal(epf_route_init(&d->plan, &rc, d->route_buf, rbytes * c->R, c->R, 1u + (uint32_t)(epf_test_rand(&g_seed) % 1000), 0, &d->route), EPF_OK);
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_topk, (size_t)c->R * c->T * c->K * 8));
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_x, (size_t)c->R * c->T * c->H * 2));
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_xs, (size_t)c->R * c->T * (c->H / 32 + 4) * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_w, (size_t)c->R * c->T * c->K * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_out, (size_t)c->R * c->T * c->H * 2));
-  d->expert_rows = d->plan.recv_capacity * (c->layout == EPF_LAYOUT_RANK_MAJOR ? (c->K < c->E / c->R ? c->K : c->E / c->R) : 1) +
-                   (int64_t)(c->E / c->R) * c->align;
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_expert_out, (size_t)c->R * d->expert_rows * c->H * 2));
+  EPF_TEST_MALLOC(&d->d_topk, RT * c->K * 8);
+  EPF_TEST_MALLOC(&d->d_x, RT * c->H * 2);
+  EPF_TEST_MALLOC(&d->d_xs, RT * (c->H / 32 + 4) * 4);
+  EPF_TEST_MALLOC(&d->d_w, RT * c->K * 4);
+  EPF_TEST_MALLOC(&d->d_out, RT * c->H * 2);
+  EPF_TEST_MALLOC(&d->d_expert_out, (size_t)c->R * d->expert_rows * c->H * 2);
   if (c->layout == EPF_LAYOUT_RANK_MAJOR) {
-    EPF_CHECK_CUDA(cudaMalloc(&d->d_view, (size_t)c->R * d->expert_rows * d->plan.row_bytes));
+    EPF_TEST_MALLOC(&d->d_view, (size_t)c->R * d->expert_rows * d->plan.row_bytes);
     if (d->plan.scale_bytes_per_row)
-      EPF_CHECK_CUDA(cudaMalloc(&d->d_view_scales, (size_t)c->R * d->expert_rows * d->plan.scale_bytes_per_row));
+      EPF_TEST_MALLOC(&d->d_view_scales, (size_t)c->R * d->expert_rows * d->plan.scale_bytes_per_row);
   }
-  EPF_CHECK_CUDA(cudaMalloc(&d->d_state, c->R * sizeof(epf_ht_state_t)));
+  EPF_TEST_MALLOC(&d->d_state, c->R * sizeof(epf_ht_state_t));
   EPF_CHECK_CUDA(cudaMemset(d->d_state, 0, c->R * sizeof(epf_ht_state_t)));
-  EPF_CHECK_CUDA(cudaHostAlloc(&d->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped));
+  EPF_TEST_HOST_ALLOC(&d->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&d->rec_d, d->rec_h, 0));
   epf_error_clear(d->rec_h);
-  if (c->payload == EPF_PAYLOAD_BF16 && c->combine_payload == EPF_PAYLOAD_BF16) {
-    EPF_CHECK_CUDA(cudaMalloc(&d->d_dy, (size_t)c->R * c->T * c->H * 2));
-    EPF_CHECK_CUDA(cudaMalloc(&d->d_dxr, (size_t)c->R * d->expert_rows * c->H * 2));
-    EPF_CHECK_CUDA(cudaMalloc(&d->d_wg, (size_t)c->R * d->expert_rows * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d->d_dx, (size_t)c->R * c->T * c->H * 2));
-    EPF_CHECK_CUDA(cudaMalloc(&d->d_twg, (size_t)c->R * c->T * c->K * 4));
-    d->h_dy = (uint16_t*)malloc((size_t)c->R * c->T * c->H * 2);
+  if (train) {
+    EPF_TEST_MALLOC(&d->d_dy, RT * c->H * 2);
+    EPF_TEST_MALLOC(&d->d_dxr, (size_t)c->R * d->expert_rows * c->H * 2);
+    EPF_TEST_MALLOC(&d->d_wg, (size_t)c->R * d->expert_rows * 4);
+    EPF_TEST_MALLOC(&d->d_dx, RT * c->H * 2);
+    EPF_TEST_MALLOC(&d->d_twg, RT * c->K * 4);
+    d->h_dy = (uint16_t*)malloc(RT * c->H * 2);
+    assert_non_null(d->h_dy);
   }
+  return 1;
 }
 
 static void dev_free(ht_dev_t* d, int own_window) {
-  if (own_window) EPF_CHECK_CUDA(cudaFree(d->window));
-  EPF_CHECK_CUDA(cudaFree(d->route_buf));
-  EPF_CHECK_CUDA(cudaFree(d->d_topk));
-  EPF_CHECK_CUDA(cudaFree(d->d_x));
-  EPF_CHECK_CUDA(cudaFree(d->d_xs));
-  EPF_CHECK_CUDA(cudaFree(d->d_w));
-  EPF_CHECK_CUDA(cudaFree(d->d_out));
-  EPF_CHECK_CUDA(cudaFree(d->d_expert_out));
-  if (d->d_view) EPF_CHECK_CUDA(cudaFree(d->d_view));
-  if (d->d_view_scales) EPF_CHECK_CUDA(cudaFree(d->d_view_scales));
-  EPF_CHECK_CUDA(cudaFree(d->d_state));
-  EPF_CHECK_CUDA(cudaFreeHost(d->rec_h));
+  if (own_window) EPF_TEST_FREE(d->window);
+  EPF_TEST_FREE(d->route_buf);
+  EPF_TEST_FREE(d->d_topk);
+  EPF_TEST_FREE(d->d_x);
+  EPF_TEST_FREE(d->d_xs);
+  EPF_TEST_FREE(d->d_w);
+  EPF_TEST_FREE(d->d_out);
+  EPF_TEST_FREE(d->d_expert_out);
+  EPF_TEST_FREE(d->d_view);
+  EPF_TEST_FREE(d->d_view_scales);
+  EPF_TEST_FREE(d->d_state);
+  EPF_TEST_FREE(d->rec_h);
   if (d->d_dy) {
-    EPF_CHECK_CUDA(cudaFree(d->d_dy));
-    EPF_CHECK_CUDA(cudaFree(d->d_dxr));
-    EPF_CHECK_CUDA(cudaFree(d->d_wg));
-    EPF_CHECK_CUDA(cudaFree(d->d_dx));
-    EPF_CHECK_CUDA(cudaFree(d->d_twg));
+    EPF_TEST_FREE(d->d_dy);
+    EPF_TEST_FREE(d->d_dxr);
+    EPF_TEST_FREE(d->d_wg);
+    EPF_TEST_FREE(d->d_dx);
+    EPF_TEST_FREE(d->d_twg);
     free(d->h_dy);
   }
 }
@@ -440,10 +462,17 @@ static void check_record_round(const ht_case_t* c, ht_dev_t* d, model_t* m, int 
   epf_error_clear(d->rec_h);
 }
 
-/* the device buffers and the model of case c at its capacity (c->capacity, or exact); returns it */
-static int64_t case_setup(const ht_case_t* c, ht_dev_t* d, model_t* m) {
+/* cases skipped because the card has too little free memory for them (printed at the end) */
+static int g_skipped;
+
+/* the device buffers (with the training direction's when `train`) and the model of case c at its
+ * capacity (c->capacity, or exact); returns it, or 0 when the case does not fit the card (skipped) */
+static int64_t case_setup(const ht_case_t* c, ht_dev_t* d, model_t* m, int train) {
   const int64_t cap = c->capacity ? c->capacity : exact_capacity(c);
-  dev_setup(c, cap, d, NULL, NULL);
+  if (!dev_setup(c, cap, d, NULL, NULL, train)) {
+    ++g_skipped;
+    return 0;
+  }
   model_alloc(c, m);
   return cap;
 }
@@ -472,7 +501,8 @@ static void bwd_round_checked(const ht_case_t* c, ht_dev_t* d, model_t* m, int s
 static void run_backward_case(const ht_case_t* c, int rounds, int split, int grads) {
   ht_dev_t d;
   model_t m;
-  const int64_t cap = case_setup(c, &d, &m);
+  const int64_t cap = case_setup(c, &d, &m, 1);
+  if (cap == 0) return;
   for (int r = 0; r < rounds; ++r) {
     upload_inputs(c, &d, &m);
     fwd_round_checked(c, &d, &m);
@@ -489,7 +519,8 @@ static void run_backward_case(const ht_case_t* c, int rounds, int split, int gra
 static void run_case(const ht_case_t* c, int rounds) {
   ht_dev_t d;
   model_t m;
-  const int64_t cap = case_setup(c, &d, &m);
+  const int64_t cap = case_setup(c, &d, &m, 0); /* forward only: no training buffers */
+  if (cap == 0) return;
   for (int r = 0; r < rounds; ++r) {
     upload_inputs(c, &d, &m);
     launch_round(c, &d, 0, 1);
@@ -603,7 +634,10 @@ static void run_graph(const ht_case_t* c, int bwd, int replays, int every) {
   cudaStream_t s;
   cudaGraph_t g;
   cudaGraphExec_t ge;
-  dev_setup(c, exact_capacity(c), &d, NULL, NULL);
+  if (!dev_setup(c, exact_capacity(c), &d, NULL, NULL, bwd)) {
+    ++g_skipped;
+    return;
+  }
   model_alloc(c, &m);
   EPF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   upload_inputs(c, &d, &m);
@@ -687,7 +721,7 @@ static void test_backward_refusals(void** state) {
   ht_dev_t d, dr, dm;
   epf_ht_step_t s;
   (void)state;
-  dev_setup(&c, exact_capacity(&c), &d, NULL, NULL);
+  assert_true(dev_setup(&c, exact_capacity(&c), &d, NULL, NULL, 1));
   s = make_backward_step(&c, &d, 1);
   assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, 0, 0), EPF_ERR_INVALID_ARGUMENT);
   assert_int_equal(epf_ht_combine_backward(&d.route, d.team, &d.plan, &s, 4, 0), EPF_ERR_INVALID_ARGUMENT);
@@ -720,12 +754,12 @@ static void test_backward_refusals(void** state) {
   s.blocks_per_rank = EPF_HT_MAX_BLOCKS_PER_RANK + 1;
   assert_int_equal(epf_ht_dispatch_backward(&d.route, d.team, &d.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
   /* rank-major: no in-place dx rows */
-  dev_setup(&cr, exact_capacity(&cr), &dr, NULL, NULL);
+  assert_true(dev_setup(&cr, exact_capacity(&cr), &dr, NULL, NULL, 1));
   s = make_backward_step(&cr, &dr, 0);
   s.expert_out = NULL;
   assert_int_equal(epf_ht_dispatch_backward(&dr.route, dr.team, &dr.plan, &s, 0), EPF_ERR_INVALID_ARGUMENT);
   /* gradients are BF16: a quantized plan is refused by both */
-  dev_setup(&cm, exact_capacity(&cm), &dm, NULL, NULL);
+  assert_true(dev_setup(&cm, exact_capacity(&cm), &dm, NULL, NULL, 1));
   s = make_backward_step(&cm, &dm, 0);
   s.x = dm.d_x;
   s.out = dm.d_out;
@@ -745,10 +779,10 @@ static void run_two_layers(const ht_case_t* c1, const ht_case_t* c2, int steps) 
   model_t m1, m2;
   uint32_t* d_epoch;
   uint32_t first;
-  dev_setup(c1, exact_capacity(c1), &d1, NULL, NULL);
-  dev_setup(c2, exact_capacity(c2), &d2, d1.window, &d1.team); /* layer 2: the same window (and plan) */
+  assert_true(dev_setup(c1, exact_capacity(c1), &d1, NULL, NULL, 1));
+  assert_true(dev_setup(c2, exact_capacity(c2), &d2, d1.window, &d1.team, 1)); /* layer 2: the same window (and plan) */
   assert_int_equal(d1.plan.config_hash, d2.plan.config_hash);
-  EPF_CHECK_CUDA(cudaMalloc(&d_epoch, (size_t)c1->R * 4));
+  EPF_TEST_MALLOC(&d_epoch, (size_t)c1->R * 4);
   {
     epf_route_header_t h;
     uint32_t* e = (uint32_t*)malloc((size_t)c1->R * 4);
@@ -792,7 +826,7 @@ static void run_two_layers(const ht_case_t* c1, const ht_case_t* c2, int steps) 
   model_free(&m2);
   dev_free(&d2, 0);
   dev_free(&d1, 1);
-  EPF_CHECK_CUDA(cudaFree(d_epoch));
+  EPF_TEST_FREE(d_epoch);
 }
 
 static void test_two_layers(void** state) {
@@ -839,7 +873,7 @@ static void test_nccl_one_rank(void** state) {
     assert_int_equal(epf_nccl_window_create(comm, plan.total_bytes, 60.0, &win), EPF_OK);
     assert_int_equal(epf_nccl_devcomm_create(comm, 1, 60.0, &dev), EPF_OK);
     assert_int_equal(epf_nccl_team_query(&dev, win.window, 0, &team), EPF_OK);
-    dev_setup(c, exact_capacity(c), &d, (char*)win.ptr, &team); /* host-side ops use the allocation's address */
+    assert_true(dev_setup(c, exact_capacity(c), &d, (char*)win.ptr, &team, 0)); /* host-side ops use the allocation's address */
     model_alloc(c, &m);
     for (int r = 0; r < 3; ++r) {
       upload_inputs(c, &d, &m);
@@ -861,16 +895,20 @@ static void test_nccl_one_rank(void** state) {
 #endif
 
 int main(void) {
+#define T_(f) cmocka_unit_test_teardown(f, epf_test_teardown) /* frees what a failed test left */
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_refusals), cmocka_unit_test(test_cases), cmocka_unit_test(test_back_to_back),
-      cmocka_unit_test(test_graph), cmocka_unit_test(test_backward_refusals), cmocka_unit_test(test_backward),
-      cmocka_unit_test(test_two_layers), cmocka_unit_test(test_backward_graph),
+      T_(test_refusals), T_(test_cases), T_(test_back_to_back),
+      T_(test_graph), T_(test_backward_refusals), T_(test_backward),
+      T_(test_two_layers), T_(test_backward_graph),
 #if EPF_TEST_WITH_NCCL
-      cmocka_unit_test(test_nccl_one_rank),
+      T_(test_nccl_one_rank),
 #endif
   };
+#undef T_
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
   g_seed = epf_test_seed();
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
+  if (g_skipped) printf("%d case(s) skipped: too little free device memory on this card (SKIP lines above)\n", g_skipped);
+  return rc;
 }

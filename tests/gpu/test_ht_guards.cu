@@ -74,42 +74,42 @@ static void fix_init(fix_t* f, int layout, int push, uint64_t timeout_ns) {
   c.flags = push ? EPF_FLAG_COMBINE_PUSH : 0u;
   c.timeout_ns = timeout_ns;
   assert_int_equal(epf_plan_compute(&c, &f->plan), EPF_OK);
-  EPF_CHECK_CUDA(cudaMalloc(&f->window, (size_t)R * f->plan.total_bytes));
+  EPF_TEST_MALLOC(&f->window, (size_t)R * f->plan.total_bytes);
   EPF_CHECK_CUDA(cudaMemset(f->window, 0, (size_t)R * f->plan.total_bytes));
   f->team = epf_team_virtual(f->window, f->plan.total_bytes, 0, R);
   rc.index_type = EPF_INDEX_INT64;
   assert_int_equal(epf_route_size(&f->plan, &rc, &rbytes), EPF_OK);
-  EPF_CHECK_CUDA(cudaMalloc(&f->route_buf, (size_t)rbytes * R));
+  EPF_TEST_MALLOC(&f->route_buf, (size_t)rbytes * R);
   assert_int_equal(epf_route_init(&f->plan, &rc, f->route_buf, rbytes * R, R, 1u + (uint32_t)(epf_test_rand(&g_seed) % 1000u), 0,
                                   &f->route),
                    EPF_OK);
   f->expert_rows = f->plan.recv_capacity * K + (int64_t)(E / R);
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_topk, sizeof(f->topk)));
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_x, sizeof(f->x)));
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_w, sizeof(f->w)));
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_out, sizeof(f->x)));
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_y, (size_t)R * f->expert_rows * H * 2));
+  EPF_TEST_MALLOC(&f->d_topk, sizeof(f->topk));
+  EPF_TEST_MALLOC(&f->d_x, sizeof(f->x));
+  EPF_TEST_MALLOC(&f->d_w, sizeof(f->w));
+  EPF_TEST_MALLOC(&f->d_out, sizeof(f->x));
+  EPF_TEST_MALLOC(&f->d_y, (size_t)R * f->expert_rows * H * 2);
   EPF_CHECK_CUDA(cudaMemset(f->d_y, 0, (size_t)R * f->expert_rows * H * 2));
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_view, (size_t)R * f->expert_rows * f->plan.row_bytes));
-  EPF_CHECK_CUDA(cudaMalloc(&f->d_state, R * sizeof(epf_ht_state_t)));
+  EPF_TEST_MALLOC(&f->d_view, (size_t)R * f->expert_rows * f->plan.row_bytes);
+  EPF_TEST_MALLOC(&f->d_state, R * sizeof(epf_ht_state_t));
   EPF_CHECK_CUDA(cudaMemset(f->d_state, 0, R * sizeof(epf_ht_state_t)));
-  EPF_CHECK_CUDA(cudaHostAlloc(&f->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped));
+  EPF_TEST_HOST_ALLOC(&f->rec_h, sizeof(epf_error_record_t), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&f->rec_d, f->rec_h, 0));
   epf_error_clear(f->rec_h);
 }
 
 static void fix_free(fix_t* f) {
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
-  EPF_CHECK_CUDA(cudaFree(f->window));
-  EPF_CHECK_CUDA(cudaFree(f->route_buf));
-  EPF_CHECK_CUDA(cudaFree(f->d_topk));
-  EPF_CHECK_CUDA(cudaFree(f->d_x));
-  EPF_CHECK_CUDA(cudaFree(f->d_w));
-  EPF_CHECK_CUDA(cudaFree(f->d_out));
-  EPF_CHECK_CUDA(cudaFree(f->d_y));
-  EPF_CHECK_CUDA(cudaFree(f->d_view));
-  EPF_CHECK_CUDA(cudaFree(f->d_state));
-  EPF_CHECK_CUDA(cudaFreeHost(f->rec_h));
+  EPF_TEST_FREE(f->window);
+  EPF_TEST_FREE(f->route_buf);
+  EPF_TEST_FREE(f->d_topk);
+  EPF_TEST_FREE(f->d_x);
+  EPF_TEST_FREE(f->d_w);
+  EPF_TEST_FREE(f->d_out);
+  EPF_TEST_FREE(f->d_y);
+  EPF_TEST_FREE(f->d_view);
+  EPF_TEST_FREE(f->d_state);
+  EPF_TEST_FREE(f->rec_h);
 }
 
 /* fresh inputs: distinct experts per token, x BF16, weights; uploaded, output poisoned */
@@ -388,7 +388,7 @@ static void backward_barrier_case(int abort_it) {
     epf__ht_kargs_t ks;
     s.topk_idx = f.d_topk;
     if (abort_it) {
-      EPF_CHECK_CUDA(cudaHostAlloc(&abort_h, 4, cudaHostAllocMapped));
+      EPF_TEST_HOST_ALLOC(&abort_h, 4, cudaHostAllocMapped);
       EPF_CHECK_CUDA(cudaHostGetDevicePointer(&abort_d, abort_h, 0));
       *abort_h = 1u;
       s.wait.abort_word = abort_d;
@@ -436,7 +436,7 @@ static void backward_barrier_case(int abort_it) {
   full_step(&f, "backward barrier: step 1 after the reset");
   full_step(&f, "backward barrier: step 2 after the reset");
   printf("%s: recorded as documented, team reset, 2 forward + backward steps exact\n", what);
-  if (abort_h != NULL) EPF_CHECK_CUDA(cudaFreeHost(abort_h));
+  if (abort_h != NULL) EPF_TEST_FREE(abort_h);
   fix_free(&f);
 }
 
@@ -452,12 +452,12 @@ static void test_backward_barrier_abort(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_failed_round_state),
-      cmocka_unit_test(test_stale_ids),
-      cmocka_unit_test(test_bad_metadata),
-      cmocka_unit_test(test_zero_timeout),
-      cmocka_unit_test(test_backward_barrier_timeout),
-      cmocka_unit_test(test_backward_barrier_abort),
+      cmocka_unit_test_teardown(test_failed_round_state, epf_test_teardown),
+      cmocka_unit_test_teardown(test_stale_ids, epf_test_teardown),
+      cmocka_unit_test_teardown(test_bad_metadata, epf_test_teardown),
+      cmocka_unit_test_teardown(test_zero_timeout, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_barrier_timeout, epf_test_teardown),
+      cmocka_unit_test_teardown(test_backward_barrier_abort, epf_test_teardown),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;

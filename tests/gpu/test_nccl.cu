@@ -99,10 +99,10 @@ static void test_one_rank_window(void** state) {
                             cudaMemcpyHostToDevice));
   EPF_CHECK_CUDA(cudaMemset((char*)win.ptr + epf_plan_recv_token_offset(&plan, 0), 0xAB, WORDS * 4));
 
-  EPF_CHECK_CUDA(cudaHostAlloc(&rec_host, sizeof(*rec_host), cudaHostAllocMapped));
+  EPF_TEST_HOST_ALLOC(&rec_host, sizeof(*rec_host), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&rec_dev, rec_host, 0));
   epf_error_clear(rec_host);
-  EPF_CHECK_CUDA(cudaMalloc(&d_probe, sizeof(probe_t)));
+  EPF_TEST_MALLOC(&d_probe, sizeof(probe_t));
   EPF_CHECK_CUDA(cudaMemset(d_probe, 0xff, sizeof(probe_t)));
   probe_kernel<<<1, 256>>>(dev, win.window, plan, salt, rec_dev, d_probe);
   EPF_CHECK_LAUNCH();
@@ -139,8 +139,8 @@ static void test_one_rank_window(void** state) {
          WORDS);
 
   free(host_words);
-  EPF_CHECK_CUDA(cudaFree(d_probe));
-  EPF_CHECK_CUDA(cudaFreeHost(rec_host));
+  EPF_TEST_FREE(d_probe);
+  EPF_TEST_FREE(rec_host);
   assert_int_equal(epf_nccl_devcomm_destroy(comm, &dev), EPF_OK);
   assert_int_equal(epf_nccl_window_destroy(comm, &win, 60.0), EPF_OK);
   assert_null(win.ptr);
@@ -167,8 +167,8 @@ static void test_bad_arguments(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_arguments),
-      cmocka_unit_test(test_one_rank_window),
+      cmocka_unit_test_teardown(test_bad_arguments, epf_test_teardown),
+      cmocka_unit_test_teardown(test_one_rank_window, epf_test_teardown),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;

@@ -285,17 +285,17 @@ static void qbufs_init(qbufs_t* b, int64_t n, int64_t want_sf_bytes, int64_t sf_
   assert_non_null(b->got_sf);
   make_input(b->xf, n, fp32);
   to_bf16(b->xf, b->xb, n);
-  EPF_CHECK_CUDA(cudaMalloc(&b->d_x, (size_t)n * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&b->d_q, (size_t)n));
-  EPF_CHECK_CUDA(cudaMalloc(&b->d_sf, (size_t)sf_bytes));
+  EPF_TEST_MALLOC(&b->d_x, (size_t)n * 4);
+  EPF_TEST_MALLOC(&b->d_q, (size_t)n);
+  EPF_TEST_MALLOC(&b->d_sf, (size_t)sf_bytes);
   if (fp32) EPF_CHECK_CUDA(cudaMemcpy(b->d_x, b->xf, (size_t)n * 4, cudaMemcpyHostToDevice));
   else EPF_CHECK_CUDA(cudaMemcpy(b->d_x, b->xb, (size_t)n * 2, cudaMemcpyHostToDevice));
 }
 
 static void qbufs_free(qbufs_t* b) {
-  EPF_CHECK_CUDA(cudaFree(b->d_x));
-  EPF_CHECK_CUDA(cudaFree(b->d_q));
-  EPF_CHECK_CUDA(cudaFree(b->d_sf));
+  EPF_TEST_FREE(b->d_x);
+  EPF_TEST_FREE(b->d_q);
+  EPF_TEST_FREE(b->d_sf);
   free(b->xf);
   free(b->xb);
   free(b->want_q);
@@ -482,11 +482,11 @@ static void test_dequant(void** state) {
   to_bf16(xf, xb, K * n);
   for (int64_t i = 0; i < rows * K; ++i) w[i] = (float)(epf_test_rand(&g_seed) % 2001) / 1000.0f - 1.0f;
   for (int64_t i = 0; i < n; ++i) acc[i] = (float)((int64_t)(epf_test_rand(&g_seed) % 20001) - 10000) / 256.0f;
-  EPF_CHECK_CUDA(cudaMalloc(&d_x, (size_t)(K * n) * 2));
-  EPF_CHECK_CUDA(cudaMalloc(&d_q, (size_t)(K * n)));
-  EPF_CHECK_CUDA(cudaMalloc(&d_sf, (size_t)(K * rows * ncols)));
-  EPF_CHECK_CUDA(cudaMalloc(&d_out, (size_t)n * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&d_w, (size_t)(rows * K) * 4));
+  EPF_TEST_MALLOC(&d_x, (size_t)(K * n) * 2);
+  EPF_TEST_MALLOC(&d_q, (size_t)(K * n));
+  EPF_TEST_MALLOC(&d_sf, (size_t)(K * rows * ncols));
+  EPF_TEST_MALLOC(&d_out, (size_t)n * 4);
+  EPF_TEST_MALLOC(&d_w, (size_t)(rows * K) * 4);
   EPF_CHECK_CUDA(cudaMemcpy(d_x, xb, (size_t)(K * n) * 2, cudaMemcpyHostToDevice));
   EPF_CHECK_CUDA(cudaMemcpy(d_w, w, (size_t)(rows * K) * 4, cudaMemcpyHostToDevice));
   /* K quantized sources (device), compact scales */
@@ -530,9 +530,9 @@ static void test_dequant(void** state) {
     assert_non_null(sf2);
     assert_non_null(q2);
     assert_non_null(got2);
-    EPF_CHECK_CUDA(cudaMalloc(&d_q2, (size_t)n2));
-    EPF_CHECK_CUDA(cudaMalloc(&d_sf2, (size_t)(rows * (H2 / 128)) * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_out2, (size_t)n2 * 4));
+    EPF_TEST_MALLOC(&d_q2, (size_t)n2);
+    EPF_TEST_MALLOC(&d_sf2, (size_t)(rows * (H2 / 128)) * 4);
+    EPF_TEST_MALLOC(&d_out2, (size_t)n2 * 4);
     k_128_bf16<<<grid_for_rows(rows, 128), 128>>>(d_x, rows, H2, false, 0, d_q2, d_sf2);
     EPF_CHECK_LAUNCH();
     k_128_dequant<<<grid_for_rows(rows, 128), 128>>>(d_q2, d_sf2, rows, H2, d_out2);
@@ -544,18 +544,18 @@ static void test_dequant(void** state) {
       const float want = epf_fp8_128_dequantize_ref(q2[k], sf2[k / 128]);
       if (!same_float(got2[k], want)) fail_msg("per-128 dequant %lld: got %a want %a", (long long)k, (double)got2[k], (double)want);
     }
-    EPF_CHECK_CUDA(cudaFree(d_q2));
-    EPF_CHECK_CUDA(cudaFree(d_sf2));
-    EPF_CHECK_CUDA(cudaFree(d_out2));
+    EPF_TEST_FREE(d_q2);
+    EPF_TEST_FREE(d_sf2);
+    EPF_TEST_FREE(d_out2);
     free(sf2);
     free(q2);
     free(got2);
   }
-  EPF_CHECK_CUDA(cudaFree(d_x));
-  EPF_CHECK_CUDA(cudaFree(d_q));
-  EPF_CHECK_CUDA(cudaFree(d_sf));
-  EPF_CHECK_CUDA(cudaFree(d_out));
-  EPF_CHECK_CUDA(cudaFree(d_w));
+  EPF_TEST_FREE(d_x);
+  EPF_TEST_FREE(d_q);
+  EPF_TEST_FREE(d_sf);
+  EPF_TEST_FREE(d_out);
+  EPF_TEST_FREE(d_w);
   free(xf);
   free(xb);
   free(q);
@@ -587,10 +587,10 @@ static void test_lane_primitives(void** state) {
   assert_non_null(s2);
   make_input(xf, n, 1);
   to_bf16(xf, xb, n);
-  EPF_CHECK_CUDA(cudaMalloc(&d_xf, (size_t)n * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&d_xb, (size_t)n * 2));
-  EPF_CHECK_CUDA(cudaMalloc(&d_q, (size_t)n));
-  EPF_CHECK_CUDA(cudaMalloc(&d_sf, (size_t)nblocks));
+  EPF_TEST_MALLOC(&d_xf, (size_t)n * 4);
+  EPF_TEST_MALLOC(&d_xb, (size_t)n * 2);
+  EPF_TEST_MALLOC(&d_q, (size_t)n);
+  EPF_TEST_MALLOC(&d_sf, (size_t)nblocks);
   EPF_CHECK_CUDA(cudaMemcpy(d_xf, xf, (size_t)n * 4, cudaMemcpyHostToDevice));
   EPF_CHECK_CUDA(cudaMemcpy(d_xb, xb, (size_t)n * 2, cudaMemcpyHostToDevice));
   for (int rule = EPF_MX_RCEIL; rule <= EPF_MX_FLOOR; ++rule) {
@@ -622,10 +622,10 @@ static void test_lane_primitives(void** state) {
   EPF_CHECK_CUDA(cudaMemcpy(s2, d_sf, (size_t)nblocks, cudaMemcpyDeviceToHost));
   assert_memory_equal(q1, q2, (size_t)n);
   assert_memory_equal(s1, s2, (size_t)nblocks);
-  EPF_CHECK_CUDA(cudaFree(d_xf));
-  EPF_CHECK_CUDA(cudaFree(d_xb));
-  EPF_CHECK_CUDA(cudaFree(d_q));
-  EPF_CHECK_CUDA(cudaFree(d_sf));
+  EPF_TEST_FREE(d_xf);
+  EPF_TEST_FREE(d_xb);
+  EPF_TEST_FREE(d_q);
+  EPF_TEST_FREE(d_sf);
   free(xf);
   free(xb);
   free(q1);
@@ -673,9 +673,9 @@ static void test_qsend_group(void** state) {
   assert_non_null(sc);
   make_input(xf, n, 0);
   to_bf16(xf, xb, n);
-  EPF_CHECK_CUDA(cudaMalloc(&d_x, (size_t)n * 2));
-  EPF_CHECK_CUDA(cudaMalloc(&d_q, (size_t)n));
-  EPF_CHECK_CUDA(cudaMalloc(&d_sc, (size_t)(n / 32) * 4));
+  EPF_TEST_MALLOC(&d_x, (size_t)n * 2);
+  EPF_TEST_MALLOC(&d_q, (size_t)n);
+  EPF_TEST_MALLOC(&d_sc, (size_t)(n / 32) * 4);
   EPF_CHECK_CUDA(cudaMemcpy(d_x, xb, (size_t)n * 2, cudaMemcpyHostToDevice));
   for (int kind = EPF__QK_MX_RCEIL; kind <= EPF__QK_FP8_UE8M0; ++kind) {
     const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
@@ -699,9 +699,9 @@ static void test_qsend_group(void** state) {
       if (memcmp(q + b * group, want, (size_t)group) != 0) fail_msg("kind %d block %lld: bytes differ from the reference", kind, (long long)b);
     }
   }
-  EPF_CHECK_CUDA(cudaFree(d_x));
-  EPF_CHECK_CUDA(cudaFree(d_q));
-  EPF_CHECK_CUDA(cudaFree(d_sc));
+  EPF_TEST_FREE(d_x);
+  EPF_TEST_FREE(d_q);
+  EPF_TEST_FREE(d_sc);
   free(xf);
   free(xb);
   free(q);
@@ -719,8 +719,8 @@ static void test_exhaustive_conversions(void** state) {
   int sms = 0;
   (void)state;
   EPF_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  EPF_CHECK_CUDA(cudaMalloc(&d_bad, sizeof(bad)));
-  EPF_CHECK_CUDA(cudaMalloc(&d_first, sizeof(first)));
+  EPF_TEST_MALLOC(&d_bad, sizeof(bad));
+  EPF_TEST_MALLOC(&d_first, sizeof(first));
   EPF_CHECK_CUDA(cudaMemset(d_bad, 0, sizeof(bad)));
   EPF_CHECK_CUDA(cudaMemset(d_first, 0xff, sizeof(first)));
   k_exhaustive_cvt<<<sms * 8, 256>>>(d_bad, d_first);
@@ -734,12 +734,12 @@ static void test_exhaustive_conversions(void** state) {
   {
     float* d_f;
     float f[256];
-    EPF_CHECK_CUDA(cudaMalloc(&d_f, sizeof(f)));
+    EPF_TEST_MALLOC(&d_f, sizeof(f));
     k_e4m3_to_float_all<<<1, 64>>>(d_f);
     EPF_CHECK_LAUNCH();
     EPF_CHECK_CUDA(cudaMemcpy(f, d_f, sizeof(f), cudaMemcpyDeviceToHost));
     for (int q = 0; q < 256; ++q) assert_true(same_float(f[q], epf_e4m3_to_float((uint8_t)q)));
-    EPF_CHECK_CUDA(cudaFree(d_f));
+    EPF_TEST_FREE(d_f);
   }
 
   /* every BF16 amax on the device == on the host */
@@ -747,13 +747,13 @@ static void test_exhaustive_conversions(void** state) {
     uint8_t *d_r, *d_fl, r[65536], fl[65536];
     float *d_s, *d_su, *d_f, *d_fu, *d_y;
     static float s[65536], su[65536], fa[65536], fu[65536], y[65536];
-    EPF_CHECK_CUDA(cudaMalloc(&d_r, 65536));
-    EPF_CHECK_CUDA(cudaMalloc(&d_fl, 65536));
-    EPF_CHECK_CUDA(cudaMalloc(&d_s, 65536 * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_su, 65536 * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_f, 65536 * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_fu, 65536 * 4));
-    EPF_CHECK_CUDA(cudaMalloc(&d_y, 65536 * 4));
+    EPF_TEST_MALLOC(&d_r, 65536);
+    EPF_TEST_MALLOC(&d_fl, 65536);
+    EPF_TEST_MALLOC(&d_s, 65536 * 4);
+    EPF_TEST_MALLOC(&d_su, 65536 * 4);
+    EPF_TEST_MALLOC(&d_f, 65536 * 4);
+    EPF_TEST_MALLOC(&d_fu, 65536 * 4);
+    EPF_TEST_MALLOC(&d_y, 65536 * 4);
     k_amax_all<<<256, 256>>>(d_r, d_fl, d_s, d_su, d_f, d_fu, d_y);
     EPF_CHECK_LAUNCH();
     EPF_CHECK_CUDA(cudaMemcpy(r, d_r, 65536, cudaMemcpyDeviceToHost));
@@ -773,13 +773,13 @@ static void test_exhaustive_conversions(void** state) {
       assert_true(same_float(fu[x], epf_fp8_128_scale(a, true)));
       assert_true(same_float(y[x], 1.0f / epf_fp8_128_scale(a, false)));
     }
-    EPF_CHECK_CUDA(cudaFree(d_r));
-    EPF_CHECK_CUDA(cudaFree(d_fl));
-    EPF_CHECK_CUDA(cudaFree(d_s));
-    EPF_CHECK_CUDA(cudaFree(d_su));
-    EPF_CHECK_CUDA(cudaFree(d_f));
-    EPF_CHECK_CUDA(cudaFree(d_fu));
-    EPF_CHECK_CUDA(cudaFree(d_y));
+    EPF_TEST_FREE(d_r);
+    EPF_TEST_FREE(d_fl);
+    EPF_TEST_FREE(d_s);
+    EPF_TEST_FREE(d_su);
+    EPF_TEST_FREE(d_f);
+    EPF_TEST_FREE(d_fu);
+    EPF_TEST_FREE(d_y);
     printf("all 65536 BF16 amax: device scales (RCEIL, FLOOR, per-128, UE8M0) == host\n");
   }
 
@@ -788,7 +788,7 @@ static void test_exhaustive_conversions(void** state) {
     unsigned long long* d_total;
     unsigned long long total = 0;
     uint32_t f1 = 0;
-    EPF_CHECK_CUDA(cudaMalloc(&d_total, sizeof(total)));
+    EPF_TEST_MALLOC(&d_total, sizeof(total));
     EPF_CHECK_CUDA(cudaMemset(d_bad, 0, sizeof(bad)));
     EPF_CHECK_CUDA(cudaMemset(d_total, 0, sizeof(total)));
     EPF_CHECK_CUDA(cudaMemset(d_first, 0xff, sizeof(first)));
@@ -800,17 +800,17 @@ static void test_exhaustive_conversions(void** state) {
     if (bad) fail_msg("one-step per-128 division: %llu of %llu (amax, x) pairs differ (first amax 0x%04x x 0x%04x)", bad, total, f1 >> 16, f1 & 0xffffu);
     assert_true(total > 800000000ull);
     printf("per-128 division-free path: all %llu (BF16 amax, BF16 x) pairs byte-exact\n", total);
-    EPF_CHECK_CUDA(cudaFree(d_total));
+    EPF_TEST_FREE(d_total);
   }
-  EPF_CHECK_CUDA(cudaFree(d_bad));
-  EPF_CHECK_CUDA(cudaFree(d_first));
+  EPF_TEST_FREE(d_bad);
+  EPF_TEST_FREE(d_first);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_exhaustive_conversions), cmocka_unit_test(test_mxfp8_rows),
-      cmocka_unit_test(test_fp8_128_rows),           cmocka_unit_test(test_dequant),
-      cmocka_unit_test(test_lane_primitives),        cmocka_unit_test(test_qsend_group),
+      cmocka_unit_test_teardown(test_exhaustive_conversions, epf_test_teardown), cmocka_unit_test_teardown(test_mxfp8_rows, epf_test_teardown),
+      cmocka_unit_test_teardown(test_fp8_128_rows, epf_test_teardown),           cmocka_unit_test_teardown(test_dequant, epf_test_teardown),
+      cmocka_unit_test_teardown(test_lane_primitives, epf_test_teardown),        cmocka_unit_test_teardown(test_qsend_group, epf_test_teardown),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;

@@ -251,7 +251,7 @@ static void team_init(Team& tm, int R, int E, int K, int Tmax, int A, int layout
   tm.rc.flags = flags;
   tm.idx64 = idx64;
   assert_int_equal(epf_route_size(&tm.plan, &tm.rc, &tm.route_bytes), EPF_OK);
-  EPF_CHECK_CUDA(cudaMalloc(&tm.window, (size_t)R * tm.plan.total_bytes));
+  EPF_TEST_MALLOC(&tm.window, (size_t)R * tm.plan.total_bytes);
   EPF_CHECK_CUDA(cudaMemset(tm.window, 0, (size_t)R * tm.plan.total_bytes));
   if (first_epoch != 0) { /* as if the window's last count exchange had been at first_epoch */
     std::vector<uint64_t> sig(R, (uint64_t)first_epoch << 32);
@@ -259,13 +259,13 @@ static void team_init(Team& tm, int R, int E, int K, int Tmax, int A, int layout
       EPF_CHECK_CUDA(cudaMemcpy(tm.window + (size_t)r * tm.plan.total_bytes + tm.plan.region[EPF_REGION_SIG_COUNT].offset,
                                 sig.data(), R * 8, cudaMemcpyHostToDevice));
   }
-  EPF_CHECK_CUDA(cudaMalloc(&tm.route_buf, (size_t)R * tm.route_bytes));
-  EPF_CHECK_CUDA(cudaMalloc(&tm.d_topk, (size_t)R * Tmax * K * (idx64 ? 8 : 4)));
-  EPF_CHECK_CUDA(cudaMalloc(&tm.d_T, R * sizeof(int32_t)));
-  EPF_CHECK_CUDA(cudaHostAlloc(&tm.rec_host, sizeof(epf_error_record_t), cudaHostAllocMapped));
+  EPF_TEST_MALLOC(&tm.route_buf, (size_t)R * tm.route_bytes);
+  EPF_TEST_MALLOC(&tm.d_topk, (size_t)R * Tmax * K * (idx64 ? 8 : 4));
+  EPF_TEST_MALLOC(&tm.d_T, R * sizeof(int32_t));
+  EPF_TEST_HOST_ALLOC(&tm.rec_host, sizeof(epf_error_record_t), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&tm.rec_dev, tm.rec_host, 0));
   epf_error_clear(tm.rec_host);
-  EPF_CHECK_CUDA(cudaHostAlloc(&tm.total_host, R * sizeof(int64_t), cudaHostAllocMapped));
+  EPF_TEST_HOST_ALLOC(&tm.total_host, R * sizeof(int64_t), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&tm.total_dev, tm.total_host, 0));
   const epf_status_t st = epf_route_init(&tm.plan, &tm.rc, tm.route_buf, (uint64_t)R * tm.route_bytes, R, first_epoch, 0, &tm.route);
   if (st != EPF_OK) fail_msg("route init: %s", epf_status_name(st));
@@ -281,12 +281,12 @@ static void team_init(Team& tm, int R, int E, int K, int Tmax, int A, int layout
 }
 
 static void team_free(Team& tm) {
-  EPF_CHECK_CUDA(cudaFree(tm.window));
-  EPF_CHECK_CUDA(cudaFree(tm.route_buf));
-  EPF_CHECK_CUDA(cudaFree(tm.d_topk));
-  EPF_CHECK_CUDA(cudaFree(tm.d_T));
-  EPF_CHECK_CUDA(cudaFreeHost(tm.rec_host));
-  EPF_CHECK_CUDA(cudaFreeHost(tm.total_host));
+  EPF_TEST_FREE(tm.window);
+  EPF_TEST_FREE(tm.route_buf);
+  EPF_TEST_FREE(tm.d_topk);
+  EPF_TEST_FREE(tm.d_T);
+  EPF_TEST_FREE(tm.rec_host);
+  EPF_TEST_FREE(tm.total_host);
 }
 
 static epf_team_t virtual_team(const Team& tm) { return epf_team_virtual(tm.window, tm.plan.total_bytes, 0, tm.plan.nranks); }
@@ -605,7 +605,7 @@ static void test_public_blocks(void** state) {
                 }
           }
         }
-        EPF_CHECK_CUDA(cudaMalloc(&d_copies, copies.size() * elems * esz));
+        EPF_TEST_MALLOC(&d_copies, copies.size() * elems * esz);
         upload_topk(d_copies, copies, idx64, elems, stream);
         poison(tm, stream);
         snprintf(g_case, sizeof(g_case), "public blocks R=%d T=%d E=%d K=%d %s %s A=%d B=%d %s", R, T, E, K,
@@ -615,7 +615,7 @@ static void test_public_blocks(void** state) {
             epf_wait_make(tm.plan.timeout_ns, tm.rec_dev, NULL, 0), tm.total_dev);
         EPF_CHECK_CUDA(cudaGetLastError());
         EPF_CHECK_CUDA(cudaStreamSynchronize(stream));
-        EPF_CHECK_CUDA(cudaFree(d_copies));
+        EPF_TEST_FREE(d_copies);
         reference(tm.shape, ids, Tv, ref);
         for (int r = 0; r < R; ++r) {
           check_rank(tm, tm.route, r, r, T, ref[r], (uint32_t)B, tm.window + (size_t)r * tm.plan.total_bytes,
@@ -747,7 +747,7 @@ static void test_import(void** state) {
   std::vector<int> T(R, 250);
   run_step(tm, PAT_RANDOM, T, 0, 2, 1u, stream);
   bytes = (uint64_t)R * tm.route_bytes;
-  EPF_CHECK_CUDA(cudaMalloc(&copy, bytes));
+  EPF_TEST_MALLOC(&copy, bytes);
   EPF_CHECK_CUDA(cudaMemcpy(copy, tm.route_buf, bytes, cudaMemcpyDeviceToDevice));
   assert_int_equal(epf_route_import(&tm.plan, copy, bytes, R, stream, &imp), EPF_OK);
   assert_true(imp.base == copy);
@@ -795,7 +795,7 @@ static void test_import(void** state) {
     assert_int_equal(epf_route_import(&tm.plan, copy, bytes, R, stream, &imp), EPF_ERR_STRUCT_VERSION);
   }
   printf("import: byte copy rebound (arrays identical), continued 2 steps, 8 rejections\n");
-  EPF_CHECK_CUDA(cudaFree(copy));
+  EPF_TEST_FREE(copy);
   team_free(tm);
   EPF_CHECK_CUDA(cudaStreamDestroy(stream));
 }
@@ -937,7 +937,7 @@ static void test_nccl_one_rank(void** state) {
   st = epf_nccl_devcomm_create(comm, 1, 60.0, &dev);
   if (st != EPF_OK) fail_msg("devcomm: %s", epf_status_name(st));
   assert_int_equal(epf_nccl_team_query(&dev, win.window, stream, &team), EPF_OK);
-  EPF_CHECK_CUDA(cudaFree(tm.window));
+  EPF_TEST_FREE(tm.window);
   tm.window = (char*)win.ptr;
   /* a real rank: one route buffer */
   assert_int_equal(epf_route_init(&tm.plan, &tm.rc, tm.route_buf, tm.route_bytes, 1, 0u, stream, &tm.route), EPF_OK);
@@ -960,11 +960,11 @@ static void test_nccl_one_rank(void** state) {
   assert_int_equal(tm.rec_host->count, 0);
   printf("1-rank NCCL window: 4 route updates bit-exact (counts exchanged through the window)\n");
   tm.window = NULL;
-  EPF_CHECK_CUDA(cudaFree(tm.route_buf));
-  EPF_CHECK_CUDA(cudaFree(tm.d_topk));
-  EPF_CHECK_CUDA(cudaFree(tm.d_T));
-  EPF_CHECK_CUDA(cudaFreeHost(tm.rec_host));
-  EPF_CHECK_CUDA(cudaFreeHost(tm.total_host));
+  EPF_TEST_FREE(tm.route_buf);
+  EPF_TEST_FREE(tm.d_topk);
+  EPF_TEST_FREE(tm.d_T);
+  EPF_TEST_FREE(tm.rec_host);
+  EPF_TEST_FREE(tm.total_host);
   assert_int_equal(epf_nccl_devcomm_destroy(comm, &dev), EPF_OK);
   assert_int_equal(epf_nccl_window_destroy(comm, &win, 60.0), EPF_OK);
   assert_int_equal(epf_nccl_comm_destroy(comm, 60.0), EPF_OK);
@@ -974,13 +974,13 @@ static void test_nccl_one_rank(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_one_rank_matrix),
-      cmocka_unit_test(test_virtual_ranks), cmocka_unit_test(test_count_paths),
-      cmocka_unit_test(test_local_only),
-      cmocka_unit_test(test_large_T),       cmocka_unit_test(test_graph_replay),
-      cmocka_unit_test(test_import),        cmocka_unit_test(test_public_blocks),
+      cmocka_unit_test_teardown(test_bad_input, epf_test_teardown),     cmocka_unit_test_teardown(test_one_rank_matrix, epf_test_teardown),
+      cmocka_unit_test_teardown(test_virtual_ranks, epf_test_teardown), cmocka_unit_test_teardown(test_count_paths, epf_test_teardown),
+      cmocka_unit_test_teardown(test_local_only, epf_test_teardown),
+      cmocka_unit_test_teardown(test_large_T, epf_test_teardown),       cmocka_unit_test_teardown(test_graph_replay, epf_test_teardown),
+      cmocka_unit_test_teardown(test_import, epf_test_teardown),        cmocka_unit_test_teardown(test_public_blocks, epf_test_teardown),
 #ifdef EPF_TEST_WITH_NCCL
-      cmocka_unit_test(test_nccl_one_rank),
+      cmocka_unit_test_teardown(test_nccl_one_rank, epf_test_teardown),
 #endif
   };
   int rc = epf_test_gpus_or_skip(1);

@@ -59,24 +59,24 @@ typedef struct {
 } fixture_t;
 
 static void fixture_init(fixture_t* f, int nranks, uint64_t bytes_per_rank) {
-  EPF_CHECK_CUDA(cudaMalloc(&f->window, (size_t)nranks * bytes_per_rank));
+  EPF_TEST_MALLOC(&f->window, (size_t)nranks * bytes_per_rank);
   EPF_CHECK_CUDA(cudaMemset(f->window, 0, (size_t)nranks * bytes_per_rank));
-  EPF_CHECK_CUDA(cudaHostAlloc(&f->rec_host, sizeof(epf_error_record_t), cudaHostAllocMapped));
+  EPF_TEST_HOST_ALLOC(&f->rec_host, sizeof(epf_error_record_t), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&f->rec_dev, f->rec_host, 0));
   epf_error_clear(f->rec_host);
-  EPF_CHECK_CUDA(cudaMalloc(&f->status, nranks * sizeof(int)));
+  EPF_TEST_MALLOC(&f->status, nranks * sizeof(int));
   EPF_CHECK_CUDA(cudaMemset(f->status, 0xff, nranks * sizeof(int))); /* poison */
-  EPF_CHECK_CUDA(cudaMalloc(&f->errors, nranks * sizeof(uint32_t)));
+  EPF_TEST_MALLOC(&f->errors, nranks * sizeof(uint32_t));
   EPF_CHECK_CUDA(cudaMemset(f->errors, 0, nranks * sizeof(uint32_t)));
-  EPF_CHECK_CUDA(cudaMalloc(&f->masks, nranks * EPF_MASK_WORDS * sizeof(uint32_t)));
+  EPF_TEST_MALLOC(&f->masks, nranks * EPF_MASK_WORDS * sizeof(uint32_t));
 }
 
 static void fixture_free(fixture_t* f) {
-  EPF_CHECK_CUDA(cudaFree(f->window));
-  EPF_CHECK_CUDA(cudaFreeHost(f->rec_host));
-  EPF_CHECK_CUDA(cudaFree(f->status));
-  EPF_CHECK_CUDA(cudaFree(f->errors));
-  EPF_CHECK_CUDA(cudaFree(f->masks));
+  EPF_TEST_FREE(f->window);
+  EPF_TEST_FREE(f->rec_host);
+  EPF_TEST_FREE(f->status);
+  EPF_TEST_FREE(f->errors);
+  EPF_TEST_FREE(f->masks);
 }
 
 static void read_ints(const void* dev, int* host, int n) {
@@ -291,14 +291,14 @@ __global__ void handshake_kernel(char* window, uint64_t stride, const epf_plan_t
 static void run_handshake(const epf_plan_t* plans, int R, uint64_t stride, char* window, uint32_t epoch,
                           fixture_t* f, int* status) {
   epf_plan_t* d_plans;
-  EPF_CHECK_CUDA(cudaMalloc(&d_plans, R * sizeof(epf_plan_t)));
+  EPF_TEST_MALLOC(&d_plans, R * sizeof(epf_plan_t));
   EPF_CHECK_CUDA(cudaMemcpy(d_plans, plans, R * sizeof(epf_plan_t), cudaMemcpyHostToDevice));
   EPF_CHECK_CUDA(cudaMemset(f->status, 0xff, R * sizeof(int)));
   assert_int_equal(epf_virtual_grid_check((const void*)handshake_kernel, 64, 0, R, 0), EPF_OK);
   handshake_kernel<<<R, 64>>>(window, stride, d_plans, R, epoch, 2000000000ull, f->rec_dev, f->status);
   EPF_CHECK_LAUNCH();
   read_ints(f->status, status, R);
-  EPF_CHECK_CUDA(cudaFree(d_plans));
+  EPF_TEST_FREE(d_plans);
 }
 
 static void test_handshake(void** state) {
@@ -430,11 +430,11 @@ static void test_rank_barrier(void** state) {
   epf_error_record_t *rec_h, *rec_d;
   (void)state;
   assert_int_equal(epf_virtual_grid_check((const void*)rank_barrier_kernel, threads, 0, R * B, 0), EPF_OK);
-  EPF_CHECK_CUDA(cudaMalloc(&words, (size_t)R * B * threads * 4));
-  EPF_CHECK_CUDA(cudaMalloc(&barrier, R * 8));
-  EPF_CHECK_CUDA(cudaMalloc(&status, R * B * sizeof(int)));
-  EPF_CHECK_CUDA(cudaMalloc(&errors, R * 4));
-  EPF_CHECK_CUDA(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
+  EPF_TEST_MALLOC(&words, (size_t)R * B * threads * 4);
+  EPF_TEST_MALLOC(&barrier, R * 8);
+  EPF_TEST_MALLOC(&status, R * B * sizeof(int));
+  EPF_TEST_MALLOC(&errors, R * 4);
+  EPF_TEST_HOST_ALLOC(&rec_h, sizeof(*rec_h), cudaHostAllocMapped);
   EPF_CHECK_CUDA(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
   epf_error_clear(rec_h);
   EPF_CHECK_CUDA(cudaMemset(barrier, 0, R * 8));
@@ -460,11 +460,11 @@ static void test_rank_barrier(void** state) {
     assert_int_equal(h_status[i], r == 2 ? EPF_ERR_TIMEOUT : EPF_OK);
   }
   assert_int_equal(rec_h->status, EPF_ERR_TIMEOUT);
-  EPF_CHECK_CUDA(cudaFree(words));
-  EPF_CHECK_CUDA(cudaFree(barrier));
-  EPF_CHECK_CUDA(cudaFree(status));
-  EPF_CHECK_CUDA(cudaFree(errors));
-  EPF_CHECK_CUDA(cudaFreeHost(rec_h));
+  EPF_TEST_FREE(words);
+  EPF_TEST_FREE(barrier);
+  EPF_TEST_FREE(status);
+  EPF_TEST_FREE(errors);
+  EPF_TEST_FREE(rec_h);
 }
 
 /* The virtual grid check refuses a grid that cannot be co-resident. */
@@ -479,9 +479,9 @@ static void test_co_residency(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_pingpong),  cmocka_unit_test(test_timeout_and_mask),
-      cmocka_unit_test(test_handshake), cmocka_unit_test(test_barrier),
-      cmocka_unit_test(test_rank_barrier), cmocka_unit_test(test_co_residency),
+      cmocka_unit_test_teardown(test_pingpong, epf_test_teardown),  cmocka_unit_test_teardown(test_timeout_and_mask, epf_test_teardown),
+      cmocka_unit_test_teardown(test_handshake, epf_test_teardown), cmocka_unit_test_teardown(test_barrier, epf_test_teardown),
+      cmocka_unit_test_teardown(test_rank_barrier, epf_test_teardown), cmocka_unit_test_teardown(test_co_residency, epf_test_teardown),
   };
   int rc = epf_test_gpus_or_skip(1);
   if (rc) return rc;
