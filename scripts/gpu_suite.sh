@@ -3,8 +3,14 @@
 # network (the lent H200). Everything it needs travels with the tree:
 #   .deps/cmocka   Debian's libcmocka0 + libcmocka-dev unpacked (scripts/fetch_deps.sh makes it)
 #   NCCL           from the machine's Python environment (site-packages/nvidia/nccl), or NCCL_ROOT
-# Usage: scripts/gpu_suite.sh [build] [test] [bench] [torch] [sanitize] [repro] [shapes] [shapes_sanitize]
-#        (default: build test bench torch)
+# Usage: scripts/gpu_suite.sh [memwatch] [build] [test] [wheel] [bench] [torch] [sanitize] [repro] [shapes]
+#                             [shapes_sanitize]   (default: build test bench torch)
+#   memwatch         sample the card's used memory every 200 ms while the stages run; the peak goes
+#                    to $OUT/gpu.txt (does the suite fit this card?)
+#   wheel            the wheel a user installs (WHEEL, default .whl/epfuse-*.whl: built elsewhere by
+#                    scripts/build_wheel.sh) into a fresh virtual environment that sees the machine's
+#                    packages (PyTorch, nvidia-nccl), no network: pytest python/tests and
+#                    examples/python/moe_layer.py ($OUT/wheel.log)
 #   repro            the issue reproducers in REPRO_CMDS (one command per line, run with a timeout)
 #   shapes           test_shapes, SHAPES_RUNS runs (default 1) of SHAPES_SECONDS each (default 60),
 #                    a fresh seed per run ($OUT/shapes.log)
@@ -29,10 +35,22 @@ fi
 export LD_LIBRARY_PATH="$CMOCKA_ROOT/lib/x86_64-linux-gnu:${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}"
 B=${BUILD_DIR:-build-gpu}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+if has memwatch; then
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$OUT/mem.samples" 2>/dev/null &
+  memwatch_pid=$!
+  memwatch_report() {
+    kill "$memwatch_pid" 2>/dev/null
+    wait "$memwatch_pid" 2>/dev/null
+    echo "peak device memory used: $(sort -n "$OUT/mem.samples" | tail -n 1) MiB of $(nvidia-smi --query-gpu=memory.total --format=csv,noheader)" |
+      tee -a "$OUT/gpu.txt"
+    rm -f "$OUT/mem.samples"
+  }
+  trap memwatch_report EXIT
+fi
 
 if has build; then
   gen=""; command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
-  cmake -S . -B "$B" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  cmake -S . -B "$B" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DEPF_BUILD_BENCHMARKS=ON \
         -DCMOCKA_ROOT="$CMOCKA_ROOT" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} >"$OUT/configure.log" 2>&1 \
     || { tail -30 "$OUT/configure.log"; exit 1; }
   grep -E "NCCL|cmocka" "$OUT/configure.log" | head -5
@@ -43,6 +61,22 @@ if has test; then
   # full output of every test in the log; the summary and failures on the terminal
   ctest --test-dir "$B" -L gpu ${TESTS:+-R "$TESTS"} -V --timeout 900 >"$OUT/ctest-gpu.log" 2>&1
   grep -E "Test +#|tests passed|FAILED|Failed|Timeout|Not Run|\[  FAILED|ERROR|error:" "$OUT/ctest-gpu.log" | tail -60
+fi
+if has wheel; then
+  (
+    set -e
+    whl=${WHEEL:-$(ls "$root"/.whl/epfuse-*.whl | head -n 1)}
+    venv=$(mktemp -d)/venv
+    python3 -m venv --system-site-packages "$venv"
+    # no network here: the wheel's requirements must already be met by the machine's packages
+    "$venv/bin/python" -m pip install --no-index -q "$whl"
+    cd "$(dirname "$venv")"
+    "$venv/bin/python" -c "import epfuse; epfuse.show_versions()" 2>&1 || "$venv/bin/python" -c "import epfuse; print(epfuse.get_library())"
+    "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$root/python/tests"
+    "$venv/bin/python" "$root/examples/python/moe_layer.py"
+  ) >"$OUT/wheel.log" 2>&1
+  echo "wheel: exit $?" | tee -a "$OUT/wheel.log"
+  grep -E "passed|failed|error|Error|moe_layer|exit" "$OUT/wheel.log" | tail -15
 fi
 if has sanitize; then
   for t in ${SANITIZE_TESTS:-}; do
