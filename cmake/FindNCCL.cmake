@@ -46,7 +46,10 @@ if(CUDAToolkit_LIBRARY_DIR)
 endif()
 
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
+# NAMES_PER_DIR: the first hint with either name wins (the nvidia-nccl wheel has only libnccl.so.2;
+# searched name by name, a toolkit's libnccl.so would be linked with the wheel's headers)
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_nccl_hints}
+             PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
 
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   file(STRINGS "${NCCL_INCLUDE_DIR}/nccl.h" _nccl_ver REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) +[0-9]+")

@@ -7,6 +7,7 @@
  * are compiled into this library. */
 #define EPF_BUILD_CAPI 1
 
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,7 +196,31 @@ size_t epf_error_describe(const epf_error_record_t* rec, char* buf, size_t buf_b
   return len;
 }
 
-const char* epf_cuda_error_string(int cuda_error) { return cudaGetErrorString((cudaError_t)cuda_error); }
+/* no CUDA driver or no GPU at all, as opposed to one that cannot be used: cudaErrorNoDevice, or an
+ * insufficient driver / stub library with no libcuda.so.1 to load (the runtime's word for a
+ * missing driver). A libcuda.so.1 that loads but is older than this runtime is a driver too old. */
+static int epf__no_driver_or_gpu(cudaError_t e) {
+  void* h;
+  if (e == cudaErrorNoDevice) return 1;
+  if (e != cudaErrorInsufficientDriver && e != cudaErrorStubLibrary) return 0;
+  h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == NULL) return 1;
+  dlclose(h);
+  return e == cudaErrorStubLibrary;
+}
+
+const char* epf_cuda_error_string(int cuda_error) {
+  const cudaError_t e = (cudaError_t)cuda_error;
+  if (epf__no_driver_or_gpu(e)) {
+    if (e == cudaErrorNoDevice) return "no CUDA driver / no GPU found (cudaErrorNoDevice)";
+    if (e == cudaErrorStubLibrary) return "no CUDA driver / no GPU found (cudaErrorStubLibrary)";
+    return "no CUDA driver / no GPU found (cudaErrorInsufficientDriver)";
+  }
+  if (e == cudaErrorInsufficientDriver)
+    return "the CUDA driver is too old for this CUDA runtime (cudaErrorInsufficientDriver: CUDA driver version is "
+           "insufficient for CUDA runtime version)";
+  return cudaGetErrorString(e);
+}
 
 /* ---- CUDA runtime calls ------------------------------------------------------------------------- */
 
@@ -211,7 +236,7 @@ epf_status_t epf_cuda_device_count(int* count) {
   if (count == NULL) return EPF_ERR_INVALID_ARGUMENT;
   *count = 0;
   e = cudaGetDeviceCount(count);
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) { /* no GPU: zero devices */
+  if (epf__no_driver_or_gpu(e)) { /* no driver or no GPU: zero devices (a driver too old: the error) */
     (void)cudaGetLastError();
     *count = 0;
     return EPF_OK;

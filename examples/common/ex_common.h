@@ -1,7 +1,8 @@
 /* ex_common.h — helpers shared by the epfuse examples (not part of the library).
  *   EX_CK(call)        exit(1) with file:line on a CUDA error
  *   EX_CS(call)        exit(1) with the status name and message on an epfuse error
- *   ex_gpu_or_exit()   no usable GPU: say so; exit 77 under --ctest (CTest "Not Run"), else 1
+ *   ex_gpu_or_exit()   no usable GPU: say why; exit 77 (CTest "Not Run") without a driver or GPU,
+ *                      else 77 under --ctest and 1 without
  *   ex_rand()          splitmix64
  *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
  *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
@@ -17,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <dlfcn.h>
 
 #include <cuda_runtime.h>
 
@@ -42,16 +45,40 @@
     }                                                                                                \
   } while (0)
 
-/* Without a GPU: a clear message; exit code 77 only under --ctest (CTest maps it to "Not Run"),
- * otherwise 1 so that a shell user sees a failure. */
+/* Why cudaGetDeviceCount found no GPU to use, in words. "no CUDA driver / no GPU found" when there
+ * is none: cudaErrorNoDevice, or cudaErrorInsufficientDriver / cudaErrorStubLibrary with no
+ * driver library to load (the runtime reports a missing libcuda.so.1 as an insufficient driver);
+ * a libcuda.so.1 that loads but is too old for this runtime is said to be too old. */
+static inline int ex_no_driver_or_gpu(cudaError_t e) {
+  void* h;
+  if (e == cudaErrorNoDevice) return 1;
+  if (e != cudaErrorInsufficientDriver && e != cudaErrorStubLibrary) return 0;
+  h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == NULL) return 1;
+  dlclose(h);
+  return e == cudaErrorStubLibrary;
+}
+
+/* No usable GPU: one line that says why, then exit. Exit code 77 (CTest: "Not Run") when the
+ * machine has no CUDA driver or no GPU at all; for a GPU that is there but cannot be used (a
+ * driver too old for this CUDA runtime, fewer GPUs than needed, another CUDA error) 77 only under
+ * --ctest, otherwise 1 so that a shell user sees a failure to fix. */
 static inline void ex_gpu_or_exit(int need, int ctest) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n < need) {
+  if (e == cudaSuccess && n >= need) return;
+  if (e != cudaSuccess && ex_no_driver_or_gpu(e)) {
+    fprintf(stderr, "this example needs %d CUDA GPU(s): no CUDA driver / no GPU found (%s)\n", need,
+            cudaGetErrorName(e));
+    exit(77);
+  }
+  if (e == cudaErrorInsufficientDriver)
+    fprintf(stderr, "this example needs %d CUDA GPU(s): the CUDA driver is too old for this CUDA runtime (%s: %s)\n",
+            need, cudaGetErrorName(e), cudaGetErrorString(e));
+  else
     fprintf(stderr, "this example needs %d CUDA GPU(s); found %d (%s)\n", need, e == cudaSuccess ? n : 0,
             e == cudaSuccess ? "ok" : cudaGetErrorString(e));
-    exit(ctest ? 77 : 1);
-  }
+  exit(ctest ? 77 : 1);
 }
 
 static inline uint64_t ex_rand(uint64_t* s) {

@@ -114,14 +114,19 @@ EPF_CAPI_FN void epf_ll_combine_args_init(struct epf_ll_combine_args* a);
  *   NUL), like snprintf. rec NULL: "no error record". Scope: host. */
 EPF_CAPI_FN size_t epf_error_describe(const epf_error_record_t* rec, char* buf, size_t buf_bytes);
 
-/* epf_cuda_error_string — cudaGetErrorString of a cudaError_t value (e.g. epf_cuda_last_error()). */
+/* epf_cuda_error_string — cudaGetErrorString of a cudaError_t value (e.g. epf_cuda_last_error()),
+ *   except on a machine without a CUDA driver or GPU: "no CUDA driver / no GPU found (<error name>)"
+ *   for cudaErrorNoDevice, and for cudaErrorInsufficientDriver / cudaErrorStubLibrary when no
+ *   libcuda.so.1 loads (the runtime's word for a missing driver); with a libcuda.so.1 that loads,
+ *   cudaErrorInsufficientDriver reads "the CUDA driver is too old for this CUDA runtime (...)". */
 EPF_CAPI_FN const char* epf_cuda_error_string(int cuda_error);
 
 /* ---- CUDA runtime calls for bindings (each EPF_OK or EPF_ERR_CUDA with epf_cuda_last_error) -- */
 
 EPF_CAPI_FN epf_status_t epf_cuda_set_device(int device);
 EPF_CAPI_FN epf_status_t epf_cuda_get_device(int* device);
-EPF_CAPI_FN epf_status_t epf_cuda_device_count(int* count); /* 0 devices: EPF_OK with *count 0 */
+/* no CUDA driver or no GPU: EPF_OK with *count 0; a driver too old for the runtime: EPF_ERR_CUDA */
+EPF_CAPI_FN epf_status_t epf_cuda_device_count(int* count);
 EPF_CAPI_FN epf_status_t epf_cuda_malloc(void** out, size_t bytes);
 EPF_CAPI_FN epf_status_t epf_cuda_free(void* p);
 /* pinned, mapped host memory (error records, host-mapped totals): *host and its *device address */

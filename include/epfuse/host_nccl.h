@@ -8,7 +8,8 @@
  * (ncclDevCommCreate, C++ only in NCCL) is in nccl.cuh.
  *
  * What it does NOT do: pick devices, create unique ids, or keep global state. Every call returns
- * an epf_status_t; on EPF_ERR_NCCL, epf_nccl_last_message() says what NCCL said.
+ * an epf_status_t; on EPF_ERR_NCCL, epf_nccl_last_message() says what NCCL said; on
+ * EPF_ERR_NOT_SUPPORTED, epf_nccl_runtime_check() says which NCCL releases do not match.
  *
  * Timeouts: every timeout_s is in seconds, finite and >= 0 (0: poll once); a NaN, infinite or
  * negative one is refused with EPF_ERR_INVALID_ARGUMENT before any NCCL call. Deadlines are kept
@@ -25,6 +26,9 @@
  *
  * Contents:
  *   epf_status_t epf_nccl_status(ncclResult_t)
+ *   epf_status_t epf_nccl_version_check(int build_code, int runtime_code, char* buf, size_t n)
+ *   int          epf_nccl_build_version(void)
+ *   epf_status_t epf_nccl_runtime_check(char* buf, size_t n)
  *   const char*  epf_nccl_last_message(ncclComm_t comm, ncclResult_t r)
  *   epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double timeout_s)
  *   epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks, ncclUniqueId id, int rank, double timeout_s)
@@ -41,6 +45,7 @@
 #define EPF_HOST_NCCL_H
 
 #include <float.h>
+#include <stdio.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -67,6 +72,93 @@ EPF_BEGIN_DECLS
 /* epf_nccl_status — ncclSuccess -> EPF_OK, everything else -> EPF_ERR_NCCL. */
 EPF_INLINE epf_status_t epf_nccl_status(ncclResult_t r) {
   return r == ncclSuccess ? EPF_OK : EPF_ERR_NCCL;
+}
+
+/* ---- the NCCL release at run time --------------------------------------------------------------
+ * Built against NCCL 2.28 headers, the code runs only with that exact release: 2.28's device-API
+ * structures (ncclDevCommRequirements, ncclDevComm) carry no size or version and differ between
+ * 2.28 releases. Built against 2.29 or newer, any release at least as new as the headers runs it:
+ * 2.29 versioned ncclDevCommRequirements, 2.30 versioned ncclDevComm (binaries built against
+ * 2.29.2 - 2.30 are accepted by newer releases), 2.31 negotiates at run time. An OLDER release
+ * than the headers is refused: it does not know the structures the headers filled in. */
+
+/* the CUDA major of the nvidia-nccl-cuXX wheel the sentences below name: the toolkit's */
+#if defined(CUDART_VERSION)
+#define EPF__NCCL_WHEEL_CUDA (CUDART_VERSION / 1000)
+#else
+#define EPF__NCCL_WHEEL_CUDA 13
+#endif
+
+/* epf__nccl_version_split — NCCL_VERSION_CODE -> major, minor, patch (codes of NCCL >= 2.9 are
+ *   major * 10000 + minor * 100 + patch, older ones major * 1000 + minor * 100 + patch). */
+EPF_INLINE void epf__nccl_version_split(int code, int* major, int* minor, int* patch) {
+  if (code >= 10000) {
+    *major = code / 10000, *minor = (code / 100) % 100, *patch = code % 100;
+  } else {
+    *major = code / 1000, *minor = (code / 100) % 10, *patch = code % 100;
+  }
+}
+
+/* epf_nccl_version_check — may a library compiled against NCCL `build_code` (NCCL_VERSION_CODE,
+ *   e.g. 23007 for 2.30.7) run with the NCCL library of `runtime_code` (ncclGetVersion; <= 0 when
+ *   it could not be read)? Pure: no NCCL call, no state.
+ *   Returns EPF_OK when build_code < 22900 (a 2.28 build) and runtime_code == build_code, or when
+ *   build_code >= 22900 and runtime_code >= build_code; else EPF_ERR_NOT_SUPPORTED.
+ *   When buf != NULL and n > 0, writes one NUL-terminated sentence (truncated to n bytes; 320
+ *   bytes always suffice) naming both releases and, on a refusal, what to do, e.g. "built against
+ *   NCCL 2.30.7, running 2.28.9: the NCCL loaded is older than the headers epfuse was compiled
+ *   with; load NCCL 2.30.7 or newer (...) or rebuild epfuse against 2.28.9 (...)".
+ *   Scope: host, any thread. */
+EPF_INLINE epf_status_t epf_nccl_version_check(int build_code, int runtime_code, char* buf, size_t n) {
+  char s[512]; /* formatted here, then copied (truncated) into buf */
+  int bm, bn, bp, rm, rn, rp, w = 0;
+  size_t i;
+  const int exact = build_code < 22900;
+  const bool ok = runtime_code > 0 && (exact ? runtime_code == build_code : runtime_code >= build_code);
+  if (buf == NULL || n == 0) return ok ? EPF_OK : EPF_ERR_NOT_SUPPORTED;
+  epf__nccl_version_split(build_code, &bm, &bn, &bp);
+  epf__nccl_version_split(runtime_code, &rm, &rn, &rp);
+  /* (the return values are looked at: no -Wformat-truncation in code that includes this header) */
+  if (ok) {
+    w = snprintf(s, sizeof(s), "built against NCCL %d.%d.%d, running %d.%d.%d: compatible", bm, bn, bp, rm, rn, rp);
+  } else if (runtime_code <= 0) {
+    w = snprintf(s, sizeof(s),
+                 "built against NCCL %d.%d.%d, running an NCCL whose version could not be read "
+                 "(ncclGetVersion failed): load the NCCL epfuse was built against",
+                 bm, bn, bp);
+  } else if (exact) {
+    w = snprintf(s, sizeof(s),
+                 "built against NCCL %d.%d.%d, running %d.%d.%d: a build against NCCL 2.28 headers runs only "
+                 "with that exact release (2.28's device-API structures are unversioned); load NCCL %d.%d.%d "
+                 "(nvidia-nccl-cu%d==%d.%d.%d, or its lib directory first in LD_LIBRARY_PATH) or rebuild "
+                 "epfuse against %d.%d.%d (-DNCCL_ROOT=<that NCCL>)",
+                 bm, bn, bp, rm, rn, rp, bm, bn, bp, EPF__NCCL_WHEEL_CUDA, bm, bn, bp, rm, rn, rp);
+  } else {
+    w = snprintf(s, sizeof(s),
+                 "built against NCCL %d.%d.%d, running %d.%d.%d: the NCCL loaded is older than the headers "
+                 "epfuse was compiled with; load NCCL %d.%d.%d or newer (nvidia-nccl-cu%d>=%d.%d.%d, or its "
+                 "lib directory first in LD_LIBRARY_PATH) or rebuild epfuse against %d.%d.%d "
+                 "(-DNCCL_ROOT=<that NCCL>)",
+                 bm, bn, bp, rm, rn, rp, bm, bn, bp, EPF__NCCL_WHEEL_CUDA, bm, bn, bp, rm, rn, rp);
+  }
+  if (w < 0) s[0] = '\0';
+  for (i = 0; i + 1 < n && s[i] != '\0'; ++i) buf[i] = s[i];
+  buf[i] = '\0';
+  return ok ? EPF_OK : EPF_ERR_NOT_SUPPORTED;
+}
+
+/* epf_nccl_build_version — NCCL_VERSION_CODE of the nccl.h this code was compiled with (e.g. 22809).
+ *   In libepfuse.so: the release the library was built against. */
+EPF_INLINE int epf_nccl_build_version(void) { return NCCL_VERSION_CODE; }
+
+/* epf_nccl_runtime_check — epf_nccl_version_check(NCCL_VERSION_CODE, ncclGetVersion(), buf, n):
+ *   may this code run with the NCCL library loaded in the process? epf_nccl_comm_init_rank and
+ *   epf_nccl_devcomm_create refuse with EPF_ERR_NOT_SUPPORTED when it says no; call it (with a
+ *   buffer of 320 bytes) for the sentence. Scope: host, any thread; no collective. */
+EPF_INLINE epf_status_t epf_nccl_runtime_check(char* buf, size_t n) {
+  int loaded = 0;
+  if (ncclGetVersion(&loaded) != ncclSuccess) loaded = 0;
+  return epf_nccl_version_check(NCCL_VERSION_CODE, loaded, buf, n);
 }
 
 /* epf_nccl_last_message — NCCL's words for a failure: ncclGetLastError(comm) when it says
@@ -118,7 +210,9 @@ EPF_INLINE epf_status_t epf_nccl_wait(ncclComm_t comm, ncclResult_t r, double ti
  *   returned (a peer that never arrives is diagnosed, not waited on forever).
  *   Argument statuses, before any NCCL call, in this order: EPF_ERR_INVALID_ARGUMENT (out_comm
  *   NULL), EPF_ERR_RANKS (nranks < 1), EPF_ERR_RANK, EPF_ERR_INVALID_ARGUMENT (timeout_s NaN,
- *   infinite or negative); *out_comm = NULL on every error.
+ *   infinite or negative); *out_comm = NULL on every error. Then EPF_ERR_NOT_SUPPORTED, before
+ *   joining the collective, when the NCCL loaded cannot run code built against these headers
+ *   (epf_nccl_runtime_check says why: an older release, or another 2.28 release).
  *   Scope: host; collective over the nranks ranks of `id`. The calling thread's current CUDA
  *   device is the rank's device. */
 EPF_INLINE epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks, ncclUniqueId id,
@@ -132,6 +226,7 @@ EPF_INLINE epf_status_t epf_nccl_comm_init_rank(ncclComm_t* out_comm, int nranks
   if (nranks < 1) return EPF_ERR_RANKS;
   if (rank < 0 || rank >= nranks) return EPF_ERR_RANK;
   if (!epf__timeout_ok(timeout_s)) return EPF_ERR_INVALID_ARGUMENT;
+  if (epf_nccl_runtime_check(NULL, 0) != EPF_OK) return EPF_ERR_NOT_SUPPORTED; /* no collective joined */
   config.blocking = 0;
   r = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {

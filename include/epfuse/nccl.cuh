@@ -74,11 +74,12 @@ EPF_DEVICE_INLINE void epf_lsa_barrier_sync_block(const ncclDevComm_t* comm, uin
 /* epf_nccl_devcomm_create — ncclDevCommCreate with `lsa_barrier_count` LSA barriers, for NCCL 2.28
  *   (requirements zero-filled) and 2.29+ (NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER), finished
  *   against the deadline on a non-blocking communicator. Scope: host; collective.
- *   Built against NCCL 2.28 headers it runs only with the same NCCL release (ncclGetVersion ==
- *   NCCL_VERSION_CODE), else EPF_ERR_NOT_SUPPORTED before any collective call: 2.28's device-API
- *   structures carry no size or version and change between 2.28 releases (a build against the
- *   2.28.3 headers fails inside ncclDevCommCreate of a 2.28.9 library). 2.29+ headers version
- *   the requirements themselves. */
+ *   Returns EPF_ERR_NOT_SUPPORTED before any collective call when the NCCL loaded cannot run code
+ *   built against these headers (epf_nccl_runtime_check, host_nccl.h, says why): built against
+ *   NCCL 2.28 it needs exactly that release (2.28's device-API structures carry no size or version
+ *   and change between 2.28 releases: a build against the 2.28.3 headers fails inside
+ *   ncclDevCommCreate of a 2.28.9 library); built against 2.29+ it needs that release or a newer
+ *   one (2.29+ version the structures, so newer releases accept older builds, not the reverse). */
 EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier_count,
                                                 double timeout_s, ncclDevComm_t* out_dev) {
 #ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
@@ -89,12 +90,7 @@ EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier
 #endif
   if (comm == NULL || out_dev == NULL || lsa_barrier_count < 0 || !epf__timeout_ok(timeout_s))
     return EPF_ERR_INVALID_ARGUMENT; /* a NaN, infinite or negative timeout: before any NCCL call */
-#ifndef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
-  {
-    int loaded = 0;
-    if (ncclGetVersion(&loaded) != ncclSuccess || loaded != NCCL_VERSION_CODE) return EPF_ERR_NOT_SUPPORTED;
-  }
-#endif
+  if (epf_nccl_runtime_check(NULL, 0) != EPF_OK) return EPF_ERR_NOT_SUPPORTED; /* before any collective */
   reqs.lsaBarrierCount = lsa_barrier_count;
   return epf_nccl_wait(comm, ncclDevCommCreate(comm, &reqs, out_dev), timeout_s);
 }

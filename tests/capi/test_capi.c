@@ -6,7 +6,8 @@
  *     run their own copy of the inline header functions (no interposition);
  *   - epf_error_describe turns a record into a sentence (truncation like snprintf);
  *   - a CUDA failure keeps its cudaError_t (epf_cuda_last_error) — without a GPU every CUDA call
- *     fails, which is exactly what the test needs; with one, that part is skipped. */
+ *     fails, which is exactly what the test needs; with one, that part is skipped;
+ *   - no driver / no GPU is said in those words; the NCCL release rule through the library. */
 #define _GNU_SOURCE 1 /* RTLD_DEFAULT */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -300,12 +301,53 @@ static void test_cuda_error_kept(void** state) {
   assert_int_equal(epf_cuda_host_alloc_mapped(&p, NULL, 16), EPF_ERR_INVALID_ARGUMENT);
 }
 
+/* no driver / no GPU in words (issue #30): cudaErrorNoDevice (100) always, and
+ * cudaErrorInsufficientDriver (35) where no libcuda.so.1 loads, read "no CUDA driver / no GPU
+ * found"; with a libcuda.so.1 that loads, 35 names a driver too old */
+static void test_no_gpu_words(void** state) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  int count = -1;
+  (void)state;
+  assert_string_equal(epf_cuda_error_string(100), "no CUDA driver / no GPU found (cudaErrorNoDevice)");
+  if (cuda == NULL) {
+    assert_string_equal(epf_cuda_error_string(35), "no CUDA driver / no GPU found (cudaErrorInsufficientDriver)");
+    assert_int_equal(epf_cuda_device_count(&count), EPF_OK); /* no driver: zero devices, not an error */
+    assert_int_equal(count, 0);
+  } else {
+    assert_non_null(strstr(epf_cuda_error_string(35), "the CUDA driver is too old"));
+    dlclose(cuda);
+  }
+  assert_true(strlen(epf_cuda_error_string(2)) > 0); /* others: cudaGetErrorString */
+}
+
+/* the NCCL release rule through the library (a build with NCCL): the build's release, and the
+ * check agreeing with the rule for the release loaded */
+typedef int (*int_fn)(void);
+typedef epf_status_t (*version_check_fn)(int, int, char*, size_t);
+typedef epf_status_t (*runtime_check_fn)(char*, size_t);
+static void test_nccl_release_rule(void** state) {
+  char buf[320];
+  int built, loaded;
+  (void)state;
+  if (!epf_abi_has_nccl()) skip();
+  built = ((int_fn)symf("epf_nccl_build_version"))();
+  loaded = ((int_fn)symf("epf_nccl_version"))();
+  assert_true(built >= 22800);
+  assert_int_equal(((version_check_fn)symf("epf_nccl_version_check"))(23007, 22809, buf, sizeof(buf)),
+                   EPF_ERR_NOT_SUPPORTED);
+  assert_true(strncmp(buf, "built against NCCL 2.30.7, running 2.28.9: ", 43) == 0);
+  assert_int_equal(((runtime_check_fn)symf("epf_nccl_runtime_check"))(buf, sizeof(buf)),
+                   ((version_check_fn)symf("epf_nccl_version_check"))(built, loaded, NULL, 0));
+  printf("epf_nccl_runtime_check: %s\n", buf);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_version_and_statuses), cmocka_unit_test(test_abi_sizeof),
       cmocka_unit_test(test_init_functions),       cmocka_unit_test(test_plan_through_library),
       cmocka_unit_test(test_two_extensions),       cmocka_unit_test(test_error_describe),
-      cmocka_unit_test(test_cuda_error_kept),
+      cmocka_unit_test(test_cuda_error_kept),      cmocka_unit_test(test_no_gpu_words),
+      cmocka_unit_test(test_nccl_release_rule),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
