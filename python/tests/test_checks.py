@@ -836,7 +836,7 @@ def test_from_comm_checks_what_the_communicator_says(fake_nccl, monkeypatch):
         epfuse.Group.from_comm(0xABC, nranks=8, **SHAPE)
     with raises(ValueError, "device=0", "says 1"):
         epfuse.Group.from_comm(0xABC, device=0, **SHAPE)
-    with raises(epfuse.EpfError, "EPF_ERR_EXPERTS_NOT_DIVISIBLE"):
+    with raises(ValueError, "num_experts=30", "nranks=4", "EPF_ERR_EXPERTS_NOT_DIVISIBLE"):
         epfuse.Group.from_comm(0xABC, nranks=4, num_experts=30, top_k=4, hidden=256, max_tokens_per_rank=16)
     monkeypatch.setattr(_abi, "nccl_comm_info", lambda c: None)
     with raises(TypeError, "pass nranks= and rank="):

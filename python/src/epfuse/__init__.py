@@ -37,10 +37,10 @@ from typing import Optional
 
 from . import _abi, _versions
 from ._buffers import (ANY, BF16, F32, I32, INDEX, WORD32, BufferChecks, BufferInfo, DeviceArray, DeviceBuffer,
-                       MappedHost, describe, ptr, stream_handle)  # noqa: F401 (ptr: the unchecked escape hatch, kept)
-from ._checks import (EPF_ERR_ALIGNMENT, EPF_ERR_EXPERTS, EPF_ERR_FLAGS, EPF_ERR_HIDDEN, EPF_ERR_RANK, EPF_ERR_RANKS,
-                      EPF_ERR_RECV_CAPACITY, EPF_ERR_TOKENS, EPF_ERR_TOPK, INT32_MAX, UINT32_MAX, UINT64_MAX, as_int,
-                      int_in, optional_int_in, positive_seconds)
+                       MappedHost, describe, ptr, stream_handle)  # noqa: F401 (ptr: the unchecked address, kept)
+from ._checks import (EPF_ERR_ALIGNMENT, EPF_ERR_EXPERTS, EPF_ERR_EXPERTS_NOT_DIVISIBLE, EPF_ERR_FLAGS, EPF_ERR_HIDDEN,
+                      EPF_ERR_RANK, EPF_ERR_RANKS, EPF_ERR_RECV_CAPACITY, EPF_ERR_TOKENS, EPF_ERR_TOPK, INT32_MAX,
+                      UINT32_MAX, UINT64_MAX, as_int, int_in, optional_int_in, positive_seconds)
 from ._errors import (EPF_ERR_INVALID_ARGUMENT, EPF_ERR_NCCL, EPF_ERR_NOT_SUPPORTED, EpfError, EpfValueError,
                       NcclVersionWarning, check, status_message, status_name)
 
@@ -132,6 +132,10 @@ def _config(where: str = "compute_plan", **kw) -> _abi.Config:
                            why="EPF_MAX_EXPERTS", where=where)
     c.top_k = int_in(kw["top_k"], "top_k", 1, L["EPF_MAX_TOPK"], status=EPF_ERR_TOPK, why="EPF_MAX_TOPK",
                      where=where)
+    if c.num_experts % c.nranks:
+        raise EpfValueError(EPF_ERR_EXPERTS_NOT_DIVISIBLE, f"epfuse: {where}: num_experts={c.num_experts} is not a "
+                                                           f"multiple of nranks={c.nranks} (every rank holds "
+                                                           "num_experts / nranks experts)")
     if c.top_k > c.num_experts:
         raise EpfValueError(EPF_ERR_TOPK, f"epfuse: {where}: top_k={c.top_k} is more than num_experts="
                                           f"{c.num_experts}: a token is routed to top_k distinct experts")
@@ -220,7 +224,8 @@ def compute_plan(**config) -> PlanInfo:
 
 def _need_nccl(where: str) -> None:
     if not _abi.HAS_NCCL or _abi.epf_nccl_get_unique_id is None:
-        raise EpfError(EPF_ERR_NOT_SUPPORTED, f"{where}: this libepfuse.so ({_abi.LIBRARY_PATH}) was built without NCCL")
+        raise EpfError(EPF_ERR_NOT_SUPPORTED,
+                       f"{where}: this libepfuse.so ({_abi.LIBRARY_PATH}) was built without NCCL")
 
 
 def _check_nccl_release(where: str) -> None:
@@ -661,7 +666,7 @@ class Group:
             dev = _select_device(torch.cuda.current_device(), where)
             if rank == 0:
                 uid = get_unique_id()
-        except EpfError as e:
+        except Exception as e:  # told to every rank below, so none is left waiting in a collective
             failure = e
         gathered = [None] * nranks
         dist.all_gather_object(gathered, (None if failure is None else str(failure), uid), group=process_group)
@@ -726,7 +731,8 @@ class Group:
                                   byref(r)), "epf_route_init")
         return Handle(self, r, handle_mem, rc.index_type, k)
 
-    def import_handle(self, layout, state: HandleState, mem, stream=None, *, max_tokens: Optional[int] = None) -> Handle:
+    def import_handle(self, layout, state: HandleState, mem, stream=None, *,
+                      max_tokens: Optional[int] = None) -> Handle:
         """epf_route_import: a handle over `mem`, a byte copy of another handle's memory (e.g. kept
         from a forward step). Checks every buffer's header against this group's plan and `state`
         (synchronises `stream`); mem's own size is what the library is told. max_tokens: the

@@ -76,7 +76,8 @@ class BufferInfo:
         self.ptr = int(ptr)
         self.shape = tuple(int(d) for d in shape)
         self.itemsize = int(itemsize)
-        self.strides = (tuple(int(s) for s in strides) if strides is not None else _c_strides(self.shape, self.itemsize))
+        self.strides = (tuple(int(s) for s in strides) if strides is not None
+                        else _c_strides(self.shape, self.itemsize))
         self.dtype = dtype
         self.device = device
         self.source = source
@@ -341,7 +342,8 @@ class BufferChecks:
              row_label="T", width_label=None, dtype_label=None):
         """A buffer of `count` blocks of rows: [count][rows][width] (or [count][rows] for width None).
         With count > 1 the library finds block r at r * stride_rows rows, so rows must equal
-        stride_rows (None: the buffer's rows are the stride); with count 1 the leading [1] may be left out and rows >= min_rows is enough.
+        stride_rows (None: the buffer's rows are the stride); with count 1 the leading [1] may be
+        left out and rows >= min_rows is enough.
         width_bytes: `width` is the row's bytes (payload rows of any dtype), not elements.
         Returns (address, rows, dtype name) — rows and dtype None for a raw address or an absent
         optional (address 0)."""
