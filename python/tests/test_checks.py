@@ -402,6 +402,9 @@ def test_ht_dispatch_good_inputs_reach_c(launchers):
     ("x", DLPack((R, T, H), *BF16_DL, device_id=1), ["cuda:1"]),
     ("x", DLPack((R, T, H), *BF16_DL, device_type=1), ["cpu memory"]),
     ("x", DLPack((R, H, T), *BF16_DL, strides=(H * T, 1, H)), ["C-contiguous"]),
+    ("x", cai((R, T, H), ptr=0x7f0000000008), ["x at 0x7f0000000008 is not 16-byte aligned"]),
+    ("x", cai((R, T, H), ptr=0x7f0000000001), ["not aligned to its 2-byte uint16 elements"]),
+    ("topk_weights", cai((R, T, K), "f32", ptr=0x7f0000000002), ["not aligned to its 4-byte float32"]),
     ("x", None, ["x is required"]),
     ("x", 0, ["x is required"]),
     ("topk_idx", cai((R, T, K), "i32"), ["topk_idx must be int64", "handle's index dtype", "int32"]),
@@ -567,6 +570,9 @@ def test_ht_backward_and_quantized_buffers(launchers):
     g.dispatch(h, cai((R, T, rb), "u8"), idx, w, x_quantized=True, x_scales=cai((R, T, sb), "u8"))
     with raises(ValueError, "x_scales is required"):
         g.dispatch(h, cai((R, T, rb), "u8"), idx, w, x_quantized=True)
+    gq = fake_group()
+    with raises(ValueError, "x_quantized=True needs a quantized payload"):
+        gq.dispatch(fake_handle(gq), x, idx, w, x_quantized=True)
     with raises(ValueError, "x_scales goes with x_quantized"):
         g.dispatch(h, x, idx, w, x_scales=cai((R, T, sb), "u8"))
     with raises(ValueError, "x must be"):

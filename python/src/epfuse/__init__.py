@@ -791,11 +791,11 @@ class Group:
         return handle
 
     def _ht_tokens(self, chk, h: Handle, name, obj, *, width, family=BF16, width_bytes=False, required=True,
-                   width_label="H"):
+                   width_label="H", align=16):
         """A [count][T][...] token buffer of an HT call: T = the handle's max_tokens per rank with
         virtual ranks; at least the last update's num_tokens rows."""
         return chk.rows(obj, name, width=width, family=family, stride_rows=h.max_tokens, min_rows=h.num_tokens or 0,
-                        width_bytes=width_bytes, required=required, width_label=width_label)[0]
+                        width_bytes=width_bytes, required=required, width_label=width_label, align=align)[0]
 
     def _ht_ids_weights(self, chk, h: Handle, topk_idx, topk_weights, s, *, weights_required=True):
         n = h.num_tokens or 0
@@ -818,7 +818,8 @@ class Group:
             return 0, 0
         want = None if expert_rows is None else int_in(expert_rows, "expert_rows", 1, 2**63 - 1, where=where)
         p, rows, _ = chk.rows(obj, name, width=width, family=family, width_bytes=width_bytes, required=True,
-                              stride_rows=want, row_label="expert_rows", width_label=width_label)
+                              stride_rows=want, row_label="expert_rows", width_label=width_label,
+                              align=16 if width is not None else 0)
         if rows is None:  # a raw address: the caller says
             if want is None:
                 raise TypeError(f"epfuse: {where}: {name} is a raw address: pass expert_rows=")
@@ -850,12 +851,13 @@ class Group:
         s = self._ht_step()
         p_idx = self._ht_ids_weights(chk, h, topk_idx, topk_weights, s)
         pl = self.plan
+        if x_quantized and pl.payload == _abi.PAYLOAD["bf16"]:
+            raise EpfValueError(13, f"epfuse: {where}: x_quantized=True needs a quantized payload; this plan's is bf16")
         if x_quantized:
             s.x = self._ht_tokens(chk, h, "x", x, width=int(pl.row_bytes), family=ANY, width_bytes=True,
                                   width_label="row_bytes")
             s.x_scales = self._ht_tokens(chk, h, "x_scales", x_scales, width=int(pl.scale_bytes_per_row), family=ANY,
-                                         width_bytes=True, required=pl.payload != _abi.PAYLOAD["bf16"],
-                                         width_label="scale_bytes_per_row")
+                                         width_bytes=True, required=True, width_label="scale_bytes_per_row", align=0)
         else:
             if x_scales is not None:
                 raise EpfValueError(EPF_ERR_INVALID_ARGUMENT, f"epfuse: {where}: x_scales goes with x_quantized=True")
@@ -964,7 +966,7 @@ class Group:
                                                           "weight_grad")
         s.topk_weights_grad = self._ht_tokens(chk, h, "topk_weights_grad", topk_weights_grad,
                                               width=h.route.layout.top_k, family=F32, required=False,
-                                              width_label="num_topk")
+                                              width_label="num_topk", align=0)
         s.blocks_per_rank = self._blocks(blocks_per_rank, where)
         check(_abi.epf_ht_dispatch_backward(byref(h.route), self.team, byref(pl.c), byref(s),
                                             stream_handle(stream)), "epf_ht_dispatch_backward")
@@ -1039,14 +1041,16 @@ class Group:
 
     def _ll_rows(self, chk, obj, name, n, *, width=None, family=BF16, required=True, width_label="H"):
         pl = self.plan
+        align = 16 if width is None else 0  # BF16 rows: moved 16 bytes at a time
         width = int(pl.hidden) if width is None else width
         return chk.rows(obj, name, width=width, family=family, stride_rows=int(pl.max_tokens_per_rank), min_rows=n,
-                        required=required, width_label=width_label)[0]
+                        required=required, width_label=width_label, align=align)[0]
 
     def _ll_sized(self, chk, obj, name, which, it=0, family=ANY, required=False):
+        align = 16 if which in ("y", "packed_x", "packed_meta") else 0
         return chk.sized(obj, name, rank_bytes=int(_abi.epf_ll_rank_bytes(byref(self.plan.c), _abi.LL_BUFFER[which],
                                                                           it)),
-                         family=family, required=required)[0]
+                         family=family, required=required, align=align)[0]
 
     def ll_dispatch(self, x, topk_idx, topk_weights, recv_counts, *, num_tokens: Optional[int] = None,
                     index_dtype=None, expert_counts=None, packed_x=None, packed_scales=None, packed_meta=None,

@@ -329,7 +329,16 @@ class BufferChecks:
                                          "pass .contiguous())")
         if info.ptr == 0 and info.size > 0:
             raise _arg_error(self.where, f"{name} has a NULL data pointer")
+        if info.ptr % info.itemsize:
+            raise _arg_error(self.where, f"{name} at 0x{info.ptr:x} is not aligned to its {info.itemsize}-byte "
+                                         f"{info.dtype} elements")
         return info.ptr, info
+
+    def _align(self, p, name, align):
+        if align and p % align:
+            from ._errors import EpfValueError
+            raise EpfValueError(12, f"epfuse: {self.where}: {name} at 0x{p:x} is not {align}-byte aligned (its rows "
+                                    f"are moved {align} bytes at a time; a view starting mid-row? pass a copy)")
 
     def _dtype(self, info, name, family, label=None):
         names, flabel = family
@@ -339,18 +348,20 @@ class BufferChecks:
 
     # -- [count][rows][width] buffers ------------------------------------------------------------------
     def rows(self, obj, name, *, width, family, stride_rows, min_rows=0, width_bytes=False, required=True,
-             row_label="T", width_label=None, dtype_label=None):
+             row_label="T", width_label=None, dtype_label=None, align=0):
         """A buffer of `count` blocks of rows: [count][rows][width] (or [count][rows] for width None).
         With count > 1 the library finds block r at r * stride_rows rows, so rows must equal
         stride_rows (None: the buffer's rows are the stride); with count 1 the leading [1] may be
         left out and rows >= min_rows is enough.
-        width_bytes: `width` is the row's bytes (payload rows of any dtype), not elements.
+        width_bytes: `width` is the row's bytes (payload rows of any dtype), not elements. align:
+        the byte alignment the kernels need of the address (row buffers: 16).
         Returns (address, rows, dtype name) — rows and dtype None for a raw address or an absent
         optional (address 0)."""
         p, info = self._get(obj, name, required)
         if info is None:
             return p, None, None
         self._dtype(info, name, family, dtype_label)
+        self._align(p, name, align)
         wl = width_label or (f"{width} bytes" if width_bytes else str(width))
         tail = 1 if width is not None else 0
         lead = f"[{self.count}]" if self.count > 1 else "[1]"
@@ -382,7 +393,7 @@ class BufferChecks:
         return p, rows, info.dtype
 
     # -- flat per-rank buffers -------------------------------------------------------------------------
-    def sized(self, obj, name, *, rank_bytes, family=ANY, required=False, dtype_label=None, count=None):
+    def sized(self, obj, name, *, rank_bytes, family=ANY, required=False, dtype_label=None, count=None, align=0):
         """A buffer of `count` per-rank parts of rank_bytes each (LL operand buffers, handle memory,
         mask words): any shape, C-contiguous, at least count * rank_bytes bytes; with count > 1 and
         two or more dimensions, the leading dimension must be the ranks (count of them,
@@ -392,6 +403,7 @@ class BufferChecks:
         if info is None:
             return p, None
         self._dtype(info, name, family, dtype_label)
+        self._align(p, name, align)
         need = count * rank_bytes
         if count > 1 and info.ndim >= 2 and (info.shape[0] != count or info.strides[0] != rank_bytes):
             raise _arg_error(self.where, f"{name}: its leading dimension must be the {count} ranks, {rank_bytes} bytes "
