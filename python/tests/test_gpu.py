@@ -404,8 +404,10 @@ def test_bad_torch_tensors_are_refused(seed):
         g.dispatch(h, x.half(), idx, w)
     with pytest.raises(ValueError, match="C-contiguous"):
         g.dispatch(h, x.transpose(1, 2).contiguous().transpose(1, 2), idx, w)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        g.dispatch(h, x[:, :, : H // 2], idx, w)  # a slice of each row
     with pytest.raises(ValueError, match="x must be"):
-        g.dispatch(h, x[:, :, : H // 2], idx, w)
+        g.dispatch(h, x[:, :, : H // 2].contiguous(), idx, w)
     with pytest.raises(ValueError, match="cpu tensor"):
         g.dispatch(h, x.cpu(), idx, w)
     with pytest.raises(ValueError, match="topk_weights must be float32"):

@@ -712,7 +712,7 @@ class Group:
     def _handle_mem(self, chk, mem, need, name="handle_mem"):
         p, nbytes = chk.sized(mem, name, rank_bytes=need, count=1, required=True)
         align = LIMITS["EPF_ALIGN"]
-        if p % align:
+        if nbytes is not None and p % align:  # (a raw address: the library's EPF_ERR_ALIGNMENT)
             raise EpfValueError(EPF_ERR_ALIGNMENT, f"epfuse: {chk.where}: {name} at 0x{p:x} is not {align}-byte "
                                                    "aligned (EPF_ALIGN)")
         return p, (need if nbytes is None else nbytes)
