@@ -1,7 +1,14 @@
+import importlib.util
 import os
 import random
+import sys
 
 import pytest
+
+# the package from the source tree when none is installed (with EPFUSE_LIBRARY naming a built
+# libepfuse.so): `EPFUSE_LIBRARY=build/src/libepfuse.so.0 python3 -m pytest python/tests`
+if importlib.util.find_spec("epfuse") is None:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 
 @pytest.fixture

@@ -382,3 +382,131 @@ def test_readme_quickstart(seed):
     assert g.get_async_error() is None
     # example-end py_quickstart
     assert_same(out, reference(x, topk_idx, topk_weights, torch.full((E,), 2.0, device="cuda")))
+
+
+def test_bad_torch_tensors_are_refused(seed):
+    """The checks of test_checks.py with real PyTorch tensors (read through their attributes:
+    bfloat16 and tensors that require grad included)."""
+    R, E, K, H, T = 2, 16, 4, 256, 8
+    g = epfuse.Group.virtual(R, num_experts=E, top_k=K, hidden=H, max_tokens_per_rank=T)
+    need = g.handle_mem_size("expert_major", K)
+    with pytest.raises(ValueError, match="handle_mem has 1 bytes"):
+        g.init_handle("expert_major", K, torch.empty(1, dtype=torch.uint8, device="cuda"))
+    mem = torch.empty(need, dtype=torch.uint8, device="cuda")
+    h = g.init_handle("expert_major", K, mem)
+    x, idx, w = inputs(R, T, H, K, E, seed)
+    with pytest.raises(ValueError, match="topk_idx must be int64"):
+        h.update(idx.int())
+    h.update(idx)
+    with pytest.raises(ValueError, match="x must be bfloat16"):
+        g.dispatch(h, x.float(), idx, w)
+    with pytest.raises(ValueError, match="float16 is another format"):
+        g.dispatch(h, x.half(), idx, w)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        g.dispatch(h, x.transpose(1, 2).contiguous().transpose(1, 2), idx, w)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        g.dispatch(h, x[:, :, : H // 2], idx, w)  # a slice of each row
+    with pytest.raises(ValueError, match="x must be"):
+        g.dispatch(h, x[:, :, : H // 2].contiguous(), idx, w)
+    with pytest.raises(ValueError, match="cpu tensor"):
+        g.dispatch(h, x.cpu(), idx, w)
+    with pytest.raises(ValueError, match="topk_weights must be float32"):
+        g.dispatch(h, x, idx, w.double())
+    with pytest.raises(ValueError, match="rows per rank"):
+        g.dispatch(h, x[:, : T - 1].contiguous(), idx, w)
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(ValueError, match="is on cuda:1"):
+            g.dispatch(h, x.to("cuda:1"), idx, w)
+    # tensors that require grad (both protocols refuse them) and bfloat16 (no CAI) are accepted
+    out = torch.zeros(R, T, H, dtype=torch.bfloat16, device="cuda")
+    g.dispatch(h, x.requires_grad_(), idx, w.requires_grad_())
+    g.combine(h, out, idx, w)
+    torch.cuda.synchronize()
+    assert g.get_async_error() is None
+    assert_same(out, reference(x.detach(), idx, w.detach(), torch.ones(E, device="cuda")))
+    # one rank: num_tokens is the tensor's rows, never more
+    g1 = epfuse.Group.virtual(1, num_experts=E, top_k=K, hidden=H, max_tokens_per_rank=T)
+    h1 = g1.init_handle("expert_major", K, torch.empty(g1.handle_mem_size("expert_major", K), dtype=torch.uint8,
+                                                       device="cuda"))
+    x1, idx1, w1 = inputs(1, 5, H, K, E, seed)
+    with pytest.raises(ValueError, match="num_tokens=6 but topk_idx has only 5 rows"):
+        h1.update(idx1, 6)
+    h1.update(idx1[0])  # [T][K]: 5 tokens
+    assert h1.num_tokens == 5
+    out1 = torch.zeros(1, 5, H, dtype=torch.bfloat16, device="cuda")
+    g1.dispatch(h1, x1[0], idx1[0], w1[0])
+    g1.combine(h1, out1, idx1, w1)
+    torch.cuda.synchronize()
+    assert_same(out1, reference(x1, idx1, w1, torch.ones(E, device="cuda")))
+
+
+def _nccl_or_skip(fn):
+    if not epfuse._abi.HAS_NCCL:
+        pytest.skip("library built without NCCL")
+    try:
+        return fn()
+    except epfuse.EpfError as e:
+        if e.name == "EPF_ERR_NOT_SUPPORTED":  # built against other NCCL headers than the library loaded
+            pytest.skip(str(e))
+        raise
+
+
+def _one_round(g, E, K, H, T, seed):
+    mem = torch.empty(g.handle_mem_size("expert_major", K), dtype=torch.uint8, device="cuda")
+    h = g.init_handle("expert_major", K, mem)
+    x, idx, w = inputs(1, T, H, K, E, seed)
+    out = torch.zeros(1, T, H, dtype=torch.bfloat16, device="cuda")
+    h.update(idx)
+    g.dispatch(h, x, idx, w)
+    g.combine(h, out, idx, w)
+    torch.cuda.synchronize()
+    assert g.get_async_error() is None
+    assert_same(out, reference(x, idx, w, torch.ones(E, device="cuda")))
+
+
+def test_from_torch_world_of_one(seed, tmp_path):
+    """Group.from_torch over a gloo process group of one rank (a FileStore): the id goes through
+    torch.distributed, then one dispatch / combine round."""
+    import torch.distributed as dist
+    E, K, H, T = 8, 2, 1032, 32
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        g = _nccl_or_skip(lambda: epfuse.Group.from_torch(num_experts=E, top_k=K, hidden=H, max_tokens_per_rank=T))
+        with g:
+            assert g.nranks == 1 and g.count == 1 and g.device == torch.cuda.current_device()
+            _one_round(g, E, K, H, T, seed)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_from_comm_leaves_the_communicator(seed):
+    """Group.from_comm over a communicator made here: close() does not destroy it (a second group
+    adopts it after the first is closed), its owner does."""
+    import ctypes
+    from epfuse import _abi
+    E, K, H, T = 8, 2, 1032, 32
+    uid = _nccl_or_skip(epfuse.get_unique_id)
+    u = _abi.NcclUniqueId()
+    ctypes.memmove(u.internal, uid, 128)
+    comm = ctypes.c_void_p()
+    assert _abi.epf_nccl_comm_init_rank(ctypes.byref(comm), 1, u, 0, 60.0) == 0
+    try:
+        for i in range(2):
+            g = _nccl_or_skip(lambda: epfuse.Group.from_comm(comm, num_experts=E, top_k=K, hidden=H,
+                                                             max_tokens_per_rank=T))
+            with g:
+                assert g.nranks == 1 and not g._owns_comm
+                _one_round(g, E, K, H, T, seed + i)
+    finally:
+        assert _abi.epf_nccl_comm_destroy(comm, 60.0) == 0
+
+
+def test_show_versions_sees_the_gpu(capsys):
+    v = epfuse.versions()
+    assert v["cuda_device_count"] == torch.cuda.device_count() and v["cuda_devices"]
+    assert v["torch"] is not None
+    epfuse.show_versions()
+    assert torch.cuda.get_device_name(0) in capsys.readouterr().out

@@ -324,6 +324,31 @@ epf_nccl_devcomm_create = _proto("epf_nccl_devcomm_create", _S, c_void_p, c_int,
 epf_nccl_devcomm_destroy = _proto("epf_nccl_devcomm_destroy", _S, c_void_p, c_void_p, optional=True)
 epf_nccl_team_query = _proto("epf_nccl_team_query", _S, c_void_p, c_void_p, c_void_p, P(Team), optional=True)
 epf_nccl_last_message = _proto("epf_nccl_last_message", c_char_p, c_void_p, c_int, optional=True)
+# NCCL_VERSION_CODE of the headers the library was compiled with (-1 without NCCL); newer
+# libraries only: without it, NCCL_BUILD_VERSION (epfuse_nccl_build.txt) says the same
+epf_nccl_build_version = _proto("epf_nccl_build_version", c_int, optional=True)
+
+# NCCL's own queries, found through libepfuse.so's dependencies (the libnccl.so it loaded), for an
+# adopted communicator (Group.from_comm) and for show_versions. None where not resolvable.
+if HAS_NCCL:
+    nccl_get_version = _proto("ncclGetVersion", c_int, P(c_int), optional=True)
+    nccl_comm_count = _proto("ncclCommCount", c_int, c_void_p, P(c_int), optional=True)
+    nccl_comm_user_rank = _proto("ncclCommUserRank", c_int, c_void_p, P(c_int), optional=True)
+    nccl_comm_cu_device = _proto("ncclCommCuDevice", c_int, c_void_p, P(c_int), optional=True)
+else:
+    nccl_get_version = nccl_comm_count = nccl_comm_user_rank = nccl_comm_cu_device = None
+
+
+def nccl_comm_info(comm: int):
+    """(nranks, rank, CUDA device) of an NCCL communicator, asked from the libnccl.so this library
+    loaded; None where those functions are not reachable or fail."""
+    if not comm or nccl_comm_count is None or nccl_comm_user_rank is None or nccl_comm_cu_device is None:
+        return None
+    n, r, d = c_int(-1), c_int(-1), c_int(-1)
+    if (nccl_comm_count(comm, ctypes.byref(n)) != 0 or nccl_comm_user_rank(comm, ctypes.byref(r)) != 0
+            or nccl_comm_cu_device(comm, ctypes.byref(d)) != 0):
+        return None
+    return n.value, r.value, d.value
 
 
 def check_mirrors() -> dict:
