@@ -17,3 +17,13 @@ def seed():
     s = int(os.environ.get("EPFUSE_TEST_SEED", random.SystemRandom().randrange(1 << 31)))
     print(f"seed {s}")
     return s
+
+
+def usable_gpus() -> int:
+    """epfuse.device_count(), or 0 where the CUDA driver cannot serve this runtime (a driver too
+    old raises EpfError there: the tests that need a GPU skip instead of failing to collect)."""
+    import epfuse
+    try:
+        return epfuse.device_count()
+    except epfuse.EpfError:
+        return 0

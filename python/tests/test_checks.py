@@ -928,13 +928,21 @@ def test_nccl_codes():
     (22809, 22809, False), (22809, 22803, True), (22809, 22901, True), (22903, 23001, False),
     (22903, 22901, True), (23001, 22809, True),
 ])
-def test_nccl_problem_rule(monkeypatch, built, loaded, bad):
+@pytest.mark.parametrize("library_rule", [True, False])
+def test_nccl_problem_rule(monkeypatch, built, loaded, bad, library_rule):
+    """The library's rule (epf_nccl_version_check) where it exports it, the same rule in Python for
+    a library that does not."""
     monkeypatch.setattr(_versions, "nccl_loaded_path", lambda: "/x/libnccl.so.2")
+    if not library_rule:
+        monkeypatch.setattr(_abi, "epf_nccl_version_check", None, raising=False)
+    elif getattr(_abi, "epf_nccl_version_check", None) is None:
+        pytest.skip("this libepfuse.so has no epf_nccl_version_check")
     p = _versions.nccl_problem(built, loaded)
     assert (p is not None) == bad
     if bad:
         b, l = _versions.format_nccl_code(built), _versions.format_nccl_code(loaded)
-        assert f"built against NCCL {b}" in p and f"is {l}" in p and "/x/libnccl.so.2" in p
+        said = f"running {l}" if library_rule else f"is {l}"
+        assert f"built against NCCL {b}" in p and said in p and "/x/libnccl.so.2" in p
 
 
 @pytest.fixture

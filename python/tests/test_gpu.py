@@ -10,9 +10,10 @@ it to BF16 the same way: the comparison is bit for bit.
 import pytest
 
 import epfuse
+from conftest import usable_gpus
 
 torch = pytest.importorskip("torch")
-if epfuse.device_count() == 0 or not torch.cuda.is_available():
+if usable_gpus() == 0 or not torch.cuda.is_available():
     pytest.skip("no GPU", allow_module_level=True)
 
 

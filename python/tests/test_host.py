@@ -6,6 +6,7 @@ import os
 import pytest
 
 import epfuse
+from conftest import usable_gpus
 from epfuse import _abi
 
 
@@ -134,7 +135,7 @@ def test_error_sentence():
     assert "EPF_ERR_TIMEOUT" in buf.value.decode() and "waiting for rank 2" in buf.value.decode()
 
 
-@pytest.mark.skipif(epfuse.device_count() > 0, reason="checks the no-GPU failure path")
+@pytest.mark.skipif(usable_gpus() > 0, reason="checks the no-GPU failure path")
 def test_without_a_gpu_cuda_errors_say_why():
     with pytest.raises(epfuse.EpfError) as e:
         epfuse.Group.virtual(2, num_experts=16, top_k=2, hidden=256, max_tokens_per_rank=8)

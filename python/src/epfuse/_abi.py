@@ -327,6 +327,7 @@ epf_nccl_last_message = _proto("epf_nccl_last_message", c_char_p, c_void_p, c_in
 # NCCL_VERSION_CODE of the headers the library was compiled with (-1 without NCCL); newer
 # libraries only: without it, NCCL_BUILD_VERSION (epfuse_nccl_build.txt) says the same
 epf_nccl_build_version = _proto("epf_nccl_build_version", c_int, optional=True)
+epf_nccl_version_check = _proto("epf_nccl_version_check", _S, c_int, c_int, c_char_p, c_size_t, optional=True)
 
 # NCCL's own queries, found through libepfuse.so's dependencies (the libnccl.so it loaded), for an
 # adopted communicator (Group.from_comm) and for show_versions. None where not resolvable.

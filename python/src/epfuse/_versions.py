@@ -86,7 +86,15 @@ def nccl_problem(built=None, loaded=None):
     if built is None or loaded is None or loaded == built:
         return None
     b, l = format_nccl_code(built), format_nccl_code(loaded)
-    if loaded < built:
+    check = getattr(_abi, "epf_nccl_version_check", None)
+    if check is not None:  # the library's own rule and sentence (host_nccl.h); the front adds the paths
+        buf = ctypes.create_string_buffer(512)
+        if check(int(built), int(loaded), buf, len(buf)) == 0:
+            return None
+        path = nccl_loaded_path()
+        where = f" (loaded from {path})" if path else ""
+        return f"libepfuse.so ({_abi.LIBRARY_PATH}) {buf.value.decode()}{where}"
+    if loaded < built:  # a library without epf_nccl_version_check: the same rule here
         why = "an older release than the one it was built against"
     elif built // 100 == 228:  # 2.28.x headers: only that exact release
         why = "a build against NCCL 2.28 headers runs only with that exact release"
