@@ -28,7 +28,8 @@
  *   EPF_HOST_DEVICE_INLINE / EPF_HD       callable from host and device
  *   EPF_DEVICE_INLINE                     __device__ __forceinline__ (CUDA only)
  *   EPF_RESTRICT, EPF_ALIGNAS(n), EPF_STATIC_ASSERT(c, msg)
- *   EPF_CONFIG_SIGNATURE                  fold of the "agree" options
+ *   EPF__HOST_CHECK(c)                    (private) an argument check of a host-and-device accessor
+ *   EPF_CONFIG_SIGNATURE                  the "agree" options packed into 64 bits, one field each
  *
  * Requirements: C11 or C++17; CUDA >= 12.8 for the device headers.
  */
@@ -122,6 +123,17 @@ typedef unsigned long long uintptr_t;
 #define EPF_HOST_DEVICE_INLINE static inline
 #endif
 #define EPF_HD EPF_HOST_DEVICE_INLINE
+
+/* EPF__HOST_CHECK(c) — an argument check (NULL, an id out of range) of an EPF_HD accessor that
+ * device code calls on a hot path (epf_plan_*_offset, epf_route_ptr, the LL row accessors): `c` in
+ * host code — the C ABI, bindings and host launchers, where a NULL from ctypes must become a
+ * sentinel instead of a crash — and constant false in device code, whose arguments come from the
+ * library's own kernels: the device code is the same instructions as without the check. */
+#if EPF_IS_DEVICE_PASS
+#define EPF__HOST_CHECK(c) 0
+#else
+#define EPF__HOST_CHECK(c) (c)
+#endif
 
 #if defined(__cplusplus) || defined(_MSC_VER)
 #define EPF_RESTRICT __restrict__

@@ -13,8 +13,8 @@
  *   EPF_FLAG_*, EPF_DEFAULT_*, EPF_MAX_HIDDEN
  *   epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out_resolved)
  *   epf_status_t epf_config_validate(const epf_config_t* resolved)
- *   uint64_t     epf_config_hash(const epf_config_t* resolved)
- *   int64_t      epf_config_worst_case_rows(const epf_config_t* resolved)   HT rows that never overflow
+ *   uint64_t     epf_config_hash(const epf_config_t* resolved)         0 for NULL
+ *   int64_t      epf_config_worst_case_rows(const epf_config_t* resolved)   HT rows that never overflow (-1: invalid)
  *   int          epf_payload_vector_width(int payload)     hidden must be a multiple of this
  *
  * Requirements: C11 or C++17. No CUDA, no NCCL.
@@ -248,11 +248,20 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
 /* epf_config_worst_case_rows — HT receive rows that can never overflow: every token of every
  * source routed to this rank, min(top_k, experts per rank) copies each plus the alignment padding
  * of every local expert segment (EXPERT_MAJOR: R * T * min(K, E / R) + (E / R) *
- * (expert_alignment - 1)), or one unpadded copy each (RANK_MAJOR: R * T). Valid fields only. */
+ * (expert_alignment - 1)), or one unpadded copy each (RANK_MAJOR: R * T). Reads only the fields
+ * it needs, which must be valid: EPF_ROW_INVALID (-1) for NULL, or when nranks / num_experts
+ * (epf__config_check_team), top_k, max_tokens_per_rank, expert_alignment or layout break their
+ * rule (an unresolved config with zero defaults, say: nothing is divided by zero).
+ * Scope: any thread, host or device. Pure. */
 EPF_HD int64_t epf_config_worst_case_rows(const epf_config_t* c) {
-  int64_t local = c->num_experts / c->nranks;
-  int64_t copies = c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)epf__min_i(c->top_k, (int)local);
-  int64_t pad = c->layout == EPF_LAYOUT_RANK_MAJOR ? 0 : local * (int64_t)(c->expert_alignment - 1);
+  int64_t local, copies, pad;
+  if (c == NULL || epf__config_check_team(c->nranks, c->num_experts) != EPF_OK ||
+      epf__config_check_top_k(c->top_k) != EPF_OK || epf__config_check_tokens(c->max_tokens_per_rank) != EPF_OK ||
+      epf__config_check_alignment(c->expert_alignment) != EPF_OK || epf__config_check_layout(c->layout) != EPF_OK)
+    return EPF_ROW_INVALID;
+  local = c->num_experts / c->nranks;
+  copies = c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)epf__min_i(c->top_k, (int)local);
+  pad = c->layout == EPF_LAYOUT_RANK_MAJOR ? 0 : local * (int64_t)(c->expert_alignment - 1);
   return (int64_t)c->nranks * (int64_t)c->max_tokens_per_rank * copies + pad;
 }
 
@@ -302,8 +311,9 @@ EPF_HD epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out
 }
 
 /* epf_config_hash — FNV-1a 64 of every field that changes the window layout or the protocol
- * (not timeout_ns), the library's major version and EPF_CONFIG_SIGNATURE. Never 0. Ranks
- * exchange it in the setup handshake (signal.cuh). Input: a resolved config. */
+ * (not timeout_ns), the library's major version and EPF_CONFIG_SIGNATURE. Never 0 for a config;
+ * 0 (the hash sentinel) for NULL. Ranks exchange it in the setup handshake (signal.cuh). Input: a
+ * resolved config. Scope: any thread, host or device. Pure. */
 EPF_HD uint64_t epf__fnv1a_u64(uint64_t h, uint64_t v) {
   int i;
   for (i = 0; i < 8; ++i) {
@@ -315,6 +325,7 @@ EPF_HD uint64_t epf__fnv1a_u64(uint64_t h, uint64_t v) {
 
 EPF_HD uint64_t epf_config_hash(const epf_config_t* c) {
   uint64_t h = 0xcbf29ce484222325ull;
+  if (c == NULL) return 0u;
   h = epf__fnv1a_u64(h, (uint64_t)EPF_VERSION_MAJOR);
   h = epf__fnv1a_u64(h, (uint64_t)EPF_CONFIG_SIGNATURE);
   h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->nranks);

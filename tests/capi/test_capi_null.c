@@ -585,6 +585,23 @@ static void c_epf_ll_rank_bytes(void) {
   assert_int_equal(f(&p, x, 0), (uint64_t)p.max_tokens_per_rank * (uint64_t)p.hidden * 2u);
 }
 
+/* epf_ll_buffer_bytes: the name the headers declare, third argument an epf_index_type_t */
+static void c_epf_ll_buffer_bytes(void) {
+  uint64_t (*f)(const epf_plan_t*, int, int) = F(uint64_t(*)(const epf_plan_t*, int, int), epf_ll_buffer_bytes);
+  const epf_plan_t p = ll_plan();
+  const int idx = (int)constant("EPF_LL_BUF_TOPK_IDX"), x = (int)constant("EPF_LL_BUF_X");
+  const uint64_t TK = (uint64_t)p.max_tokens_per_rank * (uint64_t)p.top_k;
+  assert_int_equal(f(NULL, x, EPF_INDEX_DEFAULT), 0);
+  assert_int_equal(f(&p, -1, EPF_INDEX_DEFAULT), 0);
+  assert_int_equal(f(&p, 1000, EPF_INDEX_DEFAULT), 0);
+  assert_int_equal(f(&p, idx, -1), 0);
+  assert_int_equal(f(&p, idx, 3), 0);
+  assert_int_equal(f(&p, x, 3), 0); /* an unknown index type is refused for every buffer */
+  assert_int_equal(f(&p, idx, EPF_INDEX_DEFAULT), TK * 8u);
+  assert_int_equal(f(&p, idx, EPF_INDEX_INT32), TK * 4u);
+  assert_int_equal(f(&p, idx, EPF_INDEX_INT64), TK * 8u);
+}
+
 static void c_epf_ll_recv_row(void) {
   int64_t (*f)(const epf_plan_t*, uint32_t, int, int, int) =
       F(int64_t(*)(const epf_plan_t*, uint32_t, int, int, int), epf_ll_recv_row);
@@ -810,7 +827,55 @@ static void c_epf_config_init(void) { F(void (*)(void*), epf_config_init)(NULL);
 static void c_epf_route_config_init(void) { F(void (*)(void*), epf_route_config_init)(NULL); }
 static void c_epf_wait_init(void) { F(void (*)(void*), epf_wait_init)(NULL); }
 static void c_epf_route_step_init(void) { F(void (*)(void*), epf_route_step_init)(NULL); }
-static void c_epf_ht_step_init(void) { F(void (*)(void*), epf_ht_step_init)(NULL); }
+/* the legacy epf_ht_step_init: zeroes the first 120 bytes (the smallest prefix-less step ever
+ * shipped) and nothing past them; the launchers then refuse the step (magic 0) */
+static void c_epf_ht_step_init(void) {
+  void (*f)(void*) = F(void (*)(void*), epf_ht_step_init);
+  const epf_plan_t p = ht_plan();
+  const epf_route_t r = fake_route(&p);
+  blob_t b;
+  f(NULL);
+  memset(&b, 0xAB, sizeof(b));
+  f(&b);
+  assert_true(all_bytes(b.b, 120, 0));
+  assert_true(all_bytes(b.b + 120, sizeof(b) - 120, 0xAB));
+  assert_int_equal(F(epf_status_t(*)(const epf_plan_t*, const epf_route_t*, const void*), epf_ht_check)(&p, &r, &b),
+                   EPF_ERR_STRUCT_VERSION);
+}
+
+/* epf_ht_step_init_sized: exactly `size` bytes, the prefix set; a size below the versioned layout
+ * (a mirror of the 120- or 144-byte step) is refused without a write */
+static void c_epf_ht_step_init_sized(void) {
+  epf_status_t (*f)(void*, size_t) = F(epf_status_t(*)(void*, size_t), epf_ht_step_init_sized);
+  const size_t n = epf_abi_sizeof("epf_ht_step_t");
+  blob_t b;
+  uint32_t prefix[3];
+  assert_true(n > 0 && n + 64 <= sizeof(b));
+  assert_int_equal(f(NULL, n), S_INVALID);
+  memset(&b, 0xAB, sizeof(b));
+  assert_int_equal(f(&b, 0), EPF_ERR_STRUCT_VERSION);
+  assert_int_equal(f(&b, 120), EPF_ERR_STRUCT_VERSION);
+  assert_int_equal(f(&b, 144), EPF_ERR_STRUCT_VERSION);
+  assert_int_equal(f(&b, n - 1), EPF_ERR_STRUCT_VERSION);
+  assert_true(all_bytes(&b, sizeof(b), 0xAB));
+#if SIZE_MAX > UINT32_MAX
+  assert_int_equal(f(&b, (size_t)UINT32_MAX + 1u), S_INVALID);
+#endif
+  assert_int_equal(f(&b, n), EPF_OK);
+  memcpy(prefix, b.b, sizeof(prefix));
+  assert_int_equal(prefix[0], n);
+  assert_int_equal(prefix[1], (uint32_t)constant("EPF_HT_STEP_MAGIC"));
+  assert_int_equal(prefix[2], (uint32_t)constant("EPF_HT_STEP_VERSION"));
+  assert_true(all_bytes(b.b + 12, n - 12, 0));
+  assert_true(all_bytes(b.b + n, sizeof(b) - n, 0xAB));
+  /* a newer caller's larger struct: all of it zeroed, its size recorded */
+  memset(&b, 0xAB, sizeof(b));
+  assert_int_equal(f(&b, n + 32), EPF_OK);
+  memcpy(prefix, b.b, sizeof(prefix));
+  assert_int_equal(prefix[0], n + 32);
+  assert_true(all_bytes(b.b + n, 32, 0));
+  assert_true(all_bytes(b.b + n + 32, sizeof(b) - n - 32, 0xAB));
+}
 static void c_epf_ll_dispatch_args_init(void) { F(void (*)(void*), epf_ll_dispatch_args_init)(NULL); }
 static void c_epf_ll_combine_args_init(void) { F(void (*)(void*), epf_ll_combine_args_init)(NULL); }
 
@@ -1029,6 +1094,8 @@ static const null_case_t cases[] = {
     CASE_NCCL(epf_nccl_comm_init_rank), CASE_NCCL(epf_nccl_comm_destroy), CASE_NCCL(epf_nccl_window_create),
     CASE_NCCL(epf_nccl_window_destroy), CASE_NCCL(epf_nccl_devcomm_create), CASE_NCCL(epf_nccl_devcomm_destroy),
     CASE_NCCL(epf_nccl_team_query), CASE_NCCL(epf_nccl_get_unique_id), CASE_NCCL(epf_nccl_version),
+    /* appended exports (issue #30) */
+    CASE(epf_ll_buffer_bytes), CASE(epf_ht_step_init_sized),
 };
 #define NUM_CASES (sizeof(cases) / sizeof(cases[0]))
 

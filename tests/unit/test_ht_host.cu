@@ -42,6 +42,10 @@ static void fix_make(fix_t* f, int R, int layout, int push) {
   f->route.base = f->dummy;
   assert_int_equal(epf_route_layout_compute(&f->plan, &rc, &f->route.layout), EPF_OK);
   f->team = epf_team_affine(f->dummy, f->plan.total_bytes, R - 1, R);
+  {
+    const epf_ht_step_t init = EPF_HT_STEP_INIT;
+    f->step = init;
+  }
   f->step.x = f->dummy;
   f->step.topk_weights = (const float*)f->dummy;
   f->step.out = f->dummy;
