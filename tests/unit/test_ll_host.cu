@@ -117,7 +117,7 @@ static void test_plan_checks(void** state) {
 static void test_layout(void** state) {
   (void)state;
   for (int it = 0; it < 300; ++it) {
-    const int R = rnd_in(1, 9), EL = rnd_in(1, 6), K = rnd_in(1, 9), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
+    const int R = rnd_in(1, 9), EL = rnd_in(1, 6), K = epf__min_i(rnd_in(1, 9), R * EL), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
     epf_config_t c = ll_config(R, R * EL, K, H, T);
     epf_plan_t p;
     unsigned char* seen;
@@ -268,7 +268,7 @@ static void test_smem(void** state) {
   assert_true(epf_ll_smem_bytes(&p, 64) >= (size_t)EPF__LL_HDR_BYTES); /* the clean's scratch */
   /* the carve-up: every block's part inside its stage's size, the slot tables cover T * K pairs */
   for (int it = 0; it < 200; ++it) {
-    const int R = rnd_in(1, 9), EL = rnd_in(1, 9), K = rnd_in(1, 9), T = rnd_in(1, 300);
+    const int R = rnd_in(1, 9), EL = rnd_in(1, 9), K = epf__min_i(rnd_in(1, 9), R * EL), T = rnd_in(1, 300);
     const int threads = 32 * rnd_in(1, 32);
     epf_config_t cc = ll_config(R, R * EL, K, 256, T);
     epf_plan_t q;
@@ -482,7 +482,7 @@ static void test_slots_match_route(void** state) {
 static void test_rm_layout(void** state) {
   (void)state;
   for (int it = 0; it < 300; ++it) {
-    const int R = rnd_in(1, 13), EL = rnd_in(1, 6), K = rnd_in(1, 32), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
+    const int R = rnd_in(1, 13), EL = rnd_in(1, 6), K = epf__min_i(rnd_in(1, 32), R * EL), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
     const int threads = 32 * rnd_in(1, 32);
     epf_config_t c = ll_config(R, R * EL, K, H, T);
     epf_plan_t p, pem;
