@@ -379,7 +379,7 @@ class Group:
                  em_view_scales=None, expert_rows=0, x_quantized=False, blocks_per_rank=0, topk_idx=None,
                  weight_grad=None, topk_weights_grad=None) -> _abi.HtStep:
         s = _abi.HtStep()
-        _abi.epf_ht_step_init(byref(s))
+        check(_abi.epf_ht_step_init_sized(byref(s), ctypes.sizeof(s)), "epf_ht_step_init_sized")  # size, magic, version
         s.x, s.x_scales, s.topk_weights, s.out = ptr(x), ptr(x_scales), ptr(topk_weights), ptr(out)
         s.expert_out, s.em_view, s.em_view_scales = ptr(expert_out), ptr(em_view), ptr(em_view_scales)
         s.state = self._state.ptr
@@ -472,8 +472,8 @@ class Group:
 
     # ---- LL --------------------------------------------------------------------------------------
     def ll_rank_bytes(self, which: int, index_dtype="int64") -> int:
-        """epf_ll_rank_bytes: bytes of one rank's LL buffer `which` (epf_ll_buffer_t)."""
-        return int(_abi.epf_ll_rank_bytes(byref(self.plan.c), int(which), _index_type(index_dtype)))
+        """epf_ll_buffer_bytes: bytes of one rank's LL buffer `which` (epf_ll_buffer_t)."""
+        return int(_abi.epf_ll_buffer_bytes(byref(self.plan.c), int(which), _index_type(index_dtype)))
 
     def ll_dispatch(self, x, topk_idx, topk_weights, recv_counts, *, num_tokens: Optional[int] = None,
                     index_dtype="int64", expert_counts=None, packed_x=None, packed_scales=None, packed_meta=None,
