@@ -92,8 +92,10 @@ typedef enum epf_status {
  *   names                                        a fixed non-NULL string ("UNKNOWN", ...)
  *   predicates                                   false
  *   a struct returned by value                   all zero
- * and a void function does nothing. Checks of EPF_HD accessors that device code calls on hot
- * paths run in host code only (the C ABI, bindings, host launchers): config.h, EPF__HOST_CHECK. */
+ * and a void function does nothing (except that an out-parameter a caller reads unconditionally
+ * still gets a defined value: epf_error_read, epf_ll_fixed_row_split). Checks of EPF_HD accessors
+ * that device code calls on hot paths run in host code only (the C ABI, bindings, host
+ * launchers): config.h, EPF__HOST_CHECK. */
 #define EPF_OFFSET_INVALID (~(uint64_t)0)
 #define EPF_ROW_INVALID ((int64_t)-1)
 

@@ -113,14 +113,19 @@ EPF_HD int64_t epf_ll_fixed_row(const epf_plan_t* plan, int local_expert, int sr
 }
 
 /* epf_ll_fixed_row_split — the inverse: (local_expert, src, slot) of fixed row `row` in
- *   [0, recv_capacity), for loops over the fixed order. A host call with a NULL pointer or row
- *   outside [0, recv_capacity) writes nothing. Scope: any thread. Pure. */
+ *   [0, recv_capacity), for loops over the fixed order. A host call with a NULL plan or row outside
+ *   [0, recv_capacity) sets every non-NULL output to -1; NULL outputs are never written.
+ *   Scope: any thread. Pure. */
 EPF_HD void epf_ll_fixed_row_split(const epf_plan_t* plan, int64_t row, int* out_local_expert, int* out_src,
                                    int* out_slot) {
   int64_t T, g;
   if (EPF__HOST_CHECK(plan == NULL || out_local_expert == NULL || out_src == NULL || out_slot == NULL || row < 0 ||
-                      row >= plan->recv_capacity || plan->max_tokens_per_rank < 1 || plan->nranks < 1))
+                      row >= plan->recv_capacity || plan->max_tokens_per_rank < 1 || plan->nranks < 1)) {
+    if (out_local_expert != NULL) *out_local_expert = -1;
+    if (out_src != NULL) *out_src = -1;
+    if (out_slot != NULL) *out_slot = -1;
     return;
+  }
   T = plan->max_tokens_per_rank;
   g = row / T;
   *out_local_expert = (int)(g / plan->nranks);
