@@ -23,6 +23,16 @@
 #endif
 #include "epfuse/capi.h"
 
+/* ---- legacy exports ------------------------------------------------------------------------------
+ * Names the headers no longer declare, kept in the library for binaries built before they were
+ * withdrawn (capi_api.def is append only). Defined below; CHANGELOG.md says what each does now. */
+EPF_BEGIN_DECLS
+/* was ll.cuh's epf_ll_rank_bytes(plan, which, index_type): now epf_ll_buffer_bytes */
+EPF_CAPI_FN uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, int which, int index_type);
+/* was capi.h's epf_ht_step_init(s): now EPF_HT_STEP_INIT / epf_ht_step_init_sized */
+EPF_CAPI_FN void epf_ht_step_init(struct epf_ht_step* s);
+EPF_END_DECLS
+
 /* ---- emit every exported header function (its address forces a definition) ------------------- */
 #define EPF_CAPI(name) (const void*)&name,
 #if EPF_CAPI_WITH_NCCL
@@ -113,6 +123,7 @@ int64_t epf_abi_constant(const char* name) {
       EPF__K(EPF_LL_BUF_PACKED_SCALES), EPF__K(EPF_LL_BUF_PACKED_META), EPF__K(EPF_LL_BUF_ROUND), EPF__K(EPF_LL_BUF_Y), EPF__K(EPF_LL_BUF_WEIGHT_GRAD),
       EPF__K(EPF_FLAG_FAULT_TOLERANT), EPF__K(EPF_FLAG_COMBINE_PUSH), EPF__K(EPF_FLAG_SCALE_UE8M0),
       EPF__K(EPF_FLAG_MX_SCALE_FLOOR),
+      EPF__K(EPF_HT_STEP_MAGIC), EPF__K(EPF_HT_STEP_VERSION), EPF__K(EPF_HT_STEP_MIN_SIZE),
 #undef EPF__K
   };
   size_t i;
@@ -142,8 +153,36 @@ void epf_route_step_init(struct epf_route_step* s) {
   if (s != NULL) *s = epf_route_step_make(NULL, 0, epf_wait_make(0, NULL, NULL, 0));
 }
 
+epf_status_t epf_ht_step_init_sized(struct epf_ht_step* s, size_t size) {
+  if (s == NULL || size > (size_t)UINT32_MAX) return EPF_ERR_INVALID_ARGUMENT;
+  if (size < (size_t)EPF_HT_STEP_MIN_SIZE) return EPF_ERR_STRUCT_VERSION; /* nothing written */
+  memset(s, 0, size);
+  s->size = (uint32_t)size;
+  s->magic = EPF_HT_STEP_MAGIC;
+  s->version = EPF_HT_STEP_VERSION;
+  return EPF_OK;
+}
+
+/* The legacy epf_ht_step_init: the caller's struct may be any prefix-less epf_ht_step_t ever
+ * shipped (120 bytes in v0.1, 144 with the training fields), so it zeroes the smallest of them and
+ * nothing past it. A zero magic then makes every launcher refuse the step with
+ * EPF_ERR_STRUCT_VERSION: the caller has to move to EPF_HT_STEP_INIT / epf_ht_step_init_sized. */
+#define EPF__HT_STEP_PREFIXLESS_BYTES 120u
+EPF_STATIC_ASSERT(EPF__HT_STEP_PREFIXLESS_BYTES < sizeof(epf_ht_step_t), "the legacy init writes less than a step");
 void epf_ht_step_init(struct epf_ht_step* s) {
-  if (s != NULL) memset(s, 0, sizeof(*s));
+  if (s != NULL) memset(s, 0, EPF__HT_STEP_PREFIXLESS_BYTES);
+}
+
+/* The legacy epf_ll_rank_bytes: its third argument meant "ids are int64" (0 int32, nonzero int64)
+ * until it became an epf_index_type_t (0 DEFAULT = int64, 1 INT32, 2 INT64), with no change of
+ * name, so a binary may mean either. For the ids' buffer, 0 and 1 are ambiguous and get the size
+ * sentinel 0 (nothing to allocate, instead of a buffer of half the size); 2 is int64 in both
+ * meanings. The other buffers never depended on it. Everything else as epf_ll_buffer_bytes. */
+uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, int which, int index_type) {
+  if (which < 0 || which > (int)EPF_LL_BUF_WEIGHT_GRAD) return 0u;
+  if (which == (int)EPF_LL_BUF_TOPK_IDX)
+    return index_type == (int)EPF_INDEX_INT64 ? epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT64) : 0u;
+  return epf_ll_buffer_bytes(plan, (epf_ll_buffer_t)which, EPF_INDEX_DEFAULT);
 }
 
 void epf_ll_dispatch_args_init(struct epf_ll_dispatch_args* a) {
@@ -224,7 +263,10 @@ const char* epf_cuda_error_string(int cuda_error) {
 
 /* ---- CUDA runtime calls ------------------------------------------------------------------------- */
 
-epf_status_t epf_cuda_set_device(int device) { return epf__cuda_status(cudaSetDevice(device)); }
+epf_status_t epf_cuda_set_device(int device) {
+  if (device < 0) return EPF_ERR_INVALID_ARGUMENT;
+  return epf__cuda_status(cudaSetDevice(device));
+}
 
 epf_status_t epf_cuda_get_device(int* device) {
   if (device == NULL) return EPF_ERR_INVALID_ARGUMENT;
@@ -250,7 +292,10 @@ epf_status_t epf_cuda_malloc(void** out, size_t bytes) {
   return epf__cuda_status(cudaMalloc(out, bytes));
 }
 
-epf_status_t epf_cuda_free(void* p) { return epf__cuda_status(cudaFree(p)); }
+epf_status_t epf_cuda_free(void* p) {
+  if (p == NULL) return EPF_OK; /* like free(NULL); no CUDA call (cudaFree(NULL) would create a context) */
+  return epf__cuda_status(cudaFree(p));
+}
 
 epf_status_t epf_cuda_host_alloc_mapped(void** host, void** device, size_t bytes) {
   cudaError_t e;
@@ -269,17 +314,26 @@ epf_status_t epf_cuda_host_alloc_mapped(void** host, void** device, size_t bytes
   return epf__cuda_status(e);
 }
 
-epf_status_t epf_cuda_free_host(void* host) { return epf__cuda_status(cudaFreeHost(host)); }
+epf_status_t epf_cuda_free_host(void* host) {
+  if (host == NULL) return EPF_OK;
+  return epf__cuda_status(cudaFreeHost(host));
+}
 
 epf_status_t epf_cuda_memset_async(void* p, int value, size_t bytes, void* stream) {
+  if (bytes == 0) return EPF_OK;
+  if (p == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf__cuda_status(cudaMemsetAsync(p, value, bytes, (cudaStream_t)stream));
 }
 
 epf_status_t epf_cuda_memcpy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return EPF_OK;
+  if (dst == NULL || src == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf__cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
 epf_status_t epf_cuda_memcpy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return EPF_OK;
+  if (dst == NULL || src == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf__cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
 }
 

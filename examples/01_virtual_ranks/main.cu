@@ -601,8 +601,7 @@ static int run_ht(opts_t o, const inputs_t* in, uint64_t* seed) {
 
   // example-begin ht_round
   epf_route_step_t rs = epf_route_step_make(d_topk, T, epf_wait_make(plan.timeout_ns, rec_d, NULL, 0));
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = d_x;                  /* [R][T][H] BF16, packed per virtual rank */
   hs.topk_weights = d_w;       /* [R][T][K] */
   hs.out = d_out;              /* [R][T][H] BF16 combine output */
@@ -807,24 +806,24 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   uint32_t* d_round;
   uint16_t* d_y = NULL;
   epf_ll_state_t* d_state;
-  upload_inputs(&o, in, &d_x, &d_topk, &d_w); /* [R][T][...]: the epf_ll_rank_bytes strides */
-  EX_CK(cudaMalloc(&d_out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
-  EX_CK(cudaMalloc(&d_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
-  EX_CK(cudaMalloc(&d_round, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_ROUND, 0)));
+  upload_inputs(&o, in, &d_x, &d_topk, &d_w); /* [R][T][...]: the epf_ll_buffer_bytes strides */
+  EX_CK(cudaMalloc(&d_out, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT)));
+  EX_CK(cudaMalloc(&d_counts, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT)));
+  EX_CK(cudaMalloc(&d_round, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_ROUND, EPF_INDEX_DEFAULT)));
   if (!in_place) {
-    EX_CK(cudaMalloc(&d_y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
-    EX_CK(cudaMemset(d_y, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+    EX_CK(cudaMalloc(&d_y, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT)));
+    EX_CK(cudaMemset(d_y, 0xEE, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT)));
   }
   if (rm) {
-    EX_CK(cudaMalloc(&d_view, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0)));
-    EX_CK(cudaMemset(d_view, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0)));
+    EX_CK(cudaMalloc(&d_view, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT)));
+    EX_CK(cudaMemset(d_view, 0xEE, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT)));
     if (plan.scale_bytes_per_row)
-      EX_CK(cudaMalloc(&d_view_scales, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0)));
+      EX_CK(cudaMalloc(&d_view_scales, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT)));
   }
   EX_CK(cudaMalloc(&d_state, R * sizeof(epf_ll_state_t)));
-  EX_CK(cudaMemset(d_out, 0xA7, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0))); /* poison */
-  EX_CK(cudaMemset(d_counts, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
-  EX_CK(cudaMemset(d_round, 0xEE, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_ROUND, 0)));
+  EX_CK(cudaMemset(d_out, 0xA7, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT))); /* poison */
+  EX_CK(cudaMemset(d_counts, 0xEE, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT)));
+  EX_CK(cudaMemset(d_round, 0xEE, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_ROUND, EPF_INDEX_DEFAULT)));
   epf_error_record_t *rec_h, *rec_d;
   record_make(&rec_h, &rec_d);
 
@@ -833,7 +832,7 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   EX_CS(epf_ll_state_reset(&L, 0)); /* epochs 0, everyone active (with the zeroed window) */
   epf_ll_dispatch_args_t da;
   memset(&da, 0, sizeof(da));
-  da.x = d_x;                  /* [R][T][H] BF16: per-rank buffers, epf_ll_rank_bytes apart */
+  da.x = d_x;                  /* [R][T][H] BF16: per-rank buffers, epf_ll_buffer_bytes apart */
   da.topk_idx = d_topk;        /* [R][T][K] int32 */
   da.index_type = EPF_INDEX_INT32; /* the ids' type (0 would mean int64, as for the route) */
   da.topk_weights = d_w;       /* [R][T][K], carried in the metadata rows */
@@ -867,7 +866,7 @@ static int run_ll(opts_t o, const epf_plan_t* ll_plan, const inputs_t* in, uint6
   /* ---- verify: error record, counts and round, then the same CPU reference as HT ------------- */
   if (record_check(rec_h)) return 1;
   {
-    const size_t cbytes = (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0);
+    const size_t cbytes = (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT);
     int32_t* counts = (int32_t*)malloc(cbytes);
     uint32_t* rounds = (uint32_t*)malloc((size_t)R * 4);
     EX_CK(cudaMemcpy(counts, d_counts, cbytes, cudaMemcpyDeviceToHost));

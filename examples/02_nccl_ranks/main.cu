@@ -182,8 +182,7 @@ static void* rank_main(void* arg) {
   EX_CK(cudaMemset(d_out, 0xA7, (size_t)T * H * 2));
 
   epf_route_step_t rs = epf_route_step_make(d_topk, T, epf_wait_make(plan.timeout_ns, rec_d, NULL, me));
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = d_x;
   hs.topk_weights = d_w;
   hs.out = d_out;

@@ -342,8 +342,7 @@ int main(int argc, char** argv) {
 
   const epf_wait_t wt = epf_wait_make(plan.timeout_ns, rec_d, NULL, 0);
   epf_route_step_t rs = epf_route_step_make(d_topk, T, wt);
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = d_x;
   hs.topk_weights = d_w;
   hs.state = d_state;

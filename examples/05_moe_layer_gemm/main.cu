@@ -573,8 +573,7 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
   EX_CK(cudaMallocHost((void**)&seg_h, sizeof(epf_route_segment_t) * E));
 
   epf_route_step_t rs = epf_route_step_make(dv.topk, T, epf_wait_make(plan.timeout_ns, rec_d, NULL, 0));
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = dv.x;
   hs.topk_weights = dv.w;
   hs.out = d_out;

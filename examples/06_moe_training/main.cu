@@ -663,7 +663,10 @@ static void layer_init(Layer& L, const Model& m, const Place& pl) {
   L.rs = epf_route_step_make(L.topk, Tm, wait);
   L.rs.num_tokens_dev = L.T;   /* T per rank, on the device (unequal here) */
 
-  memset(&L.fwd, 0, sizeof(L.fwd));
+  {
+    const epf_ht_step_t init = EPF_HT_STEP_INIT; /* the versioned prefix, every operand NULL */
+    L.fwd = init;
+  }
   L.fwd.x = L.x;               /* [R][Tmax][H] BF16 */
   L.fwd.topk_weights = L.w;    /* [R][Tmax][K] */
   L.fwd.out = L.y;             /* y [R][Tmax][H] BF16 */

@@ -13,6 +13,13 @@
  * host_nccl.h / nccl.cuh. Their contracts are in those headers. The plain-data structs they take
  * (epf_team_t, epf_wait_t, epf_route_step_t, epf_ht_step_t, epf_ll_*_args_t, epf_ll_launch_t) are
  * fixed-layout C structs; a binding mirrors them and checks each mirror with epf_abi_sizeof.
+ * epf_ht_step_t is versioned (size, magic, version first, as epf_config_t): fill it with
+ * epf_ht_step_init_sized(s, sizeof_your_mirror).
+ *
+ * Bad arguments: every export refuses NULL pointers and out-of-range ids without crashing — a
+ * status (EPF_ERR_INVALID_ARGUMENT or a more specific one) or, for a value-returning accessor, the
+ * sentinel its contract names (status.h: EPF_OFFSET_INVALID, EPF_ROW_INVALID, 0, NULL, a fixed
+ * name); a void function does nothing. docs/bindings.md has the table.
  *
  * Building an extension safely: every inline host function of the headers is a hidden symbol
  * (config.h, EPF__VISIBILITY), so two extensions that include the headers with different limits
@@ -31,7 +38,8 @@
  *   int          epf_abi_type_count(void); const char* epf_abi_type_name(int i)
  *   int64_t      epf_abi_constant(const char* name)             limits, phase bits, enumerators
  *   void         epf_config_init, epf_route_config_init, epf_wait_init, epf_route_step_init,
- *                epf_ht_step_init, epf_ll_dispatch_args_init, epf_ll_combine_args_init (struct*)
+ *                epf_ll_dispatch_args_init, epf_ll_combine_args_init (struct*)
+ *   epf_status_t epf_ht_step_init_sized(struct epf_ht_step*, size_t size)   the versioned HT step
  *   size_t       epf_error_describe(const epf_error_record_t*, char* buf, size_t buf_bytes)
  *   const char*  epf_cuda_error_string(int cuda_error)
  *   epf_status_t epf_cuda_set_device / _get_device / _device_count / _malloc / _free /
@@ -84,10 +92,14 @@ EPF_CAPI_FN const char* epf_abi_type_name(int i);
  *   "EPF_MAX_TOKENS_PER_RANK", "EPF_ALIGN", "EPF_MASK_WORDS", "EPF_HT_MAX_BLOCKS_PER_RANK"), the
  *   phase bits ("EPF_HT_SEND", "EPF_HT_RECV", "EPF_HT_BOTH", "EPF_LL_SEND", "EPF_LL_RECV", "EPF_LL_BOTH") and
  *   every enumerator of epf_mode_t, epf_layout_t, epf_payload_t, epf_scale_layout_t,
- *   epf_index_type_t, epf_ll_y_layout_t and epf_ll_buffer_t. -1 if unknown. */
+ *   epf_index_type_t, epf_ll_y_layout_t and epf_ll_buffer_t, and the versioned HT step's
+ *   "EPF_HT_STEP_MAGIC", "EPF_HT_STEP_VERSION", "EPF_HT_STEP_MIN_SIZE". -1 if unknown or NULL. */
 EPF_CAPI_FN int64_t epf_abi_constant(const char* name);
 
-/* ---- INIT functions: the *_INIT macros and zero-means-default structs, as calls ------------- */
+/* ---- INIT functions: the *_INIT macros and zero-means-default structs, as calls -------------
+ * Each writes exactly sizeof(its struct) bytes of this library's build (epf_abi_sizeof) and does
+ * nothing for NULL; the structs without a prefix (epf_wait_t, epf_route_step_t, epf_ll_*_args_t)
+ * are frozen at their size (tests/abi). epf_ht_step_t has a prefix and its init takes the size. */
 
 /* epf_config_init — *c = EPF_CONFIG_INIT (prefix set, every other field 0 = default). */
 EPF_CAPI_FN void epf_config_init(epf_config_t* c);
@@ -98,8 +110,17 @@ EPF_CAPI_FN void epf_route_config_init(epf_route_config_t* c);
 EPF_CAPI_FN void epf_wait_init(struct epf_wait* w);
 /* epf_route_step_init — all zero (no ids, T 0, default blocks), wait as epf_wait_init. */
 EPF_CAPI_FN void epf_route_step_init(struct epf_route_step* s);
-/* epf_ht_step_init — all zero: no buffers, default blocks, wait as epf_wait_init. */
-EPF_CAPI_FN void epf_ht_step_init(struct epf_ht_step* s);
+/* epf_ht_step_init_sized — *s = EPF_HT_STEP_INIT for a caller whose epf_ht_step_t is `size` bytes
+ *   (pass sizeof of your struct or mirror): zeroes exactly `size` bytes, then sets size = `size`,
+ *   magic and version — never a byte past what the caller owns. A larger size than this library's
+ *   (a newer caller) is fine: the launchers ignore the tail. Statuses: EPF_ERR_INVALID_ARGUMENT (s
+ *   NULL, size above UINT32_MAX), EPF_ERR_STRUCT_VERSION (size below EPF_HT_STEP_MIN_SIZE, e.g. a
+ *   mirror of the prefix-less layout; nothing written), EPF_OK.
+ *   (Replaces epf_ht_step_init(s), which wrote sizeof(epf_ht_step_t) of the LIBRARY's build into
+ *   the caller's struct: 24 bytes past a caller built against the 120-byte step. The old symbol
+ *   stays in the library for old binaries and zeroes only the first 120 bytes; launchers then
+ *   refuse the step with EPF_ERR_STRUCT_VERSION. CHANGELOG.md.) */
+EPF_CAPI_FN epf_status_t epf_ht_step_init_sized(struct epf_ht_step* s, size_t size);
 /* epf_ll_dispatch_args_init / epf_ll_combine_args_init — all zero (index type DEFAULT = INT64). */
 EPF_CAPI_FN void epf_ll_dispatch_args_init(struct epf_ll_dispatch_args* a);
 EPF_CAPI_FN void epf_ll_combine_args_init(struct epf_ll_combine_args* a);
@@ -111,37 +132,47 @@ EPF_CAPI_FN void epf_ll_combine_args_init(struct epf_ll_combine_args* a);
  *   (peer, address, wanted and seen epoch, elapsed time) and every nonzero counter (dropped
  *   routes, receive overflow, masked ranks). Writes at most buf_bytes bytes, always
  *   NUL-terminated when buf_bytes > 0; returns the length the whole sentence needs (without the
- *   NUL), like snprintf. rec NULL: "no error record". Scope: host. */
+ *   NUL), like snprintf. rec NULL: "no error record". buf NULL (any buf_bytes): nothing is
+ *   written, the length is still returned. Scope: host. */
 EPF_CAPI_FN size_t epf_error_describe(const epf_error_record_t* rec, char* buf, size_t buf_bytes);
 
 /* epf_cuda_error_string — cudaGetErrorString of a cudaError_t value (e.g. epf_cuda_last_error()),
  *   except on a machine without a CUDA driver or GPU: "no CUDA driver / no GPU found (<error name>)"
  *   for cudaErrorNoDevice, and for cudaErrorInsufficientDriver / cudaErrorStubLibrary when no
  *   libcuda.so.1 loads (the runtime's word for a missing driver); with a libcuda.so.1 that loads,
- *   cudaErrorInsufficientDriver reads "the CUDA driver is too old for this CUDA runtime (...)". */
+ *   cudaErrorInsufficientDriver reads "the CUDA driver is too old for this CUDA runtime (...)".
+ *   Never NULL: a value CUDA does not know gives its "unrecognized error code". No GPU needed. */
 EPF_CAPI_FN const char* epf_cuda_error_string(int cuda_error);
 
-/* ---- CUDA runtime calls for bindings (each EPF_OK or EPF_ERR_CUDA with epf_cuda_last_error) -- */
+/* ---- CUDA runtime calls for bindings (each EPF_OK or EPF_ERR_CUDA with epf_cuda_last_error) --
+ * Bad arguments are refused with EPF_ERR_INVALID_ARGUMENT before any CUDA call (so they need no
+ * GPU): a NULL out-pointer, a negative device, a NULL buffer with bytes > 0. A NULL stream is
+ * CUDA's legacy default stream (valid). */
 
-EPF_CAPI_FN epf_status_t epf_cuda_set_device(int device);
+EPF_CAPI_FN epf_status_t epf_cuda_set_device(int device); /* device < 0: EPF_ERR_INVALID_ARGUMENT */
 EPF_CAPI_FN epf_status_t epf_cuda_get_device(int* device);
 /* no CUDA driver or no GPU: EPF_OK with *count 0; a driver too old for the runtime: EPF_ERR_CUDA */
 EPF_CAPI_FN epf_status_t epf_cuda_device_count(int* count);
 EPF_CAPI_FN epf_status_t epf_cuda_malloc(void** out, size_t bytes);
-EPF_CAPI_FN epf_status_t epf_cuda_free(void* p);
-/* pinned, mapped host memory (error records, host-mapped totals): *host and its *device address */
+EPF_CAPI_FN epf_status_t epf_cuda_free(void* p); /* p NULL: EPF_OK, nothing to free (no CUDA call) */
+/* pinned, mapped host memory (error records, host-mapped totals): *host and its *device address;
+ * EPF_ERR_INVALID_ARGUMENT for host or device NULL or bytes 0 */
 EPF_CAPI_FN epf_status_t epf_cuda_host_alloc_mapped(void** host, void** device, size_t bytes);
-EPF_CAPI_FN epf_status_t epf_cuda_free_host(void* host);
+EPF_CAPI_FN epf_status_t epf_cuda_free_host(void* host); /* host NULL: EPF_OK (no CUDA call) */
+/* bytes 0: EPF_OK, nothing done (no CUDA call); p NULL: EPF_ERR_INVALID_ARGUMENT */
 EPF_CAPI_FN epf_status_t epf_cuda_memset_async(void* p, int value, size_t bytes, void* stream);
-/* cudaMemcpy with cudaMemcpyDefault (unified addressing: any direction), synchronous */
+/* cudaMemcpy with cudaMemcpyDefault (unified addressing: any direction), synchronous. bytes 0:
+ * EPF_OK, nothing done; dst or src NULL: EPF_ERR_INVALID_ARGUMENT (both without a CUDA call) */
 EPF_CAPI_FN epf_status_t epf_cuda_memcpy(void* dst, const void* src, size_t bytes);
-/* cudaMemcpyAsync with cudaMemcpyDefault on `stream` (capturable for device-to-device copies) */
+/* cudaMemcpyAsync with cudaMemcpyDefault on `stream` (capturable for device-to-device copies);
+ * bytes 0 and NULL buffers as epf_cuda_memcpy */
 EPF_CAPI_FN epf_status_t epf_cuda_memcpy_async(void* dst, const void* src, size_t bytes, void* stream);
 EPF_CAPI_FN epf_status_t epf_cuda_stream_synchronize(void* stream);
 
 /* ---- NCCL (only in a library built with NCCL: epf_abi_has_nccl() == 1) ----------------------- */
 
-/* epf_nccl_get_unique_id — ncclGetUniqueId into out (bytes >= sizeof(ncclUniqueId), 128). */
+/* epf_nccl_get_unique_id — ncclGetUniqueId into out (bytes >= sizeof(ncclUniqueId), 128).
+ *   EPF_ERR_INVALID_ARGUMENT for out NULL or fewer bytes, before any NCCL call. */
 EPF_CAPI_FN epf_status_t epf_nccl_get_unique_id(void* out, size_t bytes);
 /* epf_nccl_version — ncclGetVersion of the NCCL library loaded at run time (e.g. 22809), or -1. */
 EPF_CAPI_FN int epf_nccl_version(void);

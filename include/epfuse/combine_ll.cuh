@@ -104,8 +104,10 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
  *   never an EXPERT_OUT region): pull iff y_layout is EPF_LL_Y_PACKED_PULL and both payloads are
  *   BF16 (the pre-reduced partials overwrite their receive rows). The send half acts on it and tells
  *   the sources in the signal word; a receive half uses it only as the hint to build its slot
- *   table early. Scope: any thread, host or device. Pure. */
+ *   table early. A host call with a NULL plan gets false (EPF__HOST_CHECK). Scope: any thread,
+ *   host or device. Pure. */
 EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
+  if (EPF__HOST_CHECK(plan == NULL)) return false;
   if (plan->layout == EPF_LAYOUT_RANK_MAJOR) /* combine_ll_rm.cuh: no EXPERT_OUT region */
     return y_layout == EPF_LL_Y_PACKED_PULL && plan->payload == EPF_PAYLOAD_BF16 &&
            plan->combine_payload == EPF_PAYLOAD_BF16;

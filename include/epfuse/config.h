@@ -19,7 +19,8 @@
  *   EPF_MAX_EXPERTS      1024.                                                             agree.
  *   EPF_MAX_TOPK         32.                                                               agree.
  *   EPF_MAX_TOKENS_PER_RANK 65536.                                                         agree.
- *   EPF_ALIGN            256: alignment of every window region, in bytes (power of two, >= 128).
+ *   EPF_ALIGN            256: alignment of every window region, in bytes (power of two in
+ *                        [128, 2^30]).                                                     agree.
  *
  * Contents:
  *   EPF_BEGIN_DECLS / EPF_END_DECLS       extern "C" { } under C++; empty in C
@@ -28,7 +29,8 @@
  *   EPF_HOST_DEVICE_INLINE / EPF_HD       callable from host and device
  *   EPF_DEVICE_INLINE                     __device__ __forceinline__ (CUDA only)
  *   EPF_RESTRICT, EPF_ALIGNAS(n), EPF_STATIC_ASSERT(c, msg)
- *   EPF_CONFIG_SIGNATURE                  fold of the "agree" options
+ *   EPF__HOST_CHECK(c)                    (private) an argument check of a host-and-device accessor
+ *   EPF_CONFIG_SIGNATURE                  the "agree" options packed into 64 bits, one field each
  *
  * Requirements: C11 or C++17; CUDA >= 12.8 for the device headers.
  */
@@ -123,6 +125,17 @@ typedef unsigned long long uintptr_t;
 #endif
 #define EPF_HD EPF_HOST_DEVICE_INLINE
 
+/* EPF__HOST_CHECK(c) — an argument check (NULL, an id out of range) of an EPF_HD accessor that
+ * device code calls on a hot path (epf_plan_*_offset, epf_route_ptr, the LL row accessors): `c` in
+ * host code — the C ABI, bindings and host launchers, where a NULL from ctypes must become a
+ * sentinel instead of a crash — and constant false in device code, whose arguments come from the
+ * library's own kernels: the device code is the same instructions as without the check. */
+#if EPF_IS_DEVICE_PASS
+#define EPF__HOST_CHECK(c) 0
+#else
+#define EPF__HOST_CHECK(c) (c)
+#endif
+
 #if defined(__cplusplus) || defined(_MSC_VER)
 #define EPF_RESTRICT __restrict__
 #else
@@ -194,20 +207,96 @@ typedef unsigned long long uintptr_t;
 #define EPF_ALIGN 256
 #endif
 
-EPF_STATIC_ASSERT(EPF_MAX_RANKS >= 1 && EPF_MAX_RANKS <= 1024, "EPF_MAX_RANKS out of range");
-EPF_STATIC_ASSERT(EPF_MAX_EXPERTS >= 1 && EPF_MAX_EXPERTS <= 65535, "EPF_MAX_EXPERTS out of range");
-EPF_STATIC_ASSERT(EPF_MAX_TOPK >= 1 && EPF_MAX_TOPK <= 64, "EPF_MAX_TOPK out of range");
-EPF_STATIC_ASSERT(EPF_MAX_TOKENS_PER_RANK >= 1 && EPF_MAX_TOKENS_PER_RANK <= (1 << 24),
-                  "EPF_MAX_TOKENS_PER_RANK out of range");
-EPF_STATIC_ASSERT(EPF_ALIGN >= 128 && (EPF_ALIGN & (EPF_ALIGN - 1)) == 0,
-                  "EPF_ALIGN must be a power of two >= 128");
+/* The allowed range of each limit (and the widths of EPF_CONFIG_SIGNATURE follow from them). */
+#define EPF__MAX_RANKS_LIMIT 1024
+#define EPF__MAX_EXPERTS_LIMIT 65535
+#define EPF__MAX_TOPK_LIMIT 64
+#define EPF__MAX_TOKENS_LIMIT (1 << 24)
+#define EPF__ALIGN_LIMIT (1 << 30)
 
-/* Every option that changes the window layout or the protocol, folded into one number. The setup
- * handshake hashes it with the resolved config, so ranks built with different limits refuse to
- * talk instead of corrupting each other's memory. */
-#define EPF_CONFIG_SIGNATURE                                                                  \
-  ((uint64_t)EPF_MAX_RANKS | ((uint64_t)EPF_MAX_EXPERTS << 12) | ((uint64_t)EPF_MAX_TOPK << 28) | \
-   ((uint64_t)EPF_ALIGN << 36) | ((uint64_t)EPF_ENABLE_TIMEOUT << 52))
+EPF_STATIC_ASSERT(EPF_MAX_RANKS >= 1 && EPF_MAX_RANKS <= EPF__MAX_RANKS_LIMIT, "EPF_MAX_RANKS out of range");
+EPF_STATIC_ASSERT(EPF_MAX_EXPERTS >= 1 && EPF_MAX_EXPERTS <= EPF__MAX_EXPERTS_LIMIT, "EPF_MAX_EXPERTS out of range");
+EPF_STATIC_ASSERT(EPF_MAX_TOPK >= 1 && EPF_MAX_TOPK <= EPF__MAX_TOPK_LIMIT, "EPF_MAX_TOPK out of range");
+EPF_STATIC_ASSERT(EPF_MAX_TOKENS_PER_RANK >= 1 && EPF_MAX_TOKENS_PER_RANK <= EPF__MAX_TOKENS_LIMIT,
+                  "EPF_MAX_TOKENS_PER_RANK out of range");
+EPF_STATIC_ASSERT(EPF_ALIGN >= 128 && EPF_ALIGN <= EPF__ALIGN_LIMIT && (EPF_ALIGN & (EPF_ALIGN - 1)) == 0,
+                  "EPF_ALIGN must be a power of two in [128, 2^30]");
+
+/* ---- EPF_CONFIG_SIGNATURE: every "agree" option, one bit field each --------------------------
+ * Every option that changes the window layout or the protocol, packed into one 64-bit number. The
+ * setup handshake hashes it with the resolved config (epf_config_hash) and epf_build_signature
+ * hashes it with the struct versions, so ranks or plans built with different limits refuse each
+ * other instead of corrupting memory. Each field has its own bits, wide enough for every allowed
+ * value of its option (the asserts below), so two different builds never pack to the same number:
+ *   bits  0..9   EPF_MAX_RANKS - 1            [0, 1023]
+ *   bits 10..25  EPF_MAX_EXPERTS - 1          [0, 65534]
+ *   bits 26..31  EPF_MAX_TOPK - 1             [0, 63]
+ *   bits 32..55  EPF_MAX_TOKENS_PER_RANK - 1  [0, 2^24 - 1]
+ *   bits 56..60  log2(EPF_ALIGN)              [7, 30]
+ *   bit  61      EPF_ENABLE_TIMEOUT != 0
+ *   bits 62..63  0
+ * (Until issue #30 EPF_ALIGN was packed whole at bit 36, so EPF_ALIGN >= 65536 ran into the
+ * timeout bit at 52, and EPF_MAX_TOKENS_PER_RANK was not packed.) EPF__SIG_PACK packs any values,
+ * EPF__SIG_GET(sig, FIELD) unpacks one (tests/unit/test_signature.c). */
+#define EPF__SIG_RANKS_SHIFT 0
+#define EPF__SIG_RANKS_BITS 10
+#define EPF__SIG_EXPERTS_SHIFT 10
+#define EPF__SIG_EXPERTS_BITS 16
+#define EPF__SIG_TOPK_SHIFT 26
+#define EPF__SIG_TOPK_BITS 6
+#define EPF__SIG_TOKENS_SHIFT 32
+#define EPF__SIG_TOKENS_BITS 24
+#define EPF__SIG_ALIGN_SHIFT 56
+#define EPF__SIG_ALIGN_BITS 5
+#define EPF__SIG_TIMEOUT_SHIFT 61
+#define EPF__SIG_TIMEOUT_BITS 1
+
+/* the fields follow each other without overlap, inside 64 bits */
+EPF_STATIC_ASSERT(EPF__SIG_EXPERTS_SHIFT == EPF__SIG_RANKS_SHIFT + EPF__SIG_RANKS_BITS, "signature: RANKS | EXPERTS");
+EPF_STATIC_ASSERT(EPF__SIG_TOPK_SHIFT == EPF__SIG_EXPERTS_SHIFT + EPF__SIG_EXPERTS_BITS, "signature: EXPERTS | TOPK");
+EPF_STATIC_ASSERT(EPF__SIG_TOKENS_SHIFT >= EPF__SIG_TOPK_SHIFT + EPF__SIG_TOPK_BITS, "signature: TOPK | TOKENS");
+EPF_STATIC_ASSERT(EPF__SIG_ALIGN_SHIFT == EPF__SIG_TOKENS_SHIFT + EPF__SIG_TOKENS_BITS, "signature: TOKENS | ALIGN");
+EPF_STATIC_ASSERT(EPF__SIG_TIMEOUT_SHIFT == EPF__SIG_ALIGN_SHIFT + EPF__SIG_ALIGN_BITS, "signature: ALIGN | TIMEOUT");
+EPF_STATIC_ASSERT(EPF__SIG_TIMEOUT_SHIFT + EPF__SIG_TIMEOUT_BITS <= 64, "signature: 64 bits");
+/* each field holds the largest value its option may take */
+EPF_STATIC_ASSERT(EPF__MAX_RANKS_LIMIT - 1 < (1ll << EPF__SIG_RANKS_BITS), "signature: EPF_MAX_RANKS field too narrow");
+EPF_STATIC_ASSERT(EPF__MAX_EXPERTS_LIMIT - 1 < (1ll << EPF__SIG_EXPERTS_BITS), "signature: EPF_MAX_EXPERTS field too narrow");
+EPF_STATIC_ASSERT(EPF__MAX_TOPK_LIMIT - 1 < (1ll << EPF__SIG_TOPK_BITS), "signature: EPF_MAX_TOPK field too narrow");
+EPF_STATIC_ASSERT(EPF__MAX_TOKENS_LIMIT - 1 < (1ll << EPF__SIG_TOKENS_BITS), "signature: EPF_MAX_TOKENS_PER_RANK field too narrow");
+EPF_STATIC_ASSERT(30 < (1ll << EPF__SIG_ALIGN_BITS) && EPF__ALIGN_LIMIT == (1 << 30), "signature: EPF_ALIGN field too narrow");
+EPF_STATIC_ASSERT(1 < (1ll << EPF__SIG_TIMEOUT_BITS), "signature: EPF_ENABLE_TIMEOUT field too narrow");
+
+/* log2 of a power of two in [1, 2^30] (a constant expression) */
+#define EPF__LOG2_POW2(x)                                                                                   \
+  ((int)(((unsigned long long)(x) >> 1) != 0) + (int)(((unsigned long long)(x) >> 2) != 0) +                 \
+   (int)(((unsigned long long)(x) >> 3) != 0) + (int)(((unsigned long long)(x) >> 4) != 0) +                 \
+   (int)(((unsigned long long)(x) >> 5) != 0) + (int)(((unsigned long long)(x) >> 6) != 0) +                 \
+   (int)(((unsigned long long)(x) >> 7) != 0) + (int)(((unsigned long long)(x) >> 8) != 0) +                 \
+   (int)(((unsigned long long)(x) >> 9) != 0) + (int)(((unsigned long long)(x) >> 10) != 0) +                \
+   (int)(((unsigned long long)(x) >> 11) != 0) + (int)(((unsigned long long)(x) >> 12) != 0) +               \
+   (int)(((unsigned long long)(x) >> 13) != 0) + (int)(((unsigned long long)(x) >> 14) != 0) +               \
+   (int)(((unsigned long long)(x) >> 15) != 0) + (int)(((unsigned long long)(x) >> 16) != 0) +               \
+   (int)(((unsigned long long)(x) >> 17) != 0) + (int)(((unsigned long long)(x) >> 18) != 0) +               \
+   (int)(((unsigned long long)(x) >> 19) != 0) + (int)(((unsigned long long)(x) >> 20) != 0) +               \
+   (int)(((unsigned long long)(x) >> 21) != 0) + (int)(((unsigned long long)(x) >> 22) != 0) +               \
+   (int)(((unsigned long long)(x) >> 23) != 0) + (int)(((unsigned long long)(x) >> 24) != 0) +               \
+   (int)(((unsigned long long)(x) >> 25) != 0) + (int)(((unsigned long long)(x) >> 26) != 0) +               \
+   (int)(((unsigned long long)(x) >> 27) != 0) + (int)(((unsigned long long)(x) >> 28) != 0) +               \
+   (int)(((unsigned long long)(x) >> 29) != 0) + (int)(((unsigned long long)(x) >> 30) != 0))
+
+/* one field: `value` (already offset: limit - 1, log2, 0/1) masked to its width, at its place */
+#define EPF__SIG_FIELD(value, FIELD) \
+  (((uint64_t)(value) & ((1ull << EPF__SIG_##FIELD##_BITS) - 1u)) << EPF__SIG_##FIELD##_SHIFT)
+#define EPF__SIG_PACK(max_ranks, max_experts, max_topk, max_tokens, align_log2, timeout)                       \
+  (EPF__SIG_FIELD((max_ranks) - 1, RANKS) | EPF__SIG_FIELD((max_experts) - 1, EXPERTS) |                         \
+   EPF__SIG_FIELD((max_topk) - 1, TOPK) | EPF__SIG_FIELD((max_tokens) - 1, TOKENS) |                             \
+   EPF__SIG_FIELD(align_log2, ALIGN) | EPF__SIG_FIELD((timeout) != 0, TIMEOUT))
+#define EPF__SIG_GET(sig, FIELD) \
+  (((uint64_t)(sig) >> EPF__SIG_##FIELD##_SHIFT) & ((1ull << EPF__SIG_##FIELD##_BITS) - 1u))
+
+#define EPF_CONFIG_SIGNATURE                                                                        \
+  EPF__SIG_PACK(EPF_MAX_RANKS, EPF_MAX_EXPERTS, EPF_MAX_TOPK, EPF_MAX_TOKENS_PER_RANK, EPF__LOG2_POW2(EPF_ALIGN), \
+                EPF_ENABLE_TIMEOUT)
 
 #endif /* EPF_CONFIG_H */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -34,8 +34,8 @@ EPF_BEGIN_DECLS
   case name:                                           \
     return message;
 
-/* epf_status_name — the enumerator's name, e.g. "EPF_ERR_TOPK"; "EPF_STATUS_UNKNOWN" otherwise.
- *   Scope: any thread, host or device. Never NULL. */
+/* epf_status_name — the enumerator's name, e.g. "EPF_ERR_TOPK"; "EPF_STATUS_UNKNOWN" (the name
+ *   sentinel) for a value outside the list. Scope: any thread, host or device. Never NULL. */
 EPF_HD const char* epf_status_name(epf_status_t status) {
   switch (status) {
     EPF_STATUS_LIST(EPF__STATUS_NAME_CASE)
@@ -44,7 +44,8 @@ EPF_HD const char* epf_status_name(epf_status_t status) {
   }
 }
 
-/* epf_status_message — one sentence that says what is wrong. Never NULL. */
+/* epf_status_message — one sentence that says what is wrong; "unknown status code" for a value
+ *   outside the list. Never NULL. */
 EPF_HD const char* epf_status_message(epf_status_t status) {
   switch (status) {
     EPF_STATUS_LIST(EPF__STATUS_MESSAGE_CASE)
@@ -87,11 +88,38 @@ typedef struct epf_error_record {
 } epf_error_record_t;
 
 #if !defined(__CUDACC_RTC__) /* host functions (NVRTC compiles device code only) */
+/* zero a record field by field (no <string.h>) */
+EPF_INLINE void epf__zero_record(epf_error_record_t* out) {
+  out->status = 0u;
+  out->count = 0u;
+  out->valid = 0u;
+  out->waiter_rank = 0;
+  out->waiter_block = 0;
+  out->waiter_thread = 0;
+  out->peer = 0;
+  out->reserved = 0u;
+  out->address = 0u;
+  out->wanted = 0u;
+  out->seen = 0u;
+  out->elapsed_ns = 0u;
+  out->dropped_routes = 0u;
+  out->recv_overflow = 0u;
+  out->masked_ranks = 0u;
+  out->reserved2 = 0u;
+}
+
 /* epf_error_read — copy the record the device writes, from the host, without a device sync.
  *   rec: the host pointer of host-mapped memory. Word-by-word volatile reads; `valid` is read
- *   first, so when out->valid == 1 the diagnostic fields belong to out->status. */
+ *   first, so when out->valid == 1 the diagnostic fields belong to out->status. out NULL: nothing
+ *   is read or written. rec NULL: *out is zeroed (no record, so nothing recorded: status 0), so
+ *   *out is always fully written when out is not NULL. */
 EPF_INLINE void epf_error_read(const epf_error_record_t* rec, epf_error_record_t* out) {
   const volatile epf_error_record_t* r = (const volatile epf_error_record_t*)rec;
+  if (out == NULL) return;
+  if (rec == NULL) {
+    epf__zero_record(out);
+    return;
+  }
   out->valid = r->valid;
   out->status = r->status;
   out->count = r->count;
@@ -111,10 +139,11 @@ EPF_INLINE void epf_error_read(const epf_error_record_t* rec, epf_error_record_t
 }
 
 /* epf_error_clear — zero the record from the host. Only while no kernel that may report into it
- *   is running (after a stream or event sync). */
+ *   is running (after a stream or event sync). rec NULL: nothing to do. */
 EPF_INLINE void epf_error_clear(epf_error_record_t* rec) {
   volatile unsigned char* b = (volatile unsigned char*)rec;
   size_t n;
+  if (rec == NULL) return;
   for (n = 0; n < sizeof(*rec); ++n) b[n] = 0;
 }
 #endif

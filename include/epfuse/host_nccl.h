@@ -299,12 +299,14 @@ EPF_INLINE epf_status_t epf_nccl_window_create(ncclComm_t comm, size_t bytes, do
 }
 
 /* epf_nccl_window_destroy — deregister (finished against the deadline), then ncclMemFree.
- *   EPF_ERR_INVALID_ARGUMENT, with *win untouched, for win NULL or a NaN, infinite or negative
- *   timeout_s. Scope: host; collective. Safe on a zeroed struct. */
+ *   EPF_ERR_INVALID_ARGUMENT, with *win untouched, for win NULL, a NaN, infinite or negative
+ *   timeout_s, or comm NULL while win holds a registered window (NCCL would dereference it).
+ *   Scope: host; collective. Safe on a zeroed struct (then comm may be NULL). */
 EPF_INLINE epf_status_t epf_nccl_window_destroy(ncclComm_t comm, epf_nccl_window_t* win,
                                                 double timeout_s) {
   epf_status_t st = EPF_OK;
-  if (win == NULL || !epf__timeout_ok(timeout_s)) return EPF_ERR_INVALID_ARGUMENT;
+  if (win == NULL || !epf__timeout_ok(timeout_s) || (comm == NULL && win->window != NULL))
+    return EPF_ERR_INVALID_ARGUMENT;
   if (win->window != NULL) st = epf_nccl_wait(comm, ncclCommWindowDeregister(comm, win->window), timeout_s);
   if (win->ptr != NULL && ncclMemFree(win->ptr) != ncclSuccess && st == EPF_OK) st = EPF_ERR_NCCL;
   win->ptr = NULL;

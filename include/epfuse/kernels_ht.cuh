@@ -27,7 +27,8 @@
  * expert outputs / expert-major view at r * expert_rows rows (see epf_ht_step_t).
  *
  * Contents:
- *   epf_ht_state_t, epf_ht_step_t, EPF_HT_THREADS (EPF_HT_SEND / _RECV / _BOTH: ht.cuh)
+ *   epf_ht_state_t, epf_ht_step_t + EPF_HT_STEP_INIT (versioned: size / magic / version first),
+ *   EPF_HT_THREADS (EPF_HT_SEND / _RECV / _BOTH: ht.cuh)
  *   epf_ht_dispatch_kernel, epf_ht_expand_kernel, epf_ht_combine_kernel   the kernels the launchers run
  *   epf_status_t epf_ht_check(const epf_plan_t*, const epf_route_t*, const epf_ht_step_t*)       [host]
  *   epf_status_t epf_ht_dispatch(const epf_route_t*, epf_team_t, const epf_plan_t*, const epf_ht_step_t*,
@@ -85,8 +86,22 @@ typedef struct epf_ht_state {
  * must also be co-resident (EPF_ERR_CO_RESIDENCY). */
 #define EPF_HT_MAX_BLOCKS_PER_RANK 1024
 
-/* Per-step operands (captured by value in a CUDA graph). */
+/* The step is a versioned struct (as epf_config_t, NCCL's ncclConfig_t): size, magic and version
+ * first, set by EPF_HT_STEP_INIT (or, from a binding, epf_ht_step_init_sized of capi.h); fields are
+ * only ever appended. Every launcher and epf_ht_check refuses a step whose magic is not
+ * EPF_HT_STEP_MAGIC, whose version is 0 or whose size is below the first versioned layout
+ * (EPF_HT_STEP_MIN_SIZE) with EPF_ERR_STRUCT_VERSION, before reading any other field: a step
+ * filled by code compiled against an older, prefix-less epf_ht_step_t (120 or 144 bytes) is
+ * refused instead of read past its end. A larger (newer) step is accepted; its tail is ignored. */
+#define EPF_HT_STEP_MAGIC 0x53485045u /* "EPHS" little-endian */
+#define EPF_HT_STEP_VERSION 1u        /* 1: the first versioned layout (160 bytes on LP64) */
+
+/* Per-step operands (captured by value in a CUDA graph). Initialize with EPF_HT_STEP_INIT. */
 typedef struct epf_ht_step {
+  uint32_t size;              /* sizeof(epf_ht_step_t) as the caller compiled it */
+  uint32_t magic;             /* EPF_HT_STEP_MAGIC */
+  uint32_t version;           /* EPF_HT_STEP_VERSION */
+  uint32_t reserved0;         /* must be 0 */
   const void* x;              /* [count][max_tokens] rows: BF16 [H], or plan.payload rows when x_quantized */
   const void* x_scales;       /* x_quantized with scales: [count][max_tokens][scale_bytes_per_row] compact */
   const float* topk_weights;  /* [count][max_tokens][top_k] */
@@ -127,6 +142,17 @@ typedef struct epf_ht_step {
                                  occurrence's), 0 for -1 / invalid ids and dropped copies */
 } epf_ht_step_t;
 
+/* The smallest step a launcher reads: version 1, the first layout with the prefix. When fields are
+ * appended this stays version 1's size, and a launcher reads an appended field only where
+ * step->size covers it (0 = the default otherwise). */
+#define EPF_HT_STEP_MIN_SIZE ((uint32_t)sizeof(epf_ht_step_t))
+
+/* EPF_HT_STEP_INIT — the prefix set, every other field 0 / NULL (zero means default: default
+ * blocks, the plan's timeout, no buffers). Every field is listed so -Wextra stays quiet. */
+#define EPF_HT_STEP_INIT                                                                                   \
+  {(uint32_t)sizeof(epf_ht_step_t), EPF_HT_STEP_MAGIC, EPF_HT_STEP_VERSION, 0u, NULL, NULL, NULL, NULL, NULL, \
+   NULL, NULL, NULL, 0, 0, 0, {0u, NULL, NULL, NULL, 0, 0}, NULL, NULL, NULL}
+
 /* epf__ht_kargs_t — the part of a step the kernels take by value: epf_ht_step_t up to `wait`, field
  * for field (the training fields reach the backward kernels as separate parameters). Why not the
  * whole step: a by-value kernel parameter struct above 128 bytes is compiled differently, and the
@@ -147,7 +173,8 @@ typedef struct epf__ht_kargs {
   epf_wait_t wait;
 } epf__ht_kargs_t;
 #if defined(__cplusplus) && !defined(__CUDACC_RTC__)
-static_assert(sizeof(epf__ht_kargs_t) == offsetof(epf_ht_step_t, topk_idx), "epf__ht_kargs_t: the leading fields of epf_ht_step_t");
+static_assert(sizeof(epf__ht_kargs_t) == offsetof(epf_ht_step_t, topk_idx) - offsetof(epf_ht_step_t, x),
+              "epf__ht_kargs_t: the fields of epf_ht_step_t from x to wait");
 #endif
 
 /* ---- kernels ----------------------------------------------------------------------------------- */
@@ -308,7 +335,10 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, 1)
 /* ---- host launchers ---------------------------------------------------------------------------- */
 
 /* epf_ht_check — validate a step against the plan and route before a launch (host; no CUDA calls).
- *   Statuses, in this order: EPF_ERR_INVALID_ARGUMENT (NULL plan / route / step / state),
+ *   Statuses, in this order: EPF_ERR_INVALID_ARGUMENT (NULL plan / route / step),
+ *   EPF_ERR_STRUCT_VERSION (the step's prefix: magic EPF_HT_STEP_MAGIC, version >= 1, size >=
+ *   EPF_HT_STEP_MIN_SIZE; nothing else of the step is read before it passes),
+ *   EPF_ERR_INVALID_ARGUMENT (step reserved0 != 0, NULL state),
  *   EPF_ERR_STRUCT_VERSION (plan or route handle prefix), EPF_ERR_MODE (not an HT plan),
  *   EPF_ERR_INVALID_ARGUMENT (route without memory, route count not 1 or plan.nranks),
  *   EPF_ERR_CONFIG_MISMATCH (route laid out for another plan, or without count exchange), the
@@ -317,7 +347,10 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, 1)
  *   expert_rows). */
 EPF_INLINE epf_status_t epf_ht_check(const epf_plan_t* plan, const epf_route_t* route, const epf_ht_step_t* step) {
   epf_status_t st;
-  if (plan == NULL || route == NULL || step == NULL || step->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (plan == NULL || route == NULL || step == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__check_prefix(step->size, step->magic, step->version, EPF_HT_STEP_MAGIC, EPF_HT_STEP_MIN_SIZE);
+  if (st != EPF_OK) return st;
+  if (step->reserved0 != 0u || step->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
   st = epf_plan_check(plan);
   if (st != EPF_OK) return st;
   st = epf__check_prefix(route->size, route->magic, route->version, EPF_ROUTE_HANDLE_MAGIC, (uint32_t)sizeof(epf_route_t));

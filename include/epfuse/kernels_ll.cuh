@@ -6,7 +6,7 @@
  *     grid is this rank's blocks;
  *   - VIRTUAL RANKS (virtual_ranks != 0): `team` is epf_team_virtual(base, plan.total_bytes, 0, R)
  *     over one allocation of R slices; block b plays rank b / blocks_per_rank; `state` and every
- *     operand pointer are arrays of R per-rank buffers (epf_ll_rank_bytes strides).
+ *     operand pointer are arrays of R per-rank buffers (epf_ll_buffer_bytes strides).
  * Each call takes `halves`: EPF_LL_SEND, EPF_LL_RECV or EPF_LL_BOTH (fused in one launch). Split
  * halves let the caller run other work between them; the fused launch needs every block resident
  * at once, which the launcher checks (EPF_ERR_CO_RESIDENCY).

@@ -43,7 +43,7 @@
  * Contents:
  *   epf_route_step_t, epf_route_step_t epf_route_step_make(const void* topk_idx, int num_tokens, epf_wait_t)
  *   int          epf_route_block_threads(const epf_route_layout_t*)                      [EPF_HD]
- *   int          epf_route_blocks_per_rank(const epf_route_t*, int num_tokens)           [EPF_HD]
+ *   int          epf_route_blocks_per_rank(const epf_route_t*, int num_tokens)           [EPF_HD] (0: bad arguments)
  *   int          epf_route_update_threads(const epf_route_t*, int num_tokens, int blocks_per_rank) [EPF_HD]
  *   epf_status_t epf_route_init(const epf_plan_t*, const epf_route_config_t*, void* d_buffer,
  *                               uint64_t buffer_bytes, int count, uint32_t first_epoch, cudaStream_t,
@@ -132,11 +132,15 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
  *   publish, offsets; no tokens: epf_route_block_tokens) when there are two or more; for a few
  *   entries (1 to 2304) 3 blocks when the route exchanges counts, else 2 (the kernel's private
  *   small-update arrangement: control, slots, offsets side by side); within [1, layout.max_blocks]
- *   and within what the device holds co-resident. Scope: any thread, host or device. Pure. */
+ *   and within what the device holds co-resident. 0 (the count sentinel) for a NULL route or
+ *   num_tokens < 0. Scope: any thread, host or device. Pure. */
 EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
-  const int64_t entries = (int64_t)num_tokens * route->layout.top_k;
-  int b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
-  const int fit = route->count > 0 ? route->resident_blocks / route->count : 1;
+  int64_t entries;
+  int b, fit;
+  if (route == NULL || num_tokens < 0) return 0;
+  entries = (int64_t)num_tokens * route->layout.top_k;
+  b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
+  fit = route->count > 0 ? route->resident_blocks / route->count : 1;
   if (entries > 0 && epf__route_split_small(num_tokens, route->layout.top_k))
     b = route->layout.exchange ? 3 : 2;
   else if (b > 1)

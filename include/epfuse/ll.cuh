@@ -63,6 +63,7 @@
  *   epf_status_t epf_ll_plan_check(const epf_plan_t* plan)                              [EPF_HD]
  *   epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens)            [EPF_HD]
  *   epf_status_t epf_ll_backward_check(const epf_plan_t* plan)   training direction: BF16 both ways, both layouts [EPF_HD]
+ *   (the row / word accessors: EPF_ROW_INVALID for a NULL plan or an id out of range, host calls)
  *   int64_t  epf_ll_fixed_row(plan, int local_expert, int src, int slot)                [EPF_HD]
  *   void     epf_ll_fixed_row_split(plan, int64_t row, int* out_le, int* out_src, int* out_slot) [EPF_HD]
  *   int64_t  epf_ll_recv_row(plan, uint32_t epoch, int local_expert, int src, int slot) [EPF_HD]
@@ -71,7 +72,7 @@
  *   int64_t  epf_ll_weight_grad_row(plan, uint32_t epoch, int token, int k)             [EPF_HD]
  *   int64_t  epf_ll_dispatch_signal_index(plan, uint32_t epoch, int local_expert, int src) [EPF_HD]
  *   int64_t  epf_ll_combine_signal_index(plan, uint32_t epoch, int peer)                [EPF_HD]
- *   uint64_t epf_ll_rank_bytes(plan, epf_ll_buffer_t which, int index_type)            [EPF_HD]
+ *   uint64_t epf_ll_buffer_bytes(plan, epf_ll_buffer_t which, epf_index_type_t)       [EPF_HD]
  *   bool     epf_ll_index_type_ok(int index_type), int epf_ll_index_is64(int index_type) [EPF_HD]
  *   epf_ll_buffer_t                                        per-rank operand buffers (sizes, strides)
  *   epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatch_args_t*, plan, int rank) [EPF_HD]

@@ -79,7 +79,9 @@ EPF_DEVICE_INLINE void epf_lsa_barrier_sync_block(const ncclDevComm_t* comm, uin
  *   NCCL 2.28 it needs exactly that release (2.28's device-API structures carry no size or version
  *   and change between 2.28 releases: a build against the 2.28.3 headers fails inside
  *   ncclDevCommCreate of a 2.28.9 library); built against 2.29+ it needs that release or a newer
- *   one (2.29+ version the structures, so newer releases accept older builds, not the reverse). */
+ *   one (2.29+ version the structures, so newer releases accept older builds, not the reverse).
+ *   EPF_ERR_INVALID_ARGUMENT, before any NCCL call, for comm or out_dev NULL, lsa_barrier_count < 0
+ *   or a NaN, infinite or negative timeout_s. */
 EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier_count,
                                                 double timeout_s, ncclDevComm_t* out_dev) {
 #ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
@@ -95,7 +97,8 @@ EPF_INLINE epf_status_t epf_nccl_devcomm_create(ncclComm_t comm, int lsa_barrier
   return epf_nccl_wait(comm, ncclDevCommCreate(comm, &reqs, out_dev), timeout_s);
 }
 
-/* epf_nccl_devcomm_destroy — ncclDevCommDestroy. Scope: host; collective. */
+/* epf_nccl_devcomm_destroy — ncclDevCommDestroy. EPF_ERR_INVALID_ARGUMENT for comm or dev NULL.
+ *   Scope: host; collective. */
 EPF_INLINE epf_status_t epf_nccl_devcomm_destroy(ncclComm_t comm, const ncclDevComm_t* dev) {
   if (comm == NULL || dev == NULL) return EPF_ERR_INVALID_ARGUMENT;
   return epf_nccl_status(ncclDevCommDestroy(comm, dev));
@@ -109,12 +112,13 @@ static __global__ void epf__nccl_team_query_kernel(ncclDevComm_t dev, ncclWindow
 /* epf_nccl_team_query — the window's team view as a host value, so host launchers of ready-made
  *   kernels can pass it by value (the LSA mapping does not change while the window lives).
  *   Launches one 1-thread kernel on `stream` and waits for it. Scope: host, outside graph
- *   capture, once per window. Returns EPF_OK or EPF_ERR_CUDA. */
+ *   capture, once per window. Returns EPF_OK, EPF_ERR_INVALID_ARGUMENT (dev, win or out_team
+ *   NULL; before any CUDA call) or EPF_ERR_CUDA. */
 EPF_INLINE epf_status_t epf_nccl_team_query(const ncclDevComm_t* dev, ncclWindow_t win, cudaStream_t stream,
                                             epf_team_t* out_team) {
   epf_team_t* d_team = NULL;
   cudaError_t e;
-  if (dev == NULL || out_team == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  if (dev == NULL || win == NULL || out_team == NULL) return EPF_ERR_INVALID_ARGUMENT;
   if (!epf__cuda_ok(cudaMalloc((void**)&d_team, sizeof(epf_team_t)))) return EPF_ERR_CUDA;
   epf__nccl_team_query_kernel<<<1, 1, 0, stream>>>(*dev, win, d_team);
   e = cudaGetLastError();

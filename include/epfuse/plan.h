@@ -24,6 +24,7 @@
  *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int index)
  *   uint64_t     epf_plan_recv_token_offset / _scale_offset / _meta_offset(const epf_plan_t*, int64_t row)
  *   uint64_t     epf_plan_expert_out_offset / epf_plan_combine_offset(const epf_plan_t*, int64_t row)
+ *                (the accessors: EPF_OFFSET_INVALID for a NULL plan or an id out of range)
  *   const char*  epf_region_name(epf_region_id_t)
  *
  * Requirements: C11 or C++17. No CUDA, no NCCL.
@@ -339,34 +340,50 @@ EPF_HD epf_status_t epf_plan_check(const epf_plan_t* plan) {
   return plan->build_signature == epf_build_signature() ? EPF_OK : EPF_ERR_BUILD_MISMATCH;
 }
 
-/* ---- accessors: index inside one region (the region's base comes from the plan) ------------- */
+/* ---- accessors: index inside one region (the region's base comes from the plan) -------------
+ * Bad arguments (host calls, e.g. through the C ABI; EPF__HOST_CHECK): a NULL plan, a region id
+ * outside [0, EPF_REGION_COUNT), a negative row or index (and the ids named below outside their
+ * range) give EPF_OFFSET_INVALID (UINT64_MAX) instead of an offset. Device code calls them on hot
+ * paths and is not checked: pass valid arguments there. Scope: any thread, host or device. Pure. */
 
-/* epf_plan_signal_offset — byte offset of uint64_t signal word `index` of a SIG_* region.
- *   `region` must be an epf_region_id_t below EPF_REGION_COUNT (it indexes plan->region). */
+/* epf_plan_signal_offset — byte offset of uint64_t signal word `index` (>= 0) of a SIG_* region.
+ *   `region` must be an epf_region_id_t below EPF_REGION_COUNT (it indexes plan->region).
+ *   EPF_OFFSET_INVALID for NULL, a region outside [0, EPF_REGION_COUNT) or index < 0 (host). */
 EPF_HD uint64_t epf_plan_signal_offset(const epf_plan_t* plan, epf_region_id_t region, int64_t index) {
+  if (EPF__HOST_CHECK(plan == NULL || (unsigned)region >= (unsigned)EPF_REGION_COUNT || index < 0))
+    return EPF_OFFSET_INVALID;
   return plan->region[region].offset + (uint64_t)index * 8u;
 }
 
 /* epf_plan_counts_offset — count word number `index` published by `src` into buffer `parity`
  *   (a uint64 (epoch << 32 | count): the word carries the epoch of the update that wrote it):
  *   index in [0, E) is the (token, k) count of global expert `index`; index in [E, E + R) is the
- *   deduplicated token count for destination rank `index - E`. */
+ *   deduplicated token count for destination rank `index - E`. parity: only its low bit counts.
+ *   EPF_OFFSET_INVALID for NULL, src outside [0, R) or index outside [0, E + R) (host). */
 EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int src, int index) {
-  const uint64_t row = (uint64_t)plan->num_experts + (uint64_t)plan->nranks;
+  uint64_t row;
+  if (EPF__HOST_CHECK(plan == NULL || src < 0 || src >= plan->nranks || index < 0 ||
+                      index >= plan->num_experts + plan->nranks))
+    return EPF_OFFSET_INVALID;
+  row = (uint64_t)plan->num_experts + (uint64_t)plan->nranks;
   return plan->region[EPF_REGION_COUNTS].offset +
          (((uint64_t)(parity & 1) * (uint64_t)plan->nranks + (uint64_t)src) * row + (uint64_t)index) * 8u;
 }
 
 /* epf_plan_recv_token_offset / _scale_offset / _meta_offset — row `row` of the receive region
  * (row in [0, rows of RECV_TOKENS)). The compact scale layout only; every layout's scale position
- * (compact, swizzled, segment MN-major) is epf_recv_scale_offset's (dispatch.cuh). */
+ * (compact, swizzled, segment MN-major) is epf_recv_scale_offset's (dispatch.cuh).
+ * EPF_OFFSET_INVALID for NULL or row < 0 (host). */
 EPF_HD uint64_t epf_plan_recv_token_offset(const epf_plan_t* plan, int64_t row) {
+  if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
   return plan->region[EPF_REGION_RECV_TOKENS].offset + (uint64_t)row * plan->row_bytes;
 }
 EPF_HD uint64_t epf_plan_recv_scale_offset(const epf_plan_t* plan, int64_t row) {
+  if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
   return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)row * plan->scale_bytes_per_row;
 }
 EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
+  if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
   return plan->region[EPF_REGION_RECV_META].offset + (uint64_t)row * plan->meta_bytes_per_row;
 }
 
@@ -374,19 +391,23 @@ EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
  *   combine: in EXPERT_OUT (combine_row_bytes per row) when the plan has that region, else in
  *   place over the received BF16 row in RECV_TOKENS (both directions BF16). HT: row of the
  *   receive region; LL (MXFP8 combine payload): row epf_ll_recv_row(plan, epoch, le, src, slot),
- *   parity included. */
+ *   parity included. EPF_OFFSET_INVALID for NULL or row < 0 (host). */
 EPF_HD uint64_t epf_plan_expert_out_offset(const epf_plan_t* plan, int64_t row) {
+  if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
   if (plan->region[EPF_REGION_EXPERT_OUT].bytes != 0)
     return plan->region[EPF_REGION_EXPERT_OUT].offset + (uint64_t)row * plan->combine_row_bytes;
   return plan->region[EPF_REGION_RECV_TOKENS].offset + (uint64_t)row * plan->row_bytes;
 }
 
-/* epf_plan_combine_offset — row `row` of the COMBINE landing region (push / LL combine). */
+/* epf_plan_combine_offset — row `row` of the COMBINE landing region (push / LL combine).
+ *   EPF_OFFSET_INVALID for NULL or row < 0 (host). */
 EPF_HD uint64_t epf_plan_combine_offset(const epf_plan_t* plan, int64_t row) {
+  if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
   return plan->region[EPF_REGION_COMBINE].offset + (uint64_t)row * plan->combine_row_bytes;
 }
 
-/* epf_region_name — "HEADER", "SIG_COUNT", ... for diagnostics and docs ("UNKNOWN" outside). */
+/* epf_region_name — "HEADER", "SIG_COUNT", ... for diagnostics and docs; "UNKNOWN" (the name
+ *   sentinel, never NULL) for an id outside [0, EPF_REGION_COUNT). Scope: any thread. Pure. */
 #define EPF__REGION_NAME_CASE(name, comment) \
   case EPF_REGION_##name:                    \
     return #name;

@@ -13,8 +13,8 @@
  *   EPF_FLAG_*, EPF_DEFAULT_*, EPF_MAX_HIDDEN
  *   epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out_resolved)
  *   epf_status_t epf_config_validate(const epf_config_t* resolved)
- *   uint64_t     epf_config_hash(const epf_config_t* resolved)
- *   int64_t      epf_config_worst_case_rows(const epf_config_t* resolved)   HT rows that never overflow
+ *   uint64_t     epf_config_hash(const epf_config_t* resolved)         0 for NULL
+ *   int64_t      epf_config_worst_case_rows(const epf_config_t* resolved)   HT rows that never overflow (-1: invalid)
  *   int          epf_payload_vector_width(int payload)     hidden must be a multiple of this
  *
  * Requirements: C11 or C++17. No CUDA, no NCCL.
@@ -205,7 +205,8 @@ EPF_HD epf_status_t epf__config_check_alignment(int expert_alignment) {
 /* epf_config_validate — check every limit of an already resolved config (no zero defaults left).
  *   Returns the status of the first violated rule, in this order: prefix, reserved0 != 0
  *   (EPF_ERR_INVALID_ARGUMENT), mode, layout, payloads, scale layout, flags, ranks, experts,
- *   divisibility, top-k, hidden, hidden alignment, tokens, alignment, receive capacity.
+ *   divisibility, top-k (EPF_ERR_TOPK: outside [1, EPF_MAX_TOPK], or above num_experts), hidden,
+ *   hidden alignment, tokens, alignment, receive capacity.
  *   Receive capacity: LL must be 0; HT must be at most INT32_MAX and at least one padded expert
  *   segment, expert_alignment rows, in the EXPERT_MAJOR layout, at least 1 row in the RANK_MAJOR
  *   layout (its receive region is one unpadded row per (token, destination rank), so the
@@ -230,6 +231,7 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
   if ((c->flags & ~EPF_FLAGS_ALL) != 0u) return EPF_ERR_FLAGS;
   if ((st = epf__config_check_team(c->nranks, c->num_experts)) != EPF_OK) return st;
   if ((st = epf__config_check_top_k(c->top_k)) != EPF_OK) return st;
+  if (c->top_k > c->num_experts) return EPF_ERR_TOPK; /* a token cannot pick more distinct experts */
   if (c->hidden < 1 || c->hidden > EPF_MAX_HIDDEN) return EPF_ERR_HIDDEN;
   width = epf__max_i(epf_payload_vector_width(c->payload),
                      epf_payload_vector_width(c->combine_payload));
@@ -248,11 +250,20 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
 /* epf_config_worst_case_rows — HT receive rows that can never overflow: every token of every
  * source routed to this rank, min(top_k, experts per rank) copies each plus the alignment padding
  * of every local expert segment (EXPERT_MAJOR: R * T * min(K, E / R) + (E / R) *
- * (expert_alignment - 1)), or one unpadded copy each (RANK_MAJOR: R * T). Valid fields only. */
+ * (expert_alignment - 1)), or one unpadded copy each (RANK_MAJOR: R * T). Reads only the fields
+ * it needs, which must be valid: EPF_ROW_INVALID (-1) for NULL, or when nranks / num_experts
+ * (epf__config_check_team), top_k, max_tokens_per_rank, expert_alignment or layout break their
+ * rule (an unresolved config with zero defaults, say: nothing is divided by zero).
+ * Scope: any thread, host or device. Pure. */
 EPF_HD int64_t epf_config_worst_case_rows(const epf_config_t* c) {
-  int64_t local = c->num_experts / c->nranks;
-  int64_t copies = c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)epf__min_i(c->top_k, (int)local);
-  int64_t pad = c->layout == EPF_LAYOUT_RANK_MAJOR ? 0 : local * (int64_t)(c->expert_alignment - 1);
+  int64_t local, copies, pad;
+  if (c == NULL || epf__config_check_team(c->nranks, c->num_experts) != EPF_OK ||
+      epf__config_check_top_k(c->top_k) != EPF_OK || epf__config_check_tokens(c->max_tokens_per_rank) != EPF_OK ||
+      epf__config_check_alignment(c->expert_alignment) != EPF_OK || epf__config_check_layout(c->layout) != EPF_OK)
+    return EPF_ROW_INVALID;
+  local = c->num_experts / c->nranks;
+  copies = c->layout == EPF_LAYOUT_RANK_MAJOR ? 1 : (int64_t)epf__min_i(c->top_k, (int)local);
+  pad = c->layout == EPF_LAYOUT_RANK_MAJOR ? 0 : local * (int64_t)(c->expert_alignment - 1);
   return (int64_t)c->nranks * (int64_t)c->max_tokens_per_rank * copies + pad;
 }
 
@@ -302,8 +313,9 @@ EPF_HD epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out
 }
 
 /* epf_config_hash — FNV-1a 64 of every field that changes the window layout or the protocol
- * (not timeout_ns), the library's major version and EPF_CONFIG_SIGNATURE. Never 0. Ranks
- * exchange it in the setup handshake (signal.cuh). Input: a resolved config. */
+ * (not timeout_ns), the library's major version and EPF_CONFIG_SIGNATURE. Never 0 for a config;
+ * 0 (the hash sentinel) for NULL. Ranks exchange it in the setup handshake (signal.cuh). Input: a
+ * resolved config. Scope: any thread, host or device. Pure. */
 EPF_HD uint64_t epf__fnv1a_u64(uint64_t h, uint64_t v) {
   int i;
   for (i = 0; i < 8; ++i) {
@@ -315,6 +327,7 @@ EPF_HD uint64_t epf__fnv1a_u64(uint64_t h, uint64_t v) {
 
 EPF_HD uint64_t epf_config_hash(const epf_config_t* c) {
   uint64_t h = 0xcbf29ce484222325ull;
+  if (c == NULL) return 0u;
   h = epf__fnv1a_u64(h, (uint64_t)EPF_VERSION_MAJOR);
   h = epf__fnv1a_u64(h, (uint64_t)EPF_CONFIG_SIGNATURE);
   h = epf__fnv1a_u64(h, (uint64_t)(uint32_t)c->nranks);

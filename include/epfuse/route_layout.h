@@ -42,8 +42,8 @@ EPF_BEGIN_DECLS
  *   void         epf_route_header_init(const epf_route_layout_t*, uint32_t epoch, epf_route_header_t* out)
  *   epf_status_t epf_route_header_check(const epf_route_header_t*, const epf_plan_t*, uint64_t buffer_bytes,
  *                                       epf_route_layout_t* out_layout)
- *   void*        epf_route_ptr(const epf_route_t*, int index, epf_route_array_id_t)   device address
- *   uint32_t*    epf_route_epoch_ptr(const epf_route_t*, int index)                   device address
+ *   void*        epf_route_ptr(const epf_route_t*, int index, epf_route_array_id_t)   device address (NULL: bad id)
+ *   uint32_t*    epf_route_epoch_ptr(const epf_route_t*, int index)                   device address (NULL: bad id)
  *   const char*  epf_route_array_name(epf_route_array_id_t)
  */
 
@@ -301,8 +301,10 @@ EPF_HD epf_status_t epf_route_size(const epf_plan_t* plan, const epf_route_confi
 }
 
 /* epf_route_header_init — the header a fresh buffer of `layout` starts with, at `epoch` (the
- *   epoch of the window's last count exchange; 0 for a fresh, zeroed window). Pure. */
+ *   epoch of the window's last count exchange; 0 for a fresh, zeroed window). layout or out NULL:
+ *   nothing is written. Pure. */
 EPF_HD void epf_route_header_init(const epf_route_layout_t* layout, uint32_t epoch, epf_route_header_t* out) {
+  if (layout == NULL || out == NULL) return;
   epf__zero_bytes(out, sizeof(*out));
   out->size = (uint32_t)sizeof(epf_route_header_t);
   out->magic = EPF_ROUTE_MAGIC;
@@ -362,20 +364,28 @@ EPF_HD epf_status_t epf_route_header_check(const epf_route_header_t* hdr, const 
 
 /* epf_route_ptr — device address of array `id` of buffer `index` (0 for a real rank; the virtual
  *   rank for virtual ranks), or NULL when the array has no bytes in this layout. Pure pointer
- *   arithmetic: host or device. index in [0, route->count), id below EPF_ROUTE_ARRAY_COUNT. */
+ *   arithmetic: host or device. index in [0, route->count), id below EPF_ROUTE_ARRAY_COUNT: a
+ *   host call (the C ABI) gets NULL for a NULL route or either outside its range (device code is
+ *   not checked: EPF__HOST_CHECK). */
 EPF_HD void* epf_route_ptr(const epf_route_t* route, int index, epf_route_array_id_t id) {
+  if (EPF__HOST_CHECK(route == NULL || index < 0 || index >= route->count ||
+                      (unsigned)id >= (unsigned)EPF_ROUTE_ARRAY_COUNT))
+    return NULL;
   if (route->layout.array[id].bytes == 0) return NULL;
   return (char*)route->base + (uint64_t)index * route->layout.total_bytes + route->layout.array[id].offset;
 }
 
 /* epf_route_epoch_ptr — device address of the epoch word of buffer `index`: after an update it
- *   holds that step's epoch, which dispatch and combine of the same step use. */
+ *   holds that step's epoch, which dispatch and combine of the same step use. NULL for a NULL
+ *   route or index outside [0, route->count) (host calls; as epf_route_ptr). */
 EPF_HD uint32_t* epf_route_epoch_ptr(const epf_route_t* route, int index) {
+  if (EPF__HOST_CHECK(route == NULL || index < 0 || index >= route->count)) return NULL;
   if (route->epoch_words != NULL) return route->epoch_words + index;
   return &((epf_route_header_t*)epf_route_ptr(route, index, EPF_ROUTE_HEADER))->epoch;
 }
 
-/* epf_route_array_name — "EXPERT_COUNT", "SLOT", ... for diagnostics and docs. */
+/* epf_route_array_name — "EXPERT_COUNT", "SLOT", ... for diagnostics and docs; "UNKNOWN" (never
+ *   NULL) for an id outside [0, EPF_ROUTE_ARRAY_COUNT). */
 #define EPF__ROUTE_ARRAY_NAME_CASE(name, comment) \
   case EPF_ROUTE_##name:                          \
     return #name;

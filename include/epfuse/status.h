@@ -14,6 +14,7 @@
  *   EPF_STATUS_LIST(X)   X(name, value, message) for every status
  *   epf_status_t         enum; EPF_OK == 0; values are stable ABI (only ever appended)
  *   EPF_STATUS_COUNT     one past the largest value
+ *   EPF_OFFSET_INVALID, EPF_ROW_INVALID   what value-returning accessors return for bad arguments
  *
  * Requirements: any C or C++ compiler.
  */
@@ -30,7 +31,7 @@
   X(EPF_ERR_RANK, 4, "rank must be in [0, nranks)")                                             \
   X(EPF_ERR_EXPERTS, 5, "num_experts must be in [1, EPF_MAX_EXPERTS]")                          \
   X(EPF_ERR_EXPERTS_NOT_DIVISIBLE, 6, "num_experts must be a multiple of nranks")               \
-  X(EPF_ERR_TOPK, 7, "top_k must be in [1, EPF_MAX_TOPK]")                                      \
+  X(EPF_ERR_TOPK, 7, "top_k must be in [1, EPF_MAX_TOPK] and at most num_experts")             \
   X(EPF_ERR_HIDDEN, 8, "hidden must be positive and at most 1 << 20")                           \
   X(EPF_ERR_HIDDEN_ALIGNMENT, 9,                                                                \
     "hidden is not a multiple of the payload's vector width (8 for BF16, 32 for MXFP8, "        \
@@ -76,6 +77,27 @@
 typedef enum epf_status {
   EPF_STATUS_LIST(EPF__STATUS_ENUM_ITEM) EPF_STATUS_COUNT
 } epf_status_t;
+
+/* ---- bad arguments: statuses and sentinels ----------------------------------------------------
+ * Every public function refuses a NULL pointer and an out-of-range id (region, route array, LL
+ * buffer, index type, a negative count or index) instead of crashing (docs/bindings.md, "Bad
+ * arguments"). A function that returns epf_status_t returns EPF_ERR_INVALID_ARGUMENT (or its more
+ * specific status) before it touches anything. A value-returning accessor returns a sentinel,
+ * one per return type, named in its contract:
+ *   uint64_t byte offsets                        EPF_OFFSET_INVALID (UINT64_MAX)
+ *   int64_t rows, word indices, row counts       EPF_ROW_INVALID (-1)
+ *   sizes in bytes, counts (blocks)              0
+ *   hashes (never 0 when valid)                  0
+ *   pointers                                     NULL
+ *   names                                        a fixed non-NULL string ("UNKNOWN", ...)
+ *   predicates                                   false
+ *   a struct returned by value                   all zero
+ * and a void function does nothing (except that an out-parameter a caller reads unconditionally
+ * still gets a defined value: epf_error_read, epf_ll_fixed_row_split). Checks of EPF_HD accessors
+ * that device code calls on hot paths run in host code only (the C ABI, bindings, host
+ * launchers): config.h, EPF__HOST_CHECK. */
+#define EPF_OFFSET_INVALID (~(uint64_t)0)
+#define EPF_ROW_INVALID ((int64_t)-1)
 
 #endif /* EPF_STATUS_H */
 /* SPDX-License-Identifier: Apache-2.0 */

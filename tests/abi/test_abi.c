@@ -1,6 +1,6 @@
 /* test_abi — freezes the layout of every struct that crosses host -> device or an FFI boundary.
- * Compiling this file is the test (C11 and, as test_abi.cpp, C++17). A layout change fails here
- * and must come with a version bump of the struct. */
+ * Compiling this file is the test (C11 and, as test_abi.cpp, C++17; the CUDA-side structs in
+ * test_abi.cu). A layout change fails here and must come with a version bump of the struct. */
 #include <stddef.h>
 
 #include "epfuse/host.h"
@@ -110,6 +110,18 @@ EPF_ABI(EPF_ERR_CONFIG_MISMATCH == 20);
 EPF_ABI(EPF_ERR_TIMEOUT == 21);
 EPF_ABI(EPF_ERR_BUILD_MISMATCH == 32);
 EPF_ABI(EPF_STATUS_COUNT == 33);
+
+/* the sentinels of value-returning accessors (status.h) are ABI: bindings compare with them */
+EPF_ABI(EPF_OFFSET_INVALID == UINT64_MAX);
+EPF_ABI(EPF_ROW_INVALID == -1);
+
+/* EPF_CONFIG_SIGNATURE's fields (config.h): plans carry a hash of it across builds and FFIs */
+EPF_ABI(EPF__SIG_RANKS_SHIFT == 0 && EPF__SIG_RANKS_BITS == 10);
+EPF_ABI(EPF__SIG_EXPERTS_SHIFT == 10 && EPF__SIG_EXPERTS_BITS == 16);
+EPF_ABI(EPF__SIG_TOPK_SHIFT == 26 && EPF__SIG_TOPK_BITS == 6);
+EPF_ABI(EPF__SIG_TOKENS_SHIFT == 32 && EPF__SIG_TOKENS_BITS == 24);
+EPF_ABI(EPF__SIG_ALIGN_SHIFT == 56 && EPF__SIG_ALIGN_BITS == 5);
+EPF_ABI(EPF__SIG_TIMEOUT_SHIFT == 61 && EPF__SIG_TIMEOUT_BITS == 1);
 
 int epf_abi_test_anchor(void);
 int epf_abi_test_anchor(void) { return 0; }

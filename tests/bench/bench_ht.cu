@@ -148,8 +148,7 @@ int main(int argc, char** argv) {
   epf_error_clear(rec_h);
 
   epf_route_step_t rs = epf_route_step_make(d_topk, T, epf_wait_make(plan.timeout_ns, rec_d, NULL, 0));
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = d_x;
   hs.topk_weights = d_w;
   hs.out = d_out;

@@ -129,19 +129,19 @@ static void bl_run(const bl_case_t* c, double ceiling_gbs) {
   EPF_BENCH_CUDA(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
   EPF_BENCH_CUDA(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
   epf_error_clear(rec_h);
-  EPF_BENCH_CUDA(cudaMalloc(&x, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
-  EPF_BENCH_CUDA(cudaMalloc(&out, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0)));
-  EPF_BENCH_CUDA(cudaMalloc(&topk, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32)));
-  EPF_BENCH_CUDA(cudaMalloc(&w, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
-  EPF_BENCH_CUDA(cudaMalloc(&recv_counts, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0)));
+  EPF_BENCH_CUDA(cudaMalloc(&x, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT)));
+  EPF_BENCH_CUDA(cudaMalloc(&out, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT)));
+  EPF_BENCH_CUDA(cudaMalloc(&topk, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32)));
+  EPF_BENCH_CUDA(cudaMalloc(&w, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT)));
+  EPF_BENCH_CUDA(cudaMalloc(&recv_counts, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT)));
   EPF_BENCH_CUDA(cudaMalloc(&round, (size_t)R * 4));
   /* quantized rows cannot be overwritten in place by BF16 y; rank-major: y in the view's order */
   if (c->payload != EPF_PAYLOAD_BF16 || c->rm)
-    EPF_BENCH_CUDA(cudaMalloc(&y, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0)));
+    EPF_BENCH_CUDA(cudaMalloc(&y, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT)));
   if (c->rm) {
-    EPF_BENCH_CUDA(cudaMalloc(&view, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0)));
+    EPF_BENCH_CUDA(cudaMalloc(&view, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT)));
     if (plan.scale_bytes_per_row)
-      EPF_BENCH_CUDA(cudaMalloc(&view_scales, (size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0)));
+      EPF_BENCH_CUDA(cudaMalloc(&view_scales, (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT)));
   }
   bl_fill<<<1024, 256>>>(x, (int64_t)R * T * H, 12345u);
   if (y != NULL) bl_fill<<<1024, 256>>>(y, (int64_t)R * E / R * R * T * H, 777u);

@@ -283,8 +283,7 @@ static void mg_run_ht(mg_run_t* run, mg_case_t* c, epf_mg_rank_t* m, cudaStream_
   MG_CUDA(r, cudaStreamSynchronize(s));
 
   epf_route_step_t rs = epf_route_step_make(d_topk, T, epf_wait_make(plan->timeout_ns, m->rec_d, NULL, r));
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = d_x;
   hs.topk_weights = d_w;
   hs.out = d_out;
@@ -352,12 +351,12 @@ static void mg_run_ll(mg_run_t* run, mg_case_t* c, epf_mg_rank_t* m, cudaStream_
   const int64_t ncounts = (int64_t)plan->experts_per_rank * plan->nranks;
 
   MG_CUDA(r, cudaMalloc(&d_state, sizeof(epf_ll_state_t)));
-  MG_CUDA(r, cudaMalloc(&d_x, epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0)));
-  MG_CUDA(r, cudaMalloc(&d_out, epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0)));
-  MG_CUDA(r, cudaMalloc(&d_topk, epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32)));
-  MG_CUDA(r, cudaMalloc(&d_w, epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
-  MG_CUDA(r, cudaMalloc(&d_counts, epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0)));
-  MG_CUDA(r, cudaMalloc(&d_round, epf_ll_rank_bytes(plan, EPF_LL_BUF_ROUND, 0)));
+  MG_CUDA(r, cudaMalloc(&d_x, epf_ll_buffer_bytes(plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT)));
+  MG_CUDA(r, cudaMalloc(&d_out, epf_ll_buffer_bytes(plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT)));
+  MG_CUDA(r, cudaMalloc(&d_topk, epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32)));
+  MG_CUDA(r, cudaMalloc(&d_w, epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT)));
+  MG_CUDA(r, cudaMalloc(&d_counts, epf_ll_buffer_bytes(plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT)));
+  MG_CUDA(r, cudaMalloc(&d_round, epf_ll_buffer_bytes(plan, EPF_LL_BUF_ROUND, EPF_INDEX_DEFAULT)));
   MG_CUDA(r, cudaMemcpyAsync(d_topk, c->topk + (size_t)r * T * K, (size_t)T * K * 4, cudaMemcpyHostToDevice, s));
   MG_CUDA(r, cudaMemcpyAsync(d_w, c->w + (size_t)r * T * K, (size_t)T * K * 4, cudaMemcpyHostToDevice, s));
   mg_fill_bf16<<<256, 256, 0, s>>>(d_x, (int64_t)T * H, 0x3000u + (uint32_t)r);

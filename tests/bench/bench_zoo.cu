@@ -576,7 +576,10 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     EPF_BENCH_CUDA(cudaDeviceSynchronize());
     epf_error_clear(g_rec_h);
     rs = epf_route_step_make(in->topk, T, epf_wait_make(plan.timeout_ns, g_rec_d, NULL, 0));
-    memset(&hs, 0, sizeof(hs));
+    {
+      const epf_ht_step_t init = EPF_HT_STEP_INIT;
+      hs = init;
+    }
     hs.x = in->x;
     hs.topk_weights = in->w;
     hs.out = in->out;
@@ -738,11 +741,11 @@ static const int zoo_ll_cases[5][3] = {{EPF_PAYLOAD_BF16, EPF_PAYLOAD_BF16, 0},
 
 static double zoo_ll_plan_bytes(const epf_plan_t* plan) {
   const double R = plan->nranks;
-  double b = R * (double)plan->total_bytes + 2.0 * R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0) +
-             R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32) +
-             R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0) +
-             R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0) + R * 4.0;
-  if (plan->payload != EPF_PAYLOAD_BF16) b += R * (double)epf_ll_rank_bytes(plan, EPF_LL_BUF_Y, 0);
+  double b = R * (double)plan->total_bytes + 2.0 * R * (double)epf_ll_buffer_bytes(plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT) +
+             R * (double)epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32) +
+             R * (double)epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT) +
+             R * (double)epf_ll_buffer_bytes(plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT) + R * 4.0;
+  if (plan->payload != EPF_PAYLOAD_BF16) b += R * (double)epf_ll_buffer_bytes(plan, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT);
   return b;
 }
 
@@ -830,11 +833,11 @@ static void zoo_ll_case(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     const int reps = o->reps;
     char* win = (char*)zoo_malloc((size_t)R * plan.total_bytes);
     epf_ll_state_t* state = (epf_ll_state_t*)zoo_malloc((size_t)R * sizeof(epf_ll_state_t));
-    uint16_t* x = (uint16_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0));
-    uint16_t* out = (uint16_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_X, 0));
-    int32_t* topk = (int32_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32));
-    float* w = (float*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
-    int32_t* recv_counts = (int32_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, 0));
+    uint16_t* x = (uint16_t*)zoo_malloc((size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT));
+    uint16_t* out = (uint16_t*)zoo_malloc((size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT));
+    int32_t* topk = (int32_t*)zoo_malloc((size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32));
+    float* w = (float*)zoo_malloc((size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT));
+    int32_t* recv_counts = (int32_t*)zoo_malloc((size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT));
     uint32_t* round = (uint32_t*)zoo_malloc((size_t)R * 4);
     uint16_t* y = NULL;
     epf_ll_launch_t L;
@@ -850,7 +853,7 @@ static void zoo_ll_case(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     int i;
     EPF_BENCH_CUDA(cudaMemset(win, 0, (size_t)R * plan.total_bytes));
     if (payload != EPF_PAYLOAD_BF16) { /* quantized rows cannot be overwritten in place by BF16 y */
-      y = (uint16_t*)zoo_malloc((size_t)R * epf_ll_rank_bytes(&plan, EPF_LL_BUF_Y, 0));
+      y = (uint16_t*)zoo_malloc((size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT));
       zoo_fill(y, (size_t)R * plan.recv_capacity * m->H, 777u);
     }
     zoo_fill(x, (size_t)R * T * m->H, 12345u);

@@ -132,7 +132,6 @@ static void test_init_functions(void** state) {
   } zero_inits[] = {
       {"epf_wait_t", (void (*)(void*))epf_wait_init},
       {"epf_route_step_t", (void (*)(void*))epf_route_step_init},
-      {"epf_ht_step_t", (void (*)(void*))epf_ht_step_init},
       {"epf_ll_dispatch_args_t", (void (*)(void*))epf_ll_dispatch_args_init},
       {"epf_ll_combine_args_t", (void (*)(void*))epf_ll_combine_args_init},
   };
@@ -153,10 +152,26 @@ static void test_init_functions(void** state) {
     assert_true(all_bytes(buf, n, 0));
     assert_true(all_bytes(buf + n, 16, 0xAB));
   }
+  /* the versioned HT step: the caller's size, the prefix set, everything else zero */
+  {
+    const size_t n = epf_abi_sizeof("epf_ht_step_t");
+    uint32_t prefix[4];
+    assert_true(n >= 16 && n + 16 <= sizeof(buf));
+    memset(buf, 0xAB, sizeof(buf));
+    assert_int_equal(epf_ht_step_init_sized((struct epf_ht_step*)buf, n), EPF_OK);
+    memcpy(prefix, buf, sizeof(prefix));
+    assert_int_equal(prefix[0], n);
+    assert_int_equal(prefix[1], epf_abi_constant("EPF_HT_STEP_MAGIC"));
+    assert_int_equal(prefix[2], epf_abi_constant("EPF_HT_STEP_VERSION"));
+    assert_int_equal(prefix[3], 0);
+    assert_true(all_bytes(buf + 12, n - 12, 0));
+    assert_true(all_bytes(buf + n, 16, 0xAB));
+    assert_int_equal((int64_t)n, epf_abi_constant("EPF_HT_STEP_MIN_SIZE"));
+  }
   /* NULL is ignored */
   epf_config_init(NULL);
   epf_route_config_init(NULL);
-  epf_ht_step_init(NULL);
+  assert_int_equal(epf_ht_step_init_sized(NULL, 160), EPF_ERR_INVALID_ARGUMENT);
 }
 
 /* ---- plans across builds ---------------------------------------------------------------------------- */

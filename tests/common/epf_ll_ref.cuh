@@ -444,7 +444,7 @@ __device__ static inline int llref_fixed_row_slot(const epf_plan_t* plan, const 
 
 /* For rank r = rank0 + blockIdx.y (r != skip_rank) and every row it received: y = expert(x).
  * Buffer i = blockIdx.y of each per-rank array (window slices of plan.total_bytes from `win`,
- * rounds, recv_counts, packed_x, packed_scales, y: epf_ll_rank_bytes strides) belongs to rank r:
+ * rounds, recv_counts, packed_x, packed_scales, y: epf_ll_buffer_bytes strides) belongs to rank r:
  * virtual ranks launch grid.y = R with rank0 = 0, a real rank grid.y = 1 with rank0 = its rank.
  * src: the window rows of the round (or the packed copy when from_packed); dst by y_layout
  * (IN_PLACE: over the window rows). */
@@ -471,7 +471,7 @@ static __global__ void llref_experts_kernel(epf_plan_t plan, char* win, int rank
     if (from_packed) {
       src = packed_x + ((uint64_t)i * rows + prow) * plan.row_bytes;
       if (plan.scale_bytes_per_row > 0) {
-        const uint64_t sbytes = epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0);
+        const uint64_t sbytes = epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT);
         sw = swizzled;
         sc = packed_scales + (uint64_t)i * sbytes + (swizzled ? 0 : (uint64_t)prow * plan.scale_bytes_per_row);
       }
@@ -489,7 +489,7 @@ static __global__ void llref_experts_kernel(epf_plan_t plan, char* win, int rank
 
 /* The test's router-weight gradient of every row rank r = rank0 + blockIdx.y received (BF16
  * payload: read from the window rows of the round, before experts in place overwrite them), into
- * wg (per-rank [recv_capacity] FP32, epf_ll_rank_bytes(EPF_LL_BUF_WEIGHT_GRAD) strides) at the
+ * wg (per-rank [recv_capacity] FP32, epf_ll_buffer_bytes(EPF_LL_BUF_WEIGHT_GRAD) strides) at the
  * fixed row, or (packed_order) at the packed row: the order of y. */
 static __global__ void llref_wgrad_kernel(epf_plan_t plan, char* win, int rank0, const uint32_t* rounds,
                                           const int32_t* recv_counts, float* wg, int packed_order, int skip_rank) {
@@ -547,7 +547,7 @@ typedef struct llref_rank_bufs {
   const int32_t* expert_counts;          /* [EL] */
   const uint32_t* round;                 /* one word */
   const void* packed_x;                  /* [recv_capacity] rows */
-  const void* packed_scales;             /* epf_ll_rank_bytes(PACKED_SCALES) bytes */
+  const void* packed_scales;             /* epf_ll_buffer_bytes(PACKED_SCALES) bytes */
   const epf_recv_meta_em_t* packed_meta; /* [recv_capacity] */
 } llref_rank_bufs_t;
 
@@ -613,7 +613,7 @@ static inline int llref_check_dispatch_rank(const llref_in_t* in, const epf_plan
   const int R = in->R, EL = in->EL, Tmax = in->Tmax, sb = in->sbytes;
   const size_t rb = p->row_bytes;
   const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
-  const uint64_t psb = b->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
+  const uint64_t psb = b->packed_scales != NULL ? epf_ll_buffer_bytes(p, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) : 0;
   llref_host_bufs_t hb;
   uint32_t round = 0;
   int rc = -1;

@@ -184,7 +184,7 @@ static inline void llrm_dispatch_backward(const llref_in_t* in, const int* Ts, u
 
 /* The test's router-weight gradient of every view row of rank i = blockIdx.y (BF16 view, packed_x
  * as the expand wrote it): llref_wgrad_value(expert, first element), into wg (per-rank
- * epf_ll_rank_bytes(EPF_LL_BUF_WEIGHT_GRAD) strides) at the packed row (packed_order) or the fixed
+ * epf_ll_buffer_bytes(EPF_LL_BUF_WEIGHT_GRAD) strides) at the packed row (packed_order) or the fixed
  * row: the order of y. */
 static __global__ void llrm_wgrad_kernel(epf_plan_t plan, const int32_t* recv_counts, const char* packed_x, float* wg,
                                          int packed_order, int skip_rank) {
@@ -222,7 +222,7 @@ static inline int llrm_check_dispatch_rank(const llref_in_t* in, const epf_plan_
   const int R = in->R, EL = in->EL, Tmax = in->Tmax, K = in->K, sb = in->sbytes;
   const size_t rb = p->row_bytes, mb = p->meta_bytes_per_row;
   const int swizzled = p->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && p->payload == EPF_PAYLOAD_MXFP8;
-  const uint64_t psb = b->packed_scales != NULL ? epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0) : 0;
+  const uint64_t psb = b->packed_scales != NULL ? epf_ll_buffer_bytes(p, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) : 0;
   llref_host_bufs_t hb;
   uint32_t round = 0;
   int rc = -1;

@@ -158,8 +158,7 @@ static void dev_free(ht_dev_t* d, int own_window) {
 }
 
 static epf_ht_step_t make_step(const ht_case_t* c, ht_dev_t* d) {
-  epf_ht_step_t s;
-  memset(&s, 0, sizeof(s));
+  epf_ht_step_t s = EPF_HT_STEP_INIT;
   s.x = d->d_x; /* BF16 rows, or the caller-quantized rows (upload_inputs puts them there) */
   s.x_scales = c->x_quantized ? d->d_xs : NULL;
   s.topk_weights = d->d_w;

@@ -135,8 +135,7 @@ static void fix_inputs(fix_t* f) {
 }
 
 static epf_ht_step_t fix_step(fix_t* f, uint64_t timeout_ns) {
-  epf_ht_step_t s;
-  memset(&s, 0, sizeof(s));
+  epf_ht_step_t s = EPF_HT_STEP_INIT;
   s.x = f->d_x;
   s.topk_weights = f->d_w;
   s.out = f->d_out;

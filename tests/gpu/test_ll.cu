@@ -140,7 +140,7 @@ static void fix_init_q(fix_t* f, int R, int Tmax, int H, int K, int E, int topk6
   f->L = epf_ll_launch_make(&f->plan, epf_team_virtual(f->win, f->plan.total_bytes, 0, R), f->state, f->rec_d, 1);
   assert_int_equal(epf_ll_state_reset(&f->L, 0), EPF_OK);
 #define ALLOC_RANKS(ptr, which) \
-  EPF_TEST_MALLOC((void**)&(ptr), (size_t)R * epf_ll_rank_bytes(&f->plan, which, topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32))
+  EPF_TEST_MALLOC((void**)&(ptr), (size_t)R * epf_ll_buffer_bytes(&f->plan, which, topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32))
   ALLOC_RANKS(f->x, EPF_LL_BUF_X);
   ALLOC_RANKS(f->topk, EPF_LL_BUF_TOPK_IDX);
   ALLOC_RANKS(f->w, EPF_LL_BUF_TOPK_WEIGHTS);
@@ -210,7 +210,7 @@ static void fix_poison(fix_t* f, uint32_t epoch) {
   const int R = f->in.R;
   for (int r = 0; r < R; ++r) EPF_CHECK_CUDA(llref_poison_window(p, f->win + (size_t)r * p->total_bytes, epoch, 0));
 #define POISON(ptr, which) \
-  EPF_CHECK_CUDA(cudaMemset(ptr, 0xEE, (size_t)R * epf_ll_rank_bytes(p, which, f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
+  EPF_CHECK_CUDA(cudaMemset(ptr, 0xEE, (size_t)R * epf_ll_buffer_bytes(p, which, f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
   POISON(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
   POISON(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
   POISON(f->packed_x, EPF_LL_BUF_PACKED_X);
@@ -286,7 +286,7 @@ static llref_rank_bufs_t fix_rank_bufs(const fix_t* f, int r) {
   b.round = f->round + r;
   b.packed_x = (const char*)f->packed_x + (uint64_t)r * p->recv_capacity * p->row_bytes;
   b.packed_scales = f->packed_scales != NULL
-                        ? (const void*)((const char*)f->packed_scales + (uint64_t)r * epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_SCALES, 0))
+                        ? (const void*)((const char*)f->packed_scales + (uint64_t)r * epf_ll_buffer_bytes(p, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT))
                         : NULL;
   b.packed_meta = f->packed_meta + (uint64_t)r * p->recv_capacity;
   return b;
@@ -1081,7 +1081,7 @@ static void fix_poison_rm(fix_t* f, uint32_t epoch, cudaStream_t s) {
   for (int r = 0; r < R; ++r) EPF_CHECK_CUDA(llrm_poison_window(p, f->win + (size_t)r * p->total_bytes, epoch, s));
 #define POISON(ptr, which)                                                                                              \
   EPF_CHECK_CUDA(cudaMemsetAsync(ptr, 0xEE,                                                                            \
-                                 (size_t)R * epf_ll_rank_bytes(p, which, f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32), s))
+                                 (size_t)R * epf_ll_buffer_bytes(p, which, f->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32), s))
   POISON(f->recv_counts, EPF_LL_BUF_RECV_COUNTS);
   POISON(f->expert_counts, EPF_LL_BUF_EXPERT_COUNTS);
   POISON(f->packed_x, EPF_LL_BUF_PACKED_X);
@@ -1093,14 +1093,14 @@ static void fix_poison_rm(fix_t* f, uint32_t epoch, cudaStream_t s) {
 #undef POISON
 }
 
-/* rank r's outputs in the fixture's [R] buffers (epf_ll_rank_bytes strides: the expert-major view
+/* rank r's outputs in the fixture's [R] buffers (epf_ll_buffer_bytes strides: the expert-major view
  * has EL * R * T rows in both layouts) */
 static llref_rank_bufs_t fix_rank_bufs_rm(const fix_t* f, int r) {
   const epf_plan_t* p = &f->plan;
   llref_rank_bufs_t b = fix_rank_bufs(f, r);
-  b.packed_x = (const char*)f->packed_x + (uint64_t)r * epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_X, 0);
+  b.packed_x = (const char*)f->packed_x + (uint64_t)r * epf_ll_buffer_bytes(p, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT);
   b.packed_meta = (const epf_recv_meta_em_t*)((const char*)f->packed_meta +
-                                              (uint64_t)r * epf_ll_rank_bytes(p, EPF_LL_BUF_PACKED_META, 0));
+                                              (uint64_t)r * epf_ll_buffer_bytes(p, EPF_LL_BUF_PACKED_META, EPF_INDEX_DEFAULT));
   return b;
 }
 
@@ -1567,8 +1567,8 @@ typedef struct {
 } bwd_bufs_t;
 
 static void bwd_bufs_init(const fix_t* f, bwd_bufs_t* b) {
-  EPF_TEST_MALLOC(&b->wg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0));
-  EPF_TEST_MALLOC(&b->twg, (size_t)f->in.R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
+  EPF_TEST_MALLOC(&b->wg, (size_t)f->in.R * epf_ll_buffer_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, EPF_INDEX_DEFAULT));
+  EPF_TEST_MALLOC(&b->twg, (size_t)f->in.R * epf_ll_buffer_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT));
 }
 static void bwd_bufs_free(bwd_bufs_t* b) {
   EPF_TEST_FREE(b->wg);
@@ -1621,8 +1621,8 @@ static void bwd_round_ex(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, int pack
   llref_t ref;
   assert_true(want != NULL && wantg != NULL);
   fix_poison(f, epoch);
-  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
-  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, EPF_INDEX_DEFAULT)));
+  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT)));
   /* backward of combine */
   EPF_CHECK_CUDA(cudaDeviceSynchronize());
   t0 = now_s();
@@ -1995,8 +1995,8 @@ static void test_backward_abort(void** state) {
     assert_true(want != NULL && wantg != NULL);
     fix_new_dy(&f);
     fix_poison(&f, epoch);
-    EPF_CHECK_CUDA(cudaMemset(b.wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f.plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
-    EPF_CHECK_CUDA(cudaMemset(b.twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f.plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+    EPF_CHECK_CUDA(cudaMemset(b.wg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f.plan, EPF_LL_BUF_WEIGHT_GRAD, EPF_INDEX_DEFAULT)));
+    EPF_CHECK_CUDA(cudaMemset(b.twg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f.plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT)));
     ca.topk_weights = NULL;
     ca.weight_grad = b.wg;
     ca.topk_weights_grad = b.twg;
@@ -2643,8 +2643,8 @@ static void rm_bwd_round(fix_t* f, const bwd_bufs_t* b, uint32_t epoch, const in
   llrm_ref_t ref;
   assert_true(want != NULL && wantg != NULL);
   fix_poison_rm(f, epoch, 0);
-  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, 0)));
-  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, 0)));
+  EPF_CHECK_CUDA(cudaMemset(b->wg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f->plan, EPF_LL_BUF_WEIGHT_GRAD, EPF_INDEX_DEFAULT)));
+  EPF_CHECK_CUDA(cudaMemset(b->twg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f->plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT)));
   if (Ts_d != NULL && smem > 48u * 1024u) {
     EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)rm_bwd_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     EPF_CHECK_CUDA(cudaFuncSetAttribute((const void*)rm_bwd_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -2817,7 +2817,7 @@ static void test_rm_backward_graph(void** state) {
     fix_fill(&f, Tmax, rep == 2);
     f.in.T = Tmax;
     fix_poison_rm(&f, rep, s);
-    EPF_CHECK_CUDA(cudaMemsetAsync(b.twg, 0xEE, (size_t)R * epf_ll_rank_bytes(&f.plan, EPF_LL_BUF_TOPK_WEIGHTS, 0), s));
+    EPF_CHECK_CUDA(cudaMemsetAsync(b.twg, 0xEE, (size_t)R * epf_ll_buffer_bytes(&f.plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT), s));
     EPF_CHECK_CUDA(cudaStreamSynchronize(s));
     epf_error_clear(f.rec_h);
     EPF_CHECK_CUDA(cudaGraphLaunch(ge, s));

@@ -688,7 +688,7 @@ static uint64_t ll_bytes(const Case& c, const epf_plan_t& p) {
                                   EPF_LL_BUF_EXPERT_COUNTS, EPF_LL_BUF_PACKED_X, EPF_LL_BUF_PACKED_SCALES,
                                   EPF_LL_BUF_PACKED_META, EPF_LL_BUF_ROUND, EPF_LL_BUF_Y, EPF_LL_BUF_X};
   uint64_t b = (uint64_t)c.R * p.total_bytes;
-  for (epf_ll_buffer_t w : bufs) b += (uint64_t)c.R * epf_ll_rank_bytes(&p, w, EPF_INDEX_INT64);
+  for (epf_ll_buffer_t w : bufs) b += (uint64_t)c.R * epf_ll_buffer_bytes(&p, w, EPF_INDEX_INT64);
   return b;
 }
 
@@ -1469,8 +1469,7 @@ static void run_ht(const Case& c, uint64_t seed) {
   in.xq.resize(quant ? (size_t)R * Tm * H : 0);
   in.xs.resize((size_t)R * Tm * sbr);
 
-  epf_ht_step_t hs;
-  memset(&hs, 0, sizeof(hs));
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
   hs.x = x.p;
   hs.x_scales = c.xq ? xs.p : NULL;
   hs.topk_weights = w.as<float>();
@@ -1744,9 +1743,9 @@ static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, con
       b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
       b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
       b.round = round.as<uint32_t>() + d;
-      b.packed_x = px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0);
+      b.packed_x = px.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT);
       b.packed_scales = NULL; /* BF16 */
-      b.packed_meta = (const epf_recv_meta_em_t*)(pm.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_META, 0));
+      b.packed_meta = (const epf_recv_meta_em_t*)(pm.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_META, EPF_INDEX_DEFAULT));
       if (llrm_check_dispatch_rank(&in, &plan, &rr, d, &b, epoch, 1, 1, "rank-major combine backward", msg) != 0) {
         in.combine_weights = 0;
         llrm_free(&rr);
@@ -1765,7 +1764,7 @@ static void ll_backward_round(const Case& c, Rng& g, const epf_plan_t& plan, con
       b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
       b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
       b.round = round.as<uint32_t>() + d;
-      b.packed_x = c.packed ? px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0) : NULL;
+      b.packed_x = c.packed ? px.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT) : NULL;
       b.packed_scales = NULL;
       b.packed_meta = c.packed ? pm.as<epf_recv_meta_em_t>() + (uint64_t)d * plan.recv_capacity : NULL;
       const int bad = llref_check_dispatch_rank(&in, &plan, &ref.r, d, &b, epoch, 1, c.packed != 0, "combine backward", msg);
@@ -1849,7 +1848,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   Rng g(seed);
   const epf_plan_t plan = plan_of(c);
   const int R = (int)c.R, E = (int)c.E, K = (int)c.K, H = (int)c.H, Tm = (int)c.T;
-  const int it = c.idx64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
+  const epf_index_type_t it = c.idx64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32;
   const bool rm = c.layout == EPF_LAYOUT_RANK_MAJOR; /* the view is always written (packed: by the receive half) */
   LlIn li;
   llref_in_t& in = li.in;
@@ -1860,7 +1859,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   win.alloc((size_t)R * plan.total_bytes);
   d_set(win.p, 0, win.n);
   state.alloc((size_t)R * sizeof(epf_ll_state_t));
-#define LL_ALLOC(buf, which) buf.alloc((size_t)R * epf_ll_rank_bytes(&plan, which, it))
+#define LL_ALLOC(buf, which) buf.alloc((size_t)R * epf_ll_buffer_bytes(&plan, which, it))
   LL_ALLOC(x, EPF_LL_BUF_X);
   LL_ALLOC(ids, EPF_LL_BUF_TOPK_IDX);
   LL_ALLOC(w, EPF_LL_BUF_TOPK_WEIGHTS);
@@ -1923,7 +1922,7 @@ static void run_ll(const Case& c, uint64_t seed) {
   ca.index_type = it;
   ca.y_layout = (int32_t)c.y;
 
-  const uint64_t tk = epf_ll_rank_bytes(&plan, EPF_LL_BUF_TOPK_IDX, it) / (it == EPF_INDEX_INT64 ? 8 : 4);
+  const uint64_t tk = epf_ll_buffer_bytes(&plan, EPF_LL_BUF_TOPK_IDX, it) / (it == EPF_INDEX_INT64 ? 8 : 4);
   std::vector<uint16_t> hout((size_t)R * Tm * H), want((size_t)R * Tm * H);
   char msg[LLREF_MSG];
   for (int rd = 0; rd < c.rounds; ++rd) {
@@ -1968,9 +1967,9 @@ static void run_ll(const Case& c, uint64_t seed) {
         b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
         b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
         b.round = round.as<uint32_t>() + d;
-        b.packed_x = px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0);
-        b.packed_scales = ps.p ? ps.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0) : NULL;
-        b.packed_meta = (const epf_recv_meta_em_t*)(pm.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_META, 0));
+        b.packed_x = px.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT);
+        b.packed_scales = ps.p ? ps.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) : NULL;
+        b.packed_meta = (const epf_recv_meta_em_t*)(pm.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_META, EPF_INDEX_DEFAULT));
         if (llrm_check_dispatch_rank(&in, &plan, &rr, d, &b, epoch, 1, 1, "rank-major dispatch", msg) != 0) {
           llrm_free(&rr);
           FAIL("%s", msg);
@@ -1995,8 +1994,8 @@ static void run_ll(const Case& c, uint64_t seed) {
       b.recv_counts = counts.as<int32_t>() + (size_t)d * (E / R) * R;
       b.expert_counts = ecounts.as<int32_t>() + (size_t)d * (E / R);
       b.round = round.as<uint32_t>() + d;
-      b.packed_x = c.packed ? px.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_X, 0) : NULL;
-      b.packed_scales = c.packed && ps.p ? ps.c() + (uint64_t)d * epf_ll_rank_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, 0) : NULL;
+      b.packed_x = c.packed ? px.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT) : NULL;
+      b.packed_scales = c.packed && ps.p ? ps.c() + (uint64_t)d * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) : NULL;
       b.packed_meta = c.packed ? pm.as<epf_recv_meta_em_t>() + (uint64_t)d * plan.recv_capacity : NULL;
       if (llref_check_dispatch_rank(&in, &plan, &ref.r, d, &b, epoch, 1, c.packed != 0, "dispatch", msg) != 0)
         FAIL("%s", msg);

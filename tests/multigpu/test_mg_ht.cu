@@ -403,8 +403,7 @@ static int mg_poison(mg_ctx_t* x) {
 
 static epf_ht_step_t mg_step(mg_ctx_t* x, int out_round) {
   const ht_case_t* c = &x->c;
-  epf_ht_step_t s;
-  memset(&s, 0, sizeof(s));
+  epf_ht_step_t s = EPF_HT_STEP_INIT;
   s.x = x->d_x;
   s.x_scales = c->x_quantized ? x->d_xs : NULL;
   s.topk_weights = x->d_w;

@@ -201,7 +201,7 @@ typedef struct mg_fix {
   int nsets;
   epf_ll_state_t* state;
   epf_ll_launch_t L;
-  /* per operand set: this rank's buffers (epf_ll_rank_bytes) */
+  /* per operand set: this rank's buffers (epf_ll_buffer_bytes) */
   uint16_t* x[MG_SETS];
   void* topk[MG_SETS];
   float* w[MG_SETS];
@@ -254,7 +254,7 @@ static int mg_fix_setup(mg_ctx_t* c, mg_fix_t* f) {
               llref_in_init(&c->sh->in[i], c->R, cs->Tmax, cs->H, cs->K, mg_experts(c->R), cs->payload,
                             p->combine_payload, p->flags, (int)p->scale_bytes_per_row) == 0,
               "rank 0: out of host memory for the inputs");
-#define MG_ALLOC(ptr, which) MG_CUDA(c, cudaMalloc((void**)&(ptr), epf_ll_rank_bytes(p, which, cs->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
+#define MG_ALLOC(ptr, which) MG_CUDA(c, cudaMalloc((void**)&(ptr), epf_ll_buffer_bytes(p, which, cs->topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32)))
   for (int i = 0; i < f->nsets; ++i) {
     MG_ALLOC(f->x[i], EPF_LL_BUF_X);
     MG_ALLOC(f->topk[i], EPF_LL_BUF_TOPK_IDX);
@@ -363,7 +363,7 @@ static int mg_upload(mg_ctx_t* c, mg_fix_t* f, int set) {
 static int mg_poison_outputs(mg_ctx_t* c, mg_fix_t* f, int set) {
   const epf_plan_t* p = &f->plan;
 #define MG_POISON(ptr, which) \
-  MG_CUDA(c, cudaMemsetAsync(ptr, 0xEE, epf_ll_rank_bytes(p, which, f->cs.topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32), c->s))
+  MG_CUDA(c, cudaMemsetAsync(ptr, 0xEE, epf_ll_buffer_bytes(p, which, f->cs.topk64 ? EPF_INDEX_INT64 : EPF_INDEX_INT32), c->s))
   MG_POISON(f->recv_counts[set], EPF_LL_BUF_RECV_COUNTS);
   MG_POISON(f->expert_counts[set], EPF_LL_BUF_EXPERT_COUNTS);
   MG_POISON(f->round[set], EPF_LL_BUF_ROUND);

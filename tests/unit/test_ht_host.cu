@@ -42,6 +42,10 @@ static void fix_make(fix_t* f, int R, int layout, int push) {
   f->route.base = f->dummy;
   assert_int_equal(epf_route_layout_compute(&f->plan, &rc, &f->route.layout), EPF_OK);
   f->team = epf_team_affine(f->dummy, f->plan.total_bytes, R - 1, R);
+  {
+    const epf_ht_step_t init = EPF_HT_STEP_INIT;
+    f->step = init;
+  }
   f->step.x = f->dummy;
   f->step.topk_weights = (const float*)f->dummy;
   f->step.out = f->dummy;
@@ -171,10 +175,47 @@ static void test_phases(void** state) {
   assert_int_equal(epf_ht_dispatch(&f.route, f.team, &f.plan, &f.step, f.dummy, EPF_HT_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
 }
 
+/* the versioned step (issue #30): a step without the prefix — zeroed, or filled by code built
+ * against the 120- / 144-byte step — is refused by every launcher before anything else is read;
+ * a larger (newer) step is accepted */
+static void test_step_prefix(void** state) {
+  fix_t f;
+  (void)state;
+  for (int layout = EPF_LAYOUT_EXPERT_MAJOR; layout <= EPF_LAYOUT_RANK_MAJOR; ++layout) {
+    fix_make(&f, 4, layout, 0);
+    const epf_ht_step_t good = f.step;
+    memset(&f.step, 0, sizeof(f.step)); /* the old "zero means default" initialization */
+    expect_all(&f, EPF_ERR_STRUCT_VERSION);
+    assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_STRUCT_VERSION);
+    f.step = good;
+    f.step.size = 144; /* a caller compiled against the prefix-less 144-byte step */
+    expect_all(&f, EPF_ERR_STRUCT_VERSION);
+    f.step.size = EPF_HT_STEP_MIN_SIZE - 1;
+    expect_all(&f, EPF_ERR_STRUCT_VERSION);
+    f.step = good;
+    f.step.magic ^= 1u;
+    expect_all(&f, EPF_ERR_STRUCT_VERSION);
+    f.step = good;
+    f.step.version = 0u;
+    expect_all(&f, EPF_ERR_STRUCT_VERSION);
+    f.step = good;
+    f.step.reserved0 = 1u;
+    expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
+    f.step = good;
+    f.step.size = EPF_HT_STEP_MIN_SIZE + 64u; /* a newer, larger step: its tail is ignored */
+    assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_OK);
+    f.step = good;
+    assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_OK);
+    assert_int_equal(f.step.size, (uint32_t)sizeof(epf_ht_step_t));
+    assert_int_equal(f.step.magic, EPF_HT_STEP_MAGIC);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_fixture), cmocka_unit_test(test_team),          cmocka_unit_test(test_expert_rows),
       cmocka_unit_test(test_blocks_per_rank), cmocka_unit_test(test_route_handle), cmocka_unit_test(test_phases),
+      cmocka_unit_test(test_step_prefix),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

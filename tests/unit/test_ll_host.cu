@@ -37,6 +37,16 @@ static epf_config_t ll_config(int R, int E, int K, int H, int T) {
   return c;
 }
 
+/* seen[i] is 0, then 1: each row or word is produced once. The range check is repeated as a
+ * plain branch because cmocka's assert_true is not known to the compiler to stop the test (an
+ * accessor may return EPF_ROW_INVALID, -1, and gcc's -Wstringop-overflow then sees seen[-1]). */
+static void mark_once(unsigned char* seen, int64_t i, int64_t n) {
+  assert_true(i >= 0 && i < n);
+  if (i < 0 || i >= n) return;
+  assert_int_equal(seen[i], 0);
+  seen[i] = 1;
+}
+
 static void test_state_init(void** state) {
   epf_ll_state_t s;
   (void)state;
@@ -107,7 +117,7 @@ static void test_plan_checks(void** state) {
 static void test_layout(void** state) {
   (void)state;
   for (int it = 0; it < 300; ++it) {
-    const int R = rnd_in(1, 9), EL = rnd_in(1, 6), K = rnd_in(1, 9), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
+    const int R = rnd_in(1, 9), EL = rnd_in(1, 6), K = epf__min_i(rnd_in(1, 9), R * EL), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
     epf_config_t c = ll_config(R, R * EL, K, H, T);
     epf_plan_t p;
     unsigned char* seen;
@@ -133,8 +143,7 @@ static void test_layout(void** state) {
             epf_ll_fixed_row_split(&p, fr, &le2, &s2, &j2);
             assert_true(le2 == le && s2 == s && j2 == j);
             assert_true(row >= 0 && row < n);
-            assert_int_equal(seen[row], 0);
-            seen[row] = 1;
+            mark_once(seen, row, n);
             assert_true(row / p.recv_capacity == (int64_t)(e & 1u));
             assert_true(epf_plan_recv_token_offset(&p, row) + p.row_bytes <=
                         p.region[EPF_REGION_RECV_TOKENS].offset + p.region[EPF_REGION_RECV_TOKENS].bytes);
@@ -155,8 +164,7 @@ static void test_layout(void** state) {
         for (int s = 0; s < R; ++s) {
           const int64_t i = epf_ll_dispatch_signal_index(&p, e, le, s);
           assert_true(i >= 0 && i < n);
-          assert_int_equal(seen[i], 0);
-          seen[i] = 1;
+          mark_once(seen, i, n);
         }
     free(seen);
     /* combine signal words */
@@ -167,8 +175,7 @@ static void test_layout(void** state) {
       for (int q = 0; q < R; ++q) {
         const int64_t i = epf_ll_combine_signal_index(&p, e, q);
         assert_true(i >= 0 && i < n);
-        assert_int_equal(seen[i], 0);
-        seen[i] = 1;
+        mark_once(seen, i, n);
       }
     free(seen);
     /* combine landing rows [2][T][K] */
@@ -180,8 +187,7 @@ static void test_layout(void** state) {
         for (int k = 0; k < K; ++k) {
           const int64_t row = epf_ll_combine_row(&p, e, t, k);
           assert_true(row >= 0 && row < n);
-          assert_int_equal(seen[row], 0);
-          seen[row] = 1;
+          mark_once(seen, row, n);
           assert_true(epf_plan_combine_offset(&p, row) + p.combine_row_bytes <=
                       p.region[EPF_REGION_COMBINE].offset + p.region[EPF_REGION_COMBINE].bytes);
         }
@@ -198,24 +204,24 @@ static void test_rank_buffers(void** state) {
   epf_ll_combine_args_t ca, cr;
   (void)state;
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_X, 0) == 16u * 2880u * 2u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32) == 16u * 8u * 4u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT64) == 16u * 8u * 8u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_DEFAULT) == 16u * 8u * 8u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_TOPK_WEIGHTS, 0) == 16u * 8u * 4u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_RECV_COUNTS, 0) == 64u * 4u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_EXPERT_COUNTS, 0) == 16u * 4u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_X, 0) == (uint64_t)p.recv_capacity * p.row_bytes);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_SCALES, 0) == 0u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_META, 0) == (uint64_t)p.recv_capacity * 16u);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_Y, 0) == (uint64_t)p.recv_capacity * 2880u * 2u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_X, EPF_INDEX_DEFAULT) == 16u * 2880u * 2u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT32) == 16u * 8u * 4u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_INT64) == 16u * 8u * 8u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_TOPK_IDX, EPF_INDEX_DEFAULT) == 16u * 8u * 8u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT) == 16u * 8u * 4u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT) == 64u * 4u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_EXPERT_COUNTS, EPF_INDEX_DEFAULT) == 16u * 4u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT) == (uint64_t)p.recv_capacity * p.row_bytes);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) == 0u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_META, EPF_INDEX_DEFAULT) == (uint64_t)p.recv_capacity * 16u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT) == (uint64_t)p.recv_capacity * 2880u * 2u);
   /* MXFP8: compact or swizzled packed scales */
   c.payload = EPF_PAYLOAD_MXFP8;
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_SCALES, 0) == (uint64_t)p.recv_capacity * 90u);
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) == (uint64_t)p.recv_capacity * 90u);
   c.scale_layout = EPF_SCALE_LAYOUT_SWIZZLED_128X4;
   assert_int_equal(epf_plan_compute(&c, &p), EPF_OK);
-  assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_SCALES, 0) ==
+  assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT) ==
               (uint64_t)epf_scale_swizzle_bytes(p.recv_capacity, 90));
 
   /* virtual-rank operand strides; NULL stays NULL */
@@ -262,7 +268,7 @@ static void test_smem(void** state) {
   assert_true(epf_ll_smem_bytes(&p, 64) >= (size_t)EPF__LL_HDR_BYTES); /* the clean's scratch */
   /* the carve-up: every block's part inside its stage's size, the slot tables cover T * K pairs */
   for (int it = 0; it < 200; ++it) {
-    const int R = rnd_in(1, 9), EL = rnd_in(1, 9), K = rnd_in(1, 9), T = rnd_in(1, 300);
+    const int R = rnd_in(1, 9), EL = rnd_in(1, 9), K = epf__min_i(rnd_in(1, 9), R * EL), T = rnd_in(1, 300);
     const int threads = 32 * rnd_in(1, 32);
     epf_config_t cc = ll_config(R, R * EL, K, 256, T);
     epf_plan_t q;
@@ -476,7 +482,7 @@ static void test_slots_match_route(void** state) {
 static void test_rm_layout(void** state) {
   (void)state;
   for (int it = 0; it < 300; ++it) {
-    const int R = rnd_in(1, 13), EL = rnd_in(1, 6), K = rnd_in(1, 32), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
+    const int R = rnd_in(1, 13), EL = rnd_in(1, 6), K = epf__min_i(rnd_in(1, 32), R * EL), T = rnd_in(1, 40), H = 32 * rnd_in(1, 8);
     const int threads = 32 * rnd_in(1, 32);
     epf_config_t c = ll_config(R, R * EL, K, H, T);
     epf_plan_t p, pem;
@@ -501,8 +507,7 @@ static void test_rm_layout(void** state) {
           assert_true(epf_ll_rm_fixed_row(&p, s, j) == (int64_t)s * T + j);
           assert_true(row == (int64_t)(e & 1u) * p.recv_capacity + (int64_t)s * T + j);
           assert_true(row >= 0 && row < n);
-          assert_int_equal(seen[row], 0);
-          seen[row] = 1;
+          mark_once(seen, row, n);
           assert_true(epf_plan_recv_token_offset(&p, row) + p.row_bytes <=
                       p.region[EPF_REGION_RECV_TOKENS].offset + p.region[EPF_REGION_RECV_TOKENS].bytes);
           assert_true(epf_plan_recv_meta_offset(&p, row) + p.meta_bytes_per_row <=
@@ -518,8 +523,7 @@ static void test_rm_layout(void** state) {
       for (int s = 0; s < R; ++s) {
         const int64_t i = epf_ll_rm_dispatch_signal_index(&p, e, s);
         assert_true(i >= 0 && i < 2 * R && i < n);
-        assert_int_equal(seen[i], 0);
-        seen[i] = 1;
+        mark_once(seen, i, n);
       }
     free(seen);
     /* count words: (parity, source, expert) inside COUNTS, distinct, 8-byte aligned */
@@ -531,8 +535,7 @@ static void test_rm_layout(void** state) {
           const uint64_t o = epf_ll_rm_count_offset(&p, e, s, g);
           const int64_t i = (int64_t)((o - p.region[EPF_REGION_COUNTS].offset) / 8);
           assert_true(o >= p.region[EPF_REGION_COUNTS].offset && o % 8u == 0u && i < n);
-          assert_int_equal(seen[i], 0);
-          seen[i] = 1;
+          mark_once(seen, i, n);
         }
     free(seen);
     /* combine landing rows [2][T][R] */
@@ -544,15 +547,14 @@ static void test_rm_layout(void** state) {
         for (int d = 0; d < R; ++d) {
           const int64_t row = epf_ll_rm_combine_row(&p, e, t, d);
           assert_true(row >= 0 && row < n);
-          assert_int_equal(seen[row], 0);
-          seen[row] = 1;
+          mark_once(seen, row, n);
         }
     free(seen);
     /* the expert-major view: the same rows for both layouts */
-    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_X, 0) == (uint64_t)EL * R * T * p.row_bytes);
-    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_META, 0) == (uint64_t)EL * R * T * 16u);
-    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_Y, 0) == epf_ll_rank_bytes(&pem, EPF_LL_BUF_Y, 0));
-    assert_true(epf_ll_rank_bytes(&p, EPF_LL_BUF_PACKED_X, 0) == epf_ll_rank_bytes(&pem, EPF_LL_BUF_PACKED_X, 0));
+    assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT) == (uint64_t)EL * R * T * p.row_bytes);
+    assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_META, EPF_INDEX_DEFAULT) == (uint64_t)EL * R * T * 16u);
+    assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT) == epf_ll_buffer_bytes(&pem, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT));
+    assert_true(epf_ll_buffer_bytes(&p, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT) == epf_ll_buffer_bytes(&pem, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT));
     assert_true(epf_ll_packed_row(&p, EL - 1, R * T - 1) == (int64_t)EL * R * T - 1);
     /* shared memory */
     l = epf_ll_smem_layout(&p, threads);

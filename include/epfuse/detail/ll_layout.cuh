@@ -27,9 +27,11 @@ EPF_BEGIN_DECLS
 
 /* epf_ll_state_init — a fresh state: epochs 0, counters 0, every rank of [0, nranks) active.
  *   Scope: any single thread, host or device. Copy the result into the device state before the
- *   first LL call (or use epf_ll_state_reset from kernels_ll.cuh, stream-ordered). */
+ *   first LL call (or use epf_ll_state_reset from kernels_ll.cuh, stream-ordered). A host call
+ *   with out NULL or nranks outside [1, EPF_MAX_RANKS] writes nothing. */
 EPF_HD void epf_ll_state_init(epf_ll_state_t* out, int nranks) {
   int i;
+  if (EPF__HOST_CHECK(out == NULL || nranks < 1 || nranks > EPF_MAX_RANKS)) return;
   for (i = 0; i < EPF_LL_PHASE_COUNT; ++i) {
     out->epoch[i] = 0u;
     out->arrive[i] = 0u;
@@ -69,8 +71,10 @@ EPF_HD epf_status_t epf_ll_plan_check(const epf_plan_t* plan) {
   return EPF_OK;
 }
 
-/* epf_ll_tokens_check — num_tokens in [0, plan.max_tokens_per_rank], else EPF_ERR_TOKENS. */
+/* epf_ll_tokens_check — num_tokens in [0, plan.max_tokens_per_rank], else EPF_ERR_TOKENS;
+ *   EPF_ERR_INVALID_ARGUMENT for a NULL plan. */
 EPF_HD epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens) {
+  if (plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
   if (num_tokens < 0 || num_tokens > plan->max_tokens_per_rank) return EPF_ERR_TOKENS;
   return EPF_OK;
 }
@@ -91,19 +95,39 @@ EPF_HD epf_status_t epf_ll_backward_check(const epf_plan_t* plan) {
   return EPF_OK;
 }
 
+/* The row and word accessors below take ids in these ranges: local_expert [0, EL), src / peer
+ * [0, R), slot / token [0, T), k [0, K) (EL = plan.experts_per_rank, R = nranks, T =
+ * max_tokens_per_rank, K = top_k). A host call (the C ABI; EPF__HOST_CHECK) with a NULL plan or an
+ * id outside its range gets EPF_ROW_INVALID (-1); device code is not checked. */
+EPF_HD bool epf__ll_id_bad(int id, int32_t n) { return id < 0 || id >= n; }
+
 /* epf_ll_fixed_row — the FIXED ORDER of one parity's receive rows, the one owner of the LL
  *   receive-row formula: slot `slot` of (local_expert, src) is row
  *   (local_expert * R + src) * T + slot of [EL][R][T] (= recv_capacity rows). epf_ll_recv_row adds
  *   the parity; a y in EPF_LL_Y_FIXED order uses it as is. Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_fixed_row(const epf_plan_t* plan, int local_expert, int src, int slot) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(local_expert, plan->experts_per_rank) ||
+                      epf__ll_id_bad(src, plan->nranks) || epf__ll_id_bad(slot, plan->max_tokens_per_rank)))
+    return EPF_ROW_INVALID;
   return ((int64_t)local_expert * plan->nranks + src) * plan->max_tokens_per_rank + slot;
 }
 
 /* epf_ll_fixed_row_split — the inverse: (local_expert, src, slot) of fixed row `row` in
- *   [0, recv_capacity), for loops over the fixed order. Scope: any thread. Pure. */
+ *   [0, recv_capacity), for loops over the fixed order. A host call with a NULL plan or row outside
+ *   [0, recv_capacity) sets every non-NULL output to -1; NULL outputs are never written.
+ *   Scope: any thread. Pure. */
 EPF_HD void epf_ll_fixed_row_split(const epf_plan_t* plan, int64_t row, int* out_local_expert, int* out_src,
                                    int* out_slot) {
-  const int64_t T = plan->max_tokens_per_rank, g = row / T;
+  int64_t T, g;
+  if (EPF__HOST_CHECK(plan == NULL || out_local_expert == NULL || out_src == NULL || out_slot == NULL || row < 0 ||
+                      row >= plan->recv_capacity || plan->max_tokens_per_rank < 1 || plan->nranks < 1)) {
+    if (out_local_expert != NULL) *out_local_expert = -1;
+    if (out_src != NULL) *out_src = -1;
+    if (out_slot != NULL) *out_slot = -1;
+    return;
+  }
+  T = plan->max_tokens_per_rank;
+  g = row / T;
   *out_local_expert = (int)(g / plan->nranks);
   *out_src = (int)(g - (int64_t)*out_local_expert * plan->nranks);
   *out_slot = (int)(row - g * T);
@@ -113,18 +137,25 @@ EPF_HD void epf_ll_fixed_row_split(const epf_plan_t* plan, int64_t row, int* out
  *   epf_plan_recv_token_offset & co.) that holds slot `slot` of (local_expert, src) in the round
  *   of `epoch`: (epoch & 1) * recv_capacity + epf_ll_fixed_row(plan, local_expert, src, slot). */
 EPF_HD int64_t epf_ll_recv_row(const epf_plan_t* plan, uint32_t epoch, int local_expert, int src, int slot) {
+  if (EPF__HOST_CHECK(plan == NULL || epf_ll_fixed_row(plan, local_expert, src, slot) < 0)) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->recv_capacity + epf_ll_fixed_row(plan, local_expert, src, slot);
 }
 
 /* epf_ll_packed_row — row of the packed per-expert output: local_expert * (R * T) + pos, where pos
- *   counts the expert's rows from sources < src first (source order, then slot = token order). */
+ *   (in [0, R * T)) counts the expert's rows from sources < src first (source order, then slot =
+ *   token order). */
 EPF_HD int64_t epf_ll_packed_row(const epf_plan_t* plan, int local_expert, int pos_in_expert) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(local_expert, plan->experts_per_rank) || pos_in_expert < 0 ||
+                      (int64_t)pos_in_expert >= (int64_t)plan->nranks * plan->max_tokens_per_rank))
+    return EPF_ROW_INVALID;
   return (int64_t)local_expert * plan->nranks * plan->max_tokens_per_rank + pos_in_expert;
 }
 
 /* epf_ll_combine_row — row of the source's COMBINE region (epf_plan_combine_offset) where the
  *   output for (token, k) of the round of `epoch` lands: ((epoch & 1) * T + token) * K + k. */
 EPF_HD int64_t epf_ll_combine_row(const epf_plan_t* plan, uint32_t epoch, int token, int k) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(token, plan->max_tokens_per_rank) || epf__ll_id_bad(k, plan->top_k)))
+    return EPF_ROW_INVALID;
   return ((int64_t)(epoch & 1u) * plan->max_tokens_per_rank + token) * plan->top_k + k;
 }
 
@@ -141,18 +172,19 @@ EPF_HD int64_t epf_ll_weight_grad_row(const epf_plan_t* plan, uint32_t epoch, in
 /* epf_ll_dispatch_signal_index — word of SIG_LL_DISPATCH (epf_plan_signal_offset) in which `src`
  *   publishes (epoch, rows) for `local_expert` of the window's owner: ((epoch & 1) * EL + le) * R + src. */
 EPF_HD int64_t epf_ll_dispatch_signal_index(const epf_plan_t* plan, uint32_t epoch, int local_expert, int src) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(local_expert, plan->experts_per_rank) ||
+                      epf__ll_id_bad(src, plan->nranks)))
+    return EPF_ROW_INVALID;
   return ((int64_t)(epoch & 1u) * plan->experts_per_rank + local_expert) * plan->nranks + src;
 }
 
 /* epf_ll_combine_signal_index — word of SIG_LL_COMBINE in which `peer` publishes the combine
  *   round of `epoch` to the window's owner: (epoch & 1) * R + peer. */
 EPF_HD int64_t epf_ll_combine_signal_index(const epf_plan_t* plan, uint32_t epoch, int peer) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(peer, plan->nranks))) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->nranks + peer;
 }
 
-/* epf_ll_rank_bytes — bytes of one rank's buffer `which` (see epf_ll_buffer_t), sized for
- *   plan.max_tokens_per_rank; the per-rank stride of virtual-rank operand arrays. index_type:
- *   the ids' epf_index_type_t (only EPF_LL_BUF_TOPK_IDX depends on it). */
 /* epf_ll_index_type_ok — index_type is DEFAULT (0, means INT64), INT32 or INT64. The launchers
  *   refuse anything else with EPF_ERR_INVALID_ARGUMENT. epf_ll_index_is64 — its storage is int64. */
 EPF_HD bool epf_ll_index_type_ok(int index_type) {
@@ -160,14 +192,29 @@ EPF_HD bool epf_ll_index_type_ok(int index_type) {
 }
 EPF_HD int epf_ll_index_is64(int index_type) { return index_type != EPF_INDEX_INT32; }
 
-EPF_HD uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, epf_ll_buffer_t which, int index_type) {
-  const uint64_t T = (uint64_t)plan->max_tokens_per_rank, K = (uint64_t)plan->top_k;
+/* epf_ll_buffer_bytes — bytes of one rank's buffer `which` (see epf_ll_buffer_t), sized for
+ *   plan.max_tokens_per_rank; the per-rank stride of virtual-rank operand arrays. index_type: the
+ *   ids' epf_index_type_t (EPF_INDEX_DEFAULT = INT64, INT32, INT64), the same meaning as
+ *   epf_ll_dispatch_args_t.index_type; only EPF_LL_BUF_TOPK_IDX depends on it (pass
+ *   EPF_INDEX_DEFAULT for the others). 0 (the size sentinel; also the size of a buffer the plan
+ *   does not use, e.g. PACKED_SCALES of BF16) for a NULL plan, `which` outside epf_ll_buffer_t or
+ *   an index_type outside epf_index_type_t (host calls; EPF__HOST_CHECK).
+ *   (It replaces epf_ll_rank_bytes, whose third argument once meant "ids are int64": 1 was int64
+ *   there and is INT32 here. The name changed so that old callers stop compiling; libepfuse.so
+ *   keeps the old symbol for old binaries, refusing the ambiguous id sizes: CHANGELOG.md.)
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD uint64_t epf_ll_buffer_bytes(const epf_plan_t* plan, epf_ll_buffer_t which, epf_index_type_t index_type) {
+  uint64_t T, K, H, rows;
+  if (EPF__HOST_CHECK(plan == NULL || !epf_ll_index_type_ok((int)index_type))) return 0u;
+  T = (uint64_t)plan->max_tokens_per_rank;
+  K = (uint64_t)plan->top_k;
   /* rows of the expert-major view [EL][R][T] (one parity of an EXPERT_MAJOR plan's receive rows;
    * a RANK_MAJOR plan's expand writes the same view) */
-  const uint64_t H = (uint64_t)plan->hidden, rows = (uint64_t)plan->experts_per_rank * (uint64_t)plan->nranks * T;
+  H = (uint64_t)plan->hidden;
+  rows = (uint64_t)plan->experts_per_rank * (uint64_t)plan->nranks * T;
   switch (which) {
     case EPF_LL_BUF_X: return T * H * 2u;
-    case EPF_LL_BUF_TOPK_IDX: return T * K * (epf_ll_index_is64(index_type) ? 8u : 4u);
+    case EPF_LL_BUF_TOPK_IDX: return T * K * (epf_ll_index_is64((int)index_type) ? 8u : 4u);
     case EPF_LL_BUF_TOPK_WEIGHTS: return T * K * 4u;
     case EPF_LL_BUF_RECV_COUNTS: return (uint64_t)plan->experts_per_rank * (uint64_t)plan->nranks * 4u;
     case EPF_LL_BUF_EXPERT_COUNTS: return (uint64_t)plan->experts_per_rank * 4u;
@@ -184,45 +231,62 @@ EPF_HD uint64_t epf_ll_rank_bytes(const epf_plan_t* plan, epf_ll_buffer_t which,
   }
 }
 
+/* an args struct's int32 index_type as the enum (a value outside it stays outside: refused) */
+EPF_HD epf_index_type_t epf__ll_index_type(int32_t index_type) { return (epf_index_type_t)index_type; }
+
 EPF_HD const void* epf__ll_cadv(const void* p, uint64_t bytes) {
   return p == NULL ? NULL : (const void*)((const char*)p + bytes);
 }
 EPF_HD void* epf__ll_adv(void* p, uint64_t bytes) { return p == NULL ? NULL : (void*)((char*)p + bytes); }
 
 /* epf_ll_dispatch_args_for_rank — virtual ranks: the operands of `rank` when every pointer of `a`
- *   is the base of R consecutive per-rank buffers (stride epf_ll_rank_bytes). NULL stays NULL. */
+ *   is the base of R consecutive per-rank buffers (stride epf_ll_buffer_bytes). NULL stays NULL.
+ *   A host call with a or plan NULL, or rank outside [0, plan.nranks), gets an all-zero struct
+ *   (no operands: every launcher refuses it). */
 EPF_HD epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatch_args_t* a, const epf_plan_t* plan,
                                                             int rank) {
-  epf_ll_dispatch_args_t r = *a;
-  const uint64_t k = (uint64_t)rank;
-  r.x = epf__ll_cadv(a->x, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0));
-  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, a->index_type));
+  epf_ll_dispatch_args_t r;
+  uint64_t k;
+  if (EPF__HOST_CHECK(a == NULL || plan == NULL || epf__ll_id_bad(rank, plan->nranks))) {
+    epf__zero_bytes(&r, sizeof(r));
+    return r;
+  }
+  r = *a;
+  k = (uint64_t)rank;
+  r.x = epf__ll_cadv(a->x, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT));
+  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_IDX, epf__ll_index_type(a->index_type)));
   r.topk_weights =
-      (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
-  r.recv_counts = (int32_t*)epf__ll_adv(a->recv_counts, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0));
-  r.expert_counts = (int32_t*)epf__ll_adv(a->expert_counts, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_EXPERT_COUNTS, 0));
-  r.packed_x = epf__ll_adv(a->packed_x, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_PACKED_X, 0));
-  r.packed_scales = epf__ll_adv(a->packed_scales, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_PACKED_SCALES, 0));
+      (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT));
+  r.recv_counts = (int32_t*)epf__ll_adv(a->recv_counts, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT));
+  r.expert_counts = (int32_t*)epf__ll_adv(a->expert_counts, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_EXPERT_COUNTS, EPF_INDEX_DEFAULT));
+  r.packed_x = epf__ll_adv(a->packed_x, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_PACKED_X, EPF_INDEX_DEFAULT));
+  r.packed_scales = epf__ll_adv(a->packed_scales, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_PACKED_SCALES, EPF_INDEX_DEFAULT));
   r.packed_meta =
-      (epf_recv_meta_em_t*)epf__ll_adv(a->packed_meta, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_PACKED_META, 0));
-  r.round = (uint32_t*)epf__ll_adv(a->round, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_ROUND, 0));
+      (epf_recv_meta_em_t*)epf__ll_adv(a->packed_meta, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_PACKED_META, EPF_INDEX_DEFAULT));
+  r.round = (uint32_t*)epf__ll_adv(a->round, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_ROUND, EPF_INDEX_DEFAULT));
   return r;
 }
 
-/* epf_ll_combine_args_for_rank — the same for combine operands. */
+/* epf_ll_combine_args_for_rank — the same for combine operands (all zero for bad arguments). */
 EPF_HD epf_ll_combine_args_t epf_ll_combine_args_for_rank(const epf_ll_combine_args_t* a, const epf_plan_t* plan,
                                                           int rank) {
-  epf_ll_combine_args_t r = *a;
-  const uint64_t k = (uint64_t)rank;
-  r.y = epf__ll_cadv(a->y, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_Y, 0));
+  epf_ll_combine_args_t r;
+  uint64_t k;
+  if (EPF__HOST_CHECK(a == NULL || plan == NULL || epf__ll_id_bad(rank, plan->nranks))) {
+    epf__zero_bytes(&r, sizeof(r));
+    return r;
+  }
+  r = *a;
+  k = (uint64_t)rank;
+  r.y = epf__ll_cadv(a->y, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_Y, EPF_INDEX_DEFAULT));
   r.recv_counts =
-      (const int32_t*)epf__ll_cadv(a->recv_counts, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_RECV_COUNTS, 0));
-  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_IDX, a->index_type));
+      (const int32_t*)epf__ll_cadv(a->recv_counts, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT));
+  r.topk_idx = epf__ll_cadv(a->topk_idx, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_IDX, epf__ll_index_type(a->index_type)));
   r.topk_weights =
-      (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
-  r.out = epf__ll_adv(a->out, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_X, 0));
-  r.weight_grad = (const float*)epf__ll_cadv(a->weight_grad, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_WEIGHT_GRAD, 0));
-  r.topk_weights_grad = (float*)epf__ll_adv(a->topk_weights_grad, k * epf_ll_rank_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, 0));
+      (const float*)epf__ll_cadv(a->topk_weights, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT));
+  r.out = epf__ll_adv(a->out, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_X, EPF_INDEX_DEFAULT));
+  r.weight_grad = (const float*)epf__ll_cadv(a->weight_grad, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_WEIGHT_GRAD, EPF_INDEX_DEFAULT));
+  r.topk_weights_grad = (float*)epf__ll_adv(a->topk_weights_grad, k * epf_ll_buffer_bytes(plan, EPF_LL_BUF_TOPK_WEIGHTS, EPF_INDEX_DEFAULT));
   return r;
 }
 

@@ -41,10 +41,17 @@ EPF_BEGIN_DECLS
 /* Host-and-device: rows, signal and count words, combine rows                                   */
 /* ============================================================================================ */
 
+/* The accessors below take src / rank in [0, R), slot / token in [0, T), expert in [0, E). A host
+ * call (the C ABI; EPF__HOST_CHECK) with a NULL plan or an id outside its range gets
+ * EPF_ROW_INVALID (-1), or EPF_OFFSET_INVALID from epf_ll_rm_count_offset; device code is not
+ * checked. */
+
 /* epf_ll_rm_fixed_row — RANK_MAJOR: the fixed order of one parity's receive rows, the one owner
  *   of the formula: slot `slot` of source `src` is row src * T + slot of [R][T] (= recv_capacity
  *   rows). Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_fixed_row(const epf_plan_t* plan, int src, int slot) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(src, plan->nranks) || epf__ll_id_bad(slot, plan->max_tokens_per_rank)))
+    return EPF_ROW_INVALID;
   return (int64_t)src * plan->max_tokens_per_rank + slot;
 }
 
@@ -52,12 +59,14 @@ EPF_HD int64_t epf_ll_rm_fixed_row(const epf_plan_t* plan, int src, int slot) {
  *   epf_plan_recv_token_offset & co.) that holds slot `slot` of `src` in the round of `epoch`:
  *   (epoch & 1) * recv_capacity + epf_ll_rm_fixed_row(plan, src, slot). Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_recv_row(const epf_plan_t* plan, uint32_t epoch, int src, int slot) {
+  if (EPF__HOST_CHECK(plan == NULL || epf_ll_rm_fixed_row(plan, src, slot) < 0)) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->recv_capacity + epf_ll_rm_fixed_row(plan, src, slot);
 }
 
 /* epf_ll_rm_dispatch_signal_index — RANK_MAJOR: word of SIG_LL_DISPATCH in which `src` publishes
  *   (epoch, rows) to the window's owner: (epoch & 1) * R + src. Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_dispatch_signal_index(const epf_plan_t* plan, uint32_t epoch, int src) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(src, plan->nranks))) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->nranks + src;
 }
 
@@ -66,6 +75,7 @@ EPF_HD int64_t epf_ll_rm_dispatch_signal_index(const epf_plan_t* plan, uint32_t 
  *   COUNTS word (epoch & 1, src, expert) of epf_plan_counts_offset (HT uses the same words for its
  *   count exchange; an LL plan has no other use for them). Scope: any thread. Pure. */
 EPF_HD uint64_t epf_ll_rm_count_offset(const epf_plan_t* plan, uint32_t epoch, int src, int expert) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(expert, plan->num_experts))) return EPF_OFFSET_INVALID;
   return epf_plan_counts_offset(plan, (int)(epoch & 1u), src, expert);
 }
 
@@ -73,6 +83,8 @@ EPF_HD uint64_t epf_ll_rm_count_offset(const epf_plan_t* plan, uint32_t epoch, i
  *   (token, expert rank `rank`) of the round of `epoch` lands: ((epoch & 1) * T + token) * R + rank.
  *   Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_combine_row(const epf_plan_t* plan, uint32_t epoch, int token, int rank) {
+  if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(token, plan->max_tokens_per_rank) || epf__ll_id_bad(rank, plan->nranks)))
+    return EPF_ROW_INVALID;
   return ((int64_t)(epoch & 1u) * plan->max_tokens_per_rank + token) * plan->nranks + rank;
 }
 

@@ -109,7 +109,7 @@ typedef struct epf_ll_ctx {
 } epf_ll_ctx_t;
 
 /* Dispatch operands (one rank's; for virtual ranks every pointer is the base of R consecutive
- * per-rank buffers of epf_ll_rank_bytes each, see epf_ll_dispatch_args_for_rank). T below is
+ * per-rank buffers of epf_ll_buffer_bytes each, see epf_ll_dispatch_args_for_rank). T below is
  * plan.max_tokens_per_rank, EL = plan.experts_per_rank, R = plan.nranks. */
 typedef struct epf_ll_dispatch_args {
   const void* x;                   /* send: [T][hidden] BF16 rows, 16-byte aligned */
@@ -147,7 +147,7 @@ typedef struct epf_ll_combine_args {
                                   (a repeat: its first occurrence's), 0 for -1 / dropped / absent, or NULL */
 } epf_ll_combine_args_t;
 
-/* Per-rank buffers, for sizing and for virtual-rank strides (epf_ll_rank_bytes). */
+/* Per-rank buffers, for sizing and for virtual-rank strides (epf_ll_buffer_bytes). Values are ABI. */
 typedef enum epf_ll_buffer {
   EPF_LL_BUF_X = 0,          /* [T][hidden] BF16 (dispatch x, combine out) */
   EPF_LL_BUF_TOPK_IDX,       /* [T][top_k] int32 / int64 */

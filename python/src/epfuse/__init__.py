@@ -771,7 +771,7 @@ class Group:
     # ---- HT --------------------------------------------------------------------------------------
     def _ht_step(self) -> _abi.HtStep:
         s = _abi.HtStep()
-        _abi.epf_ht_step_init(byref(s))
+        check(_abi.epf_ht_step_init_sized(byref(s), ctypes.sizeof(s)), "epf_ht_step_init_sized")  # size, magic, version
         s.state = self._state.ptr if self._state is not None else None
         s.wait = self._wait()
         return s
@@ -995,14 +995,14 @@ class Group:
 
     # ---- LL --------------------------------------------------------------------------------------
     def ll_rank_bytes(self, which, index_dtype="int64") -> int:
-        """epf_ll_rank_bytes: bytes of one rank's LL buffer `which` (an LL_BUFFER name such as
+        """epf_ll_buffer_bytes: bytes of one rank's LL buffer `which` (an LL_BUFFER name such as
         "recv_counts", or its epf_ll_buffer_t value) — the per-rank stride of LL buffer arguments."""
         if isinstance(which, str):
             w = _enum(_abi.LL_BUFFER, which, "LL buffer")
         else:
             w = int_in(which, "which", 0, max(_abi.LL_BUFFER.values()), why="epf_ll_buffer_t",
                        where="Group.ll_rank_bytes")
-        return int(_abi.epf_ll_rank_bytes(byref(self.plan.c), w, _index_type(index_dtype)))
+        return int(_abi.epf_ll_buffer_bytes(byref(self.plan.c), w, _index_type(index_dtype)))
 
     def _ll_launch(self, where):
         if self._ll is None:
@@ -1048,7 +1048,7 @@ class Group:
 
     def _ll_sized(self, chk, obj, name, which, it=0, family=ANY, required=False):
         align = 16 if which in ("y", "packed_x", "packed_meta") else 0
-        return chk.sized(obj, name, rank_bytes=int(_abi.epf_ll_rank_bytes(byref(self.plan.c), _abi.LL_BUFFER[which],
+        return chk.sized(obj, name, rank_bytes=int(_abi.epf_ll_buffer_bytes(byref(self.plan.c), _abi.LL_BUFFER[which],
                                                                           it)),
                          family=family, required=required, align=align)[0]
 

@@ -187,8 +187,9 @@ class RouteStep(Structure):  # epf_route_step_t
                 ("num_tokens_dev", c_void_p), ("recv_total_mapped", c_void_p), ("wait", Wait)]
 
 
-class HtStep(Structure):  # epf_ht_step_t
-    _fields_ = [("x", c_void_p), ("x_scales", c_void_p), ("topk_weights", c_void_p), ("out", c_void_p),
+class HtStep(Structure):  # epf_ht_step_t (versioned: size / magic / version first; epf_ht_step_init_sized)
+    _fields_ = [("size", c_uint32), ("magic", c_uint32), ("version", c_uint32), ("reserved0", c_uint32),
+                ("x", c_void_p), ("x_scales", c_void_p), ("topk_weights", c_void_p), ("out", c_void_p),
                 ("expert_out", c_void_p), ("em_view", c_void_p), ("em_view_scales", c_void_p), ("state", c_void_p),
                 ("expert_rows", c_int64), ("x_quantized", c_int32), ("blocks_per_rank", c_int32), ("wait", Wait),
                 ("topk_idx", c_void_p), ("weight_grad", c_void_p), ("topk_weights_grad", c_void_p)]
@@ -273,7 +274,7 @@ epf_route_read_header = _proto("epf_route_read_header", _S, P(Route), c_int, c_v
 epf_route_ptr = _proto("epf_route_ptr", c_void_p, P(Route), c_int, c_int)
 epf_team_virtual = _proto("epf_team_virtual", Team, c_void_p, c_uint64, c_int, c_int)
 epf_wait_make = _proto("epf_wait_make", Wait, c_uint64, c_void_p, c_void_p, c_int)
-epf_ht_step_init = _proto("epf_ht_step_init", None, P(HtStep))
+epf_ht_step_init_sized = _proto("epf_ht_step_init_sized", _S, P(HtStep), c_size_t)
 epf_ht_check = _proto("epf_ht_check", _S, P(Plan), P(Route), P(HtStep))
 epf_ht_dispatch = _proto("epf_ht_dispatch", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p, c_int, c_void_p)
 epf_ht_expand = _proto("epf_ht_expand", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p)
@@ -282,7 +283,7 @@ epf_ht_combine_backward = _proto("epf_ht_combine_backward", _S, P(Route), Team, 
 epf_ht_dispatch_backward = _proto("epf_ht_dispatch_backward", _S, P(Route), Team, P(Plan), P(HtStep), c_void_p)
 epf_ll_plan_check = _proto("epf_ll_plan_check", _S, P(Plan))
 epf_ll_combine_pulls = _proto("epf_ll_combine_pulls", c_bool, P(Plan), c_int)
-epf_ll_rank_bytes = _proto("epf_ll_rank_bytes", c_uint64, P(Plan), c_int, c_int)
+epf_ll_buffer_bytes = _proto("epf_ll_buffer_bytes", c_uint64, P(Plan), c_int, c_int)
 epf_ll_launch_make = _proto("epf_ll_launch_make", LlLaunch, P(Plan), Team, c_void_p, c_void_p, c_int)
 epf_ll_dispatch = _proto("epf_ll_dispatch", _S, P(LlLaunch), P(LlDispatchArgs), c_int, c_void_p)
 epf_ll_combine = _proto("epf_ll_combine", _S, P(LlLaunch), P(LlCombineArgs), c_int, c_void_p)
