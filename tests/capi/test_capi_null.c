@@ -1034,6 +1034,36 @@ static void c_epf_nccl_version(void) {
   NEED_NCCL();
   (void)F(int (*)(void), epf_nccl_version)();
 }
+/* the NCCL release rule: NULL or an empty buffer gets the status and nothing written; a runtime
+ * version that could not be read (<= 0) is refused, never an index into anything */
+static void c_epf_nccl_version_check(void) {
+  epf_status_t (*f)(int, int, char*, size_t);
+  char b[4] = {'x', 'x', 'x', 'x'};
+  NEED_NCCL();
+  f = F(epf_status_t(*)(int, int, char*, size_t), epf_nccl_version_check);
+  assert_int_equal(f(22809, 22809, NULL, 100), EPF_OK);
+  assert_int_equal(f(22809, 22803, NULL, 0), EPF_ERR_NOT_SUPPORTED);
+  assert_int_equal(f(23007, 22809, NULL, 320), EPF_ERR_NOT_SUPPORTED);
+  assert_int_equal(f(23007, 0, NULL, 320), EPF_ERR_NOT_SUPPORTED);
+  assert_int_equal(f(23007, -1, b, 0), EPF_ERR_NOT_SUPPORTED);
+  assert_int_equal(b[0], 'x'); /* n == 0: nothing written */
+  assert_int_equal(f(-5, 22809, b, 1), EPF_ERR_NOT_SUPPORTED); /* a build code that is no release */
+  assert_int_equal(b[0], '\0'); /* n == 1: only the terminator fits */
+  assert_int_equal(b[1], 'x');
+}
+static void c_epf_nccl_build_version(void) {
+  NEED_NCCL();
+  assert_true(F(int (*)(void), epf_nccl_build_version)() >= 22800);
+}
+static void c_epf_nccl_runtime_check(void) {
+  char b[2] = {'x', 'x'};
+  epf_status_t st;
+  NEED_NCCL();
+  st = F(epf_status_t(*)(char*, size_t), epf_nccl_runtime_check)(NULL, 320);
+  assert_true(st == EPF_OK || st == EPF_ERR_NOT_SUPPORTED);
+  assert_int_equal(F(epf_status_t(*)(char*, size_t), epf_nccl_runtime_check)(b, 0), st);
+  assert_int_equal(b[0], 'x');
+}
 
 /* ================================================================================================ */
 /* the table: one case per export                                                                    */
@@ -1096,6 +1126,7 @@ static const null_case_t cases[] = {
     CASE_NCCL(epf_nccl_team_query), CASE_NCCL(epf_nccl_get_unique_id), CASE_NCCL(epf_nccl_version),
     /* appended exports (issue #30) */
     CASE(epf_ll_buffer_bytes), CASE(epf_ht_step_init_sized),
+    CASE_NCCL(epf_nccl_version_check), CASE_NCCL(epf_nccl_build_version), CASE_NCCL(epf_nccl_runtime_check),
 };
 #define NUM_CASES (sizeof(cases) / sizeof(cases[0]))
 
