@@ -339,9 +339,11 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, 1)
  *   EPF_ERR_STRUCT_VERSION (the step's prefix: magic EPF_HT_STEP_MAGIC, version >= 1, size >=
  *   EPF_HT_STEP_MIN_SIZE; nothing else of the step is read before it passes),
  *   EPF_ERR_INVALID_ARGUMENT (step reserved0 != 0, NULL state),
- *   EPF_ERR_STRUCT_VERSION (plan or route handle prefix), EPF_ERR_MODE (not an HT plan),
- *   EPF_ERR_INVALID_ARGUMENT (route without memory, route count not 1 or plan.nranks),
- *   EPF_ERR_CONFIG_MISMATCH (route laid out for another plan, or without count exchange), the
+ *   EPF_ERR_STRUCT_VERSION (plan prefix), EPF_ERR_MODE (not an HT plan), those of epf_route_check
+ *   (route handle or layout prefix; route without memory, count not 1 or plan.nranks; base
+ *   alignment; EPF_ERR_CONFIG_MISMATCH: a layout that is not the plan's, byte for byte — laid out
+ *   for another plan, or damaged since), EPF_ERR_CONFIG_MISMATCH (laid out without the count
+ *   exchange), the
  *   payloads' hidden-size rules, EPF_ERR_PAYLOAD (x_quantized with a BF16 payload),
  *   EPF_ERR_INVALID_ARGUMENT (blocks_per_rank outside [0, EPF_HT_MAX_BLOCKS_PER_RANK], negative
  *   expert_rows). */
@@ -353,13 +355,10 @@ EPF_INLINE epf_status_t epf_ht_check(const epf_plan_t* plan, const epf_route_t* 
   if (step->reserved0 != 0u || step->state == NULL) return EPF_ERR_INVALID_ARGUMENT;
   st = epf_plan_check(plan);
   if (st != EPF_OK) return st;
-  st = epf__check_prefix(route->size, route->magic, route->version, EPF_ROUTE_HANDLE_MAGIC, (uint32_t)sizeof(epf_route_t));
-  if (st != EPF_OK) return st;
   if (plan->mode != EPF_MODE_HT) return EPF_ERR_MODE;
-  if (route->base == NULL || (route->count != 1 && route->count != plan->nranks)) return EPF_ERR_INVALID_ARGUMENT;
-  if (route->layout.config_hash != plan->config_hash || route->layout.nranks != plan->nranks ||
-      route->layout.num_experts != plan->num_experts || !route->layout.exchange)
-    return EPF_ERR_CONFIG_MISMATCH;
+  st = epf_route_check(route, plan); /* the handle, its layout re-derived from the plan */
+  if (st != EPF_OK) return st;
+  if (!route->layout.exchange) return EPF_ERR_CONFIG_MISMATCH; /* laid out without the count exchange */
   st = epf_quant_check(plan->hidden, plan->payload);
   if (st != EPF_OK) return st;
   if (plan->combine_payload != EPF_PAYLOAD_BF16) {

@@ -274,8 +274,9 @@ EPF_INLINE epf_status_t epf_route_init(const epf_plan_t* plan, const epf_route_c
  *   == 1), or for virtual ranks epf_team_virtual(window, plan->total_bytes, 0, plan->nranks) with
  *   route->count == plan->nranks. Every rank of the team updates once per step, in lockstep.
  *   Statuses (host checks; nothing is launched on error): EPF_ERR_INVALID_ARGUMENT (NULL, no
- *   topk_idx, bad blocks_per_rank, team without memory), EPF_ERR_STRUCT_VERSION (route or plan
- *   prefix), EPF_ERR_CONFIG_MISMATCH (route laid out for another plan, team size != plan),
+ *   topk_idx, bad blocks_per_rank, team without memory), those of epf_route_check (route or plan
+ *   prefix, a handle damaged since it was made, a route laid out for another plan:
+ *   EPF_ERR_CONFIG_MISMATCH), EPF_ERR_CONFIG_MISMATCH (team size != plan),
  *   EPF_ERR_RANK (real rank outside [0, nranks)), EPF_ERR_TOKENS (num_tokens outside
  *   [0, max_tokens]), EPF_ERR_CO_RESIDENCY (grid larger than the device holds), EPF_ERR_CUDA (the
  *   launch failed). Device-side failures (wait timeouts) land in step->wait.record, the route
@@ -289,16 +290,10 @@ EPF_INLINE epf_status_t epf_route_update(const epf_route_t* route, epf_team_t te
   epf_route_step_t s;
   if (route == NULL || plan == NULL || step == NULL || step->topk_idx == NULL || route->base == NULL)
     return EPF_ERR_INVALID_ARGUMENT;
-  st = epf__check_prefix(route->size, route->magic, route->version, EPF_ROUTE_HANDLE_MAGIC,
-                         (uint32_t)sizeof(epf_route_t));
+  st = epf_route_check(route, plan); /* the handle, its layout re-derived from the plan */
   if (st != EPF_OK) return st;
-  st = epf_plan_check(plan);
-  if (st != EPF_OK) return st;
-  if (route->layout.config_hash != plan->config_hash || route->layout.nranks != plan->nranks ||
-      team.nranks != plan->nranks)
-    return EPF_ERR_CONFIG_MISMATCH;
+  if (team.nranks != plan->nranks) return EPF_ERR_CONFIG_MISMATCH;
   if (team.base == NULL && team.peers == NULL) return EPF_ERR_INVALID_ARGUMENT;
-  if (route->count != 1 && route->count != plan->nranks) return EPF_ERR_INVALID_ARGUMENT;
   virtual_ranks = route->count == plan->nranks;
   if (!virtual_ranks && (team.rank < 0 || team.rank >= plan->nranks)) return EPF_ERR_RANK;
   if (step->num_tokens < 0 || step->num_tokens > route->layout.max_tokens) return EPF_ERR_TOKENS;

@@ -45,6 +45,7 @@ EPF_BEGIN_DECLS
  *   void*        epf_route_ptr(const epf_route_t*, int index, epf_route_array_id_t)   device address (NULL: bad id)
  *   uint32_t*    epf_route_epoch_ptr(const epf_route_t*, int index)                   device address (NULL: bad id)
  *   const char*  epf_route_array_name(epf_route_array_id_t)
+ *   epf_status_t epf_route_check(const epf_route_t*, const epf_plan_t*)              the handle still fits the plan
  */
 
 #define EPF_ROUTE_CONFIG_MAGIC 0x43525045u /* "EPRC" */
@@ -394,6 +395,51 @@ EPF_HD const char* epf_route_array_name(epf_route_array_id_t id) {
     EPF_ROUTE_ARRAY_LIST(EPF__ROUTE_ARRAY_NAME_CASE)
     default: return "UNKNOWN";
   }
+}
+
+/* epf_route_check — is `route` (a handle made by epf_route_init / epf_route_import, then passed
+ *   around, copied across an FFI or kept in a checkpoint) still the handle of `plan`? The launchers
+ *   that take a route call it first (epf_route_update, epf_ht_check and every HT launcher), so a
+ *   damaged handle is refused before anything runs instead of sending rows to wrong offsets.
+ *   Statuses, in this order: EPF_ERR_INVALID_ARGUMENT (NULL route or plan), EPF_ERR_STRUCT_VERSION
+ *   (the handle's or its layout's size / magic / version, or the plan's), EPF_ERR_INVALID_ARGUMENT
+ *   (no base, count not 1 or plan->nranks), EPF_ERR_ALIGNMENT (base not EPF_ALIGN-aligned),
+ *   EPF_ERR_CONFIG_MISMATCH (the
+ *   layout is not what epf_route_layout_compute makes of `plan` with the layout's own resolved
+ *   route config — index type, top-k, T, blocks, flags — byte for byte: another plan, or a field
+ *   changed since). The layout's own route config is the handle's choice, not re-checked: a handle
+ *   whose index type was switched is a consistent handle of the other type (the ids' dtype is the
+ *   caller's to match; the Python package checks it).
+ *   Scope: host (any thread; no CUDA call; graph-capturable) or device. */
+EPF_HD epf_status_t epf_route_check(const epf_route_t* route, const epf_plan_t* plan) {
+  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+  epf_route_layout_t fresh;
+  const unsigned char* a;
+  const unsigned char* b;
+  size_t i;
+  epf_status_t st;
+  if (route == NULL || plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
+  st = epf__check_prefix(route->size, route->magic, route->version, EPF_ROUTE_HANDLE_MAGIC,
+                         (uint32_t)sizeof(epf_route_t));
+  if (st != EPF_OK) return st;
+  st = epf__check_prefix(route->layout.size, route->layout.magic, route->layout.version, EPF_ROUTE_LAYOUT_MAGIC,
+                         (uint32_t)sizeof(epf_route_layout_t));
+  if (st != EPF_OK) return st;
+  st = epf_plan_check(plan);
+  if (st != EPF_OK) return st;
+  if (route->base == NULL || (route->count != 1 && route->count != plan->nranks)) return EPF_ERR_INVALID_ARGUMENT;
+  if (((uintptr_t)route->base & (uintptr_t)(EPF_ALIGN - 1)) != 0u) return EPF_ERR_ALIGNMENT;
+  rc.index_type = route->layout.index_type;
+  rc.top_k = route->layout.top_k;
+  rc.max_tokens = route->layout.max_tokens;
+  rc.max_blocks = route->layout.max_blocks;
+  rc.flags = route->layout.flags & EPF_ROUTE_FLAGS_ALL;
+  if (epf_route_layout_compute(plan, &rc, &fresh) != EPF_OK) return EPF_ERR_CONFIG_MISMATCH;
+  a = (const unsigned char*)&fresh;
+  b = (const unsigned char*)&route->layout;
+  for (i = 0; i < sizeof(fresh); ++i) /* the struct has no padding: every byte is a field's */
+    if (a[i] != b[i]) return EPF_ERR_CONFIG_MISMATCH;
+  return EPF_OK;
 }
 
 EPF_END_DECLS

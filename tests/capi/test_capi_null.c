@@ -439,6 +439,22 @@ static void c_epf_route_init(void) {
   assert_int_equal(f(&p, &rc, buf, 1u << 20, 0, 0, NULL, &r), S_INVALID);
 }
 
+static void c_epf_route_check(void) {
+  epf_status_t (*f)(const epf_route_t*, const epf_plan_t*) =
+      F(epf_status_t(*)(const epf_route_t*, const epf_plan_t*), epf_route_check);
+  const epf_plan_t p = ht_plan();
+  epf_route_t r = fake_route(&p);
+  assert_int_equal(f(NULL, NULL), S_INVALID);
+  assert_int_equal(f(&r, NULL), S_INVALID);
+  assert_int_equal(f(NULL, &p), S_INVALID);
+  assert_int_equal(f(&r, &p), EPF_OK);
+  r.count = -1;
+  assert_int_equal(f(&r, &p), S_INVALID);
+  r = fake_route(&p);
+  r.layout.array[3].offset = UINT64_MAX; /* a damaged handle */
+  assert_int_equal(f(&r, &p), EPF_ERR_CONFIG_MISMATCH);
+}
+
 static void c_epf_route_update(void) {
   epf_status_t (*f)(const epf_route_t*, team_t, const epf_plan_t*, const void*, void*) =
       F(epf_status_t(*)(const epf_route_t*, team_t, const epf_plan_t*, const void*, void*), epf_route_update);
@@ -1127,6 +1143,7 @@ static const null_case_t cases[] = {
     /* appended exports (issue #30) */
     CASE(epf_ll_buffer_bytes), CASE(epf_ht_step_init_sized),
     CASE_NCCL(epf_nccl_version_check), CASE_NCCL(epf_nccl_build_version), CASE_NCCL(epf_nccl_runtime_check),
+    CASE(epf_route_check),
 };
 #define NUM_CASES (sizeof(cases) / sizeof(cases[0]))
 

@@ -19,7 +19,8 @@ typedef struct {
   epf_ht_step_t step;
   epf_team_t team; /* a real rank's view (route.count == 1) */
   epf_ht_state_t state;
-  char dummy[64]; /* stands in for device buffers: nothing is dereferenced on the host */
+  alignas(EPF_ALIGN) char dummy[64]; /* stands in for device buffers (a route's base is EPF_ALIGN-aligned):
+                                        nothing is dereferenced on the host */
 } fix_t;
 
 /* A valid HT setup of R ranks, as far as the host can tell: everything is checked, nothing runs. */
@@ -154,6 +155,41 @@ static void test_route_handle(void** state) {
   fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
   f.route.layout.exchange = 0;
   assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_ERR_CONFIG_MISMATCH);
+  /* a handle damaged after it was made (a field overwritten, a copy of another route's layout
+   * over this plan): its layout is re-derived from the plan at every launch, byte for byte */
+  {
+    static const char* const what[] = {"an array moved", "total_bytes", "max_tokens", "config hash", "top_k",
+                                       "max_blocks", "recv_capacity", "flags"};
+    for (int i = 0; i < (int)(sizeof(what) / sizeof(what[0])); ++i) {
+      epf_route_step_t rs;
+      fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+      assert_int_equal(epf_route_check(&f.route, &f.plan), EPF_OK);
+      switch (i) {
+        case 0: f.route.layout.array[EPF_ROUTE_SLOT].offset += EPF_ALIGN; break;
+        case 1: f.route.layout.total_bytes += EPF_ALIGN; break;
+        case 2: f.route.layout.max_tokens -= 1; break;
+        case 3: f.route.layout.config_hash ^= 1u; break;
+        case 4: f.route.layout.top_k = 2; break;
+        case 5: f.route.layout.max_blocks += 1; break;
+        case 6: f.route.layout.recv_capacity += 1; break;
+        default: f.route.layout.flags |= EPF_ROUTE_FLAG_LOCAL_ONLY; break;
+      }
+      if (epf_route_check(&f.route, &f.plan) != EPF_ERR_CONFIG_MISMATCH) fail_msg("damaged route (%s) accepted", what[i]);
+      expect_all(&f, EPF_ERR_CONFIG_MISMATCH);
+      rs = epf_route_step_make(f.dummy, 8, epf_wait_make(0, NULL, NULL, 0));
+      assert_int_equal(epf_route_update(&f.route, f.team, &f.plan, &rs, 0), EPF_ERR_CONFIG_MISMATCH);
+    }
+    fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+    f.route.layout.magic = 0;
+    assert_int_equal(epf_route_check(&f.route, &f.plan), EPF_ERR_STRUCT_VERSION);
+    expect_all(&f, EPF_ERR_STRUCT_VERSION);
+    fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+    f.route.base = f.dummy + 16;
+    assert_int_equal(epf_route_check(&f.route, &f.plan), EPF_ERR_ALIGNMENT);
+    expect_all(&f, EPF_ERR_ALIGNMENT);
+    assert_int_equal(epf_route_check(NULL, &f.plan), EPF_ERR_INVALID_ARGUMENT);
+    assert_int_equal(epf_route_check(&f.route, NULL), EPF_ERR_INVALID_ARGUMENT);
+  }
   fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
   f.step.state = NULL;
   expect_all(&f, EPF_ERR_INVALID_ARGUMENT);
