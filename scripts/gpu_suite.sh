@@ -68,6 +68,10 @@ if has wheel; then
     whl=${WHEEL:-$(ls "$root"/.whl/epfuse-*.whl | head -n 1)}
     venv=$(mktemp -d)/venv
     python3 -m venv --system-site-packages "$venv"
+    # where python3 is itself a venv (the image's PyTorch environment), --system-site-packages
+    # reaches only the base interpreter's: show the new venv python3's site-packages by a .pth
+    python3 -c "import site; print('\n'.join(site.getsitepackages()))" \
+      >"$("$venv/bin/python" -c "import site; print(site.getsitepackages()[0])")/_machine_site.pth"
     # no network here: the wheel's requirements must already be met by the machine's packages
     "$venv/bin/python" -m pip install --no-index -q "$whl"
     cd "$(dirname "$venv")"

@@ -205,8 +205,8 @@ EPF_HD epf_status_t epf__config_check_alignment(int expert_alignment) {
 /* epf_config_validate — check every limit of an already resolved config (no zero defaults left).
  *   Returns the status of the first violated rule, in this order: prefix, reserved0 != 0
  *   (EPF_ERR_INVALID_ARGUMENT), mode, layout, payloads, scale layout, flags, ranks, experts,
- *   divisibility, top-k (EPF_ERR_TOPK: outside [1, EPF_MAX_TOPK], or above num_experts), hidden,
- *   hidden alignment, tokens, alignment, receive capacity.
+ *   divisibility, top-k (EPF_ERR_TOPK: outside [1, EPF_MAX_TOPK]; above num_experts is legal: a
+ *   token's ids then repeat, and repeats are defined inputs), hidden, hidden alignment, tokens, alignment, receive capacity.
  *   Receive capacity: LL must be 0; HT must be at most INT32_MAX and at least one padded expert
  *   segment, expert_alignment rows, in the EXPERT_MAJOR layout, at least 1 row in the RANK_MAJOR
  *   layout (its receive region is one unpadded row per (token, destination rank), so the
@@ -231,7 +231,6 @@ EPF_HD epf_status_t epf_config_validate(const epf_config_t* c) {
   if ((c->flags & ~EPF_FLAGS_ALL) != 0u) return EPF_ERR_FLAGS;
   if ((st = epf__config_check_team(c->nranks, c->num_experts)) != EPF_OK) return st;
   if ((st = epf__config_check_top_k(c->top_k)) != EPF_OK) return st;
-  if (c->top_k > c->num_experts) return EPF_ERR_TOPK; /* a token cannot pick more distinct experts */
   if (c->hidden < 1 || c->hidden > EPF_MAX_HIDDEN) return EPF_ERR_HIDDEN;
   width = epf__max_i(epf_payload_vector_width(c->payload),
                      epf_payload_vector_width(c->combine_payload));

@@ -31,7 +31,7 @@
   X(EPF_ERR_RANK, 4, "rank must be in [0, nranks)")                                             \
   X(EPF_ERR_EXPERTS, 5, "num_experts must be in [1, EPF_MAX_EXPERTS]")                          \
   X(EPF_ERR_EXPERTS_NOT_DIVISIBLE, 6, "num_experts must be a multiple of nranks")               \
-  X(EPF_ERR_TOPK, 7, "top_k must be in [1, EPF_MAX_TOPK] and at most num_experts")             \
+  X(EPF_ERR_TOPK, 7, "top_k must be in [1, EPF_MAX_TOPK]")                                      \
   X(EPF_ERR_HIDDEN, 8, "hidden must be positive and at most 1 << 20")                           \
   X(EPF_ERR_HIDDEN_ALIGNMENT, 9,                                                                \
     "hidden is not a multiple of the payload's vector width (8 for BF16, 32 for MXFP8, "        \

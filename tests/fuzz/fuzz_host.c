@@ -175,7 +175,6 @@ static epf_status_t want_validate(const epf_config_t* c, int skip_capacity) {
   if (c->num_experts < 1 || c->num_experts > EPF_MAX_EXPERTS) return EPF_ERR_EXPERTS;
   if (c->num_experts % c->nranks != 0) return EPF_ERR_EXPERTS_NOT_DIVISIBLE;
   if (c->top_k < 1 || c->top_k > EPF_MAX_TOPK) return EPF_ERR_TOPK;
-  if (c->top_k > c->num_experts) return EPF_ERR_TOPK;
   if (c->hidden < 1 || c->hidden > (1 << 20)) return EPF_ERR_HIDDEN;
   w = width_of(c->payload) > width_of(c->combine_payload) ? width_of(c->payload) : width_of(c->combine_payload);
   if (c->hidden % w != 0) return EPF_ERR_HIDDEN_ALIGNMENT;

@@ -590,6 +590,7 @@ static void test_refusals(void** state) {
     c.max_tokens_per_rank = 16;
     c.mode = EPF_MODE_HT;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_MODE);
     assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_MODE);
     assert_int_equal(epf_ll_mask_clean(&L, 0), EPF_ERR_MODE);
@@ -597,6 +598,7 @@ static void test_refusals(void** state) {
     c.mode = EPF_MODE_LL;
     c.layout = EPF_LAYOUT_RANK_MAJOR;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_plan_check(&L.plan), EPF_OK);
     L.plan.layout = 7;
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_LAYOUT);
@@ -608,6 +610,7 @@ static void test_refusals(void** state) {
     c.combine_payload = EPF_PAYLOAD_BF16;
     c.payload = EPF_PAYLOAD_MXFP8;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     ca.y_layout = EPF_LL_Y_IN_PLACE;
     assert_int_equal(epf_ll_combine(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_PAYLOAD);
     ca.y_layout = EPF_LL_Y_IN_PLACE_PULL;
@@ -619,6 +622,7 @@ static void test_refusals(void** state) {
     c.top_k = 32;
     c.max_tokens_per_rank = 65536;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_dispatch(&L, &da, EPF_LL_SEND, 0), EPF_ERR_TOKENS);
     /* team size must match the plan */
     L = f.L;
@@ -2231,12 +2235,14 @@ static void test_backward_refusals(void** state) {
     c.mode = EPF_MODE_LL;
     c.payload = EPF_PAYLOAD_MXFP8;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_NOT_SUPPORTED);
     assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
     assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_NOT_SUPPORTED);
     c.payload = EPF_PAYLOAD_BF16;
     c.combine_payload = EPF_PAYLOAD_MXFP8;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_SEND, 0), EPF_ERR_NOT_SUPPORTED);
     assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_RECV, 0), EPF_ERR_NOT_SUPPORTED);
     /* RANK_MAJOR: the backward is accepted with BF16 both ways (test_rm_backward runs it); refused
@@ -2244,10 +2250,12 @@ static void test_backward_refusals(void** state) {
     c.combine_payload = EPF_PAYLOAD_BF16;
     c.layout = EPF_LAYOUT_RANK_MAJOR;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_plan_check(&L.plan), EPF_OK);
     assert_int_equal(epf_ll_backward_check(&L.plan), EPF_OK);
     c.combine_payload = EPF_PAYLOAD_MXFP8;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_backward_check(&L.plan), EPF_ERR_NOT_SUPPORTED);
     assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_SEND, 0), EPF_ERR_NOT_SUPPORTED);
     c.combine_payload = EPF_PAYLOAD_BF16;
@@ -2260,6 +2268,7 @@ static void test_backward_refusals(void** state) {
     /* mode, tokens, halves, operands, alignment */
     c.mode = EPF_MODE_HT;
     assert_int_equal(epf_plan_compute(&c, &L.plan), EPF_OK);
+    L.team.stride = L.plan.total_bytes; /* the team's slices follow the plan (else: overlapping slices) */
     assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_MODE);
     assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_MODE);
     da.num_tokens = 17;
