@@ -691,8 +691,8 @@ static void test_refusals(void** state) {
       assert_int_equal(epf_ll_mask_update(&f.L, NULL, 0), EPF_ERR_INVALID_ARGUMENT);
       assert_int_equal(epf_ll_blocks_per_rank(NULL, 16, 0), 0);
       assert_int_equal(epf_ll_blocks_per_rank(&f.L, 16, 7), 0);
-      L = epf_ll_launch_make(NULL, f.L.team, f.state, f.rec_d, 1);
-      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_STRUCT_VERSION);
+      L = epf_ll_launch_make(NULL, f.L.team, f.state, f.rec_d, 1); /* all zero: refused */
+      assert_int_equal(epf_ll_state_reset(&L, 0), EPF_ERR_INVALID_ARGUMENT);
       EPF_CHECK_CUDA(cudaDeviceSynchronize());
       EPF_TEST_FREE(d_masks);
     }
@@ -2292,7 +2292,7 @@ static void test_backward_refusals(void** state) {
     assert_int_equal(epf_ll_dispatch_backward(&f.L, &ca, EPF_LL_SEND, 0), EPF_ERR_INVALID_ARGUMENT);
     /* a fused launch that cannot be resident */
     L = f.L;
-    L.blocks_per_rank = 100000;
+    L.blocks_per_rank = EPF_LL_MAX_BLOCKS_PER_RANK;
     ca.y_layout = EPF_LL_Y_FIXED;
     assert_int_equal(epf_ll_combine_backward(&L, &da, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
     assert_int_equal(epf_ll_dispatch_backward(&L, &ca, EPF_LL_BOTH, 0), EPF_ERR_CO_RESIDENCY);
