@@ -42,25 +42,29 @@ EPF_DEVICE_INLINE uint32_t epf_ll_epoch_next(const epf_ll_state_t* state, epf_ll
 }
 
 /* epf_ll_phase_end_block — a phase's completion: every one of the ctx.nblocks blocks of the rank
- *   arrives; returns true in the last one. The caller publishes the rank's work from that block,
- *   then calls epf_ll_phase_commit_block to advance the epoch.
- *   The arrival counter carries the round's epoch (epf_arrive_last_block_epoch with
- *   epf_ll_epoch_next, which no block can see change before all have arrived), as the HT
- *   kernels' counters do: arrivals left over from another round (a launch whose blocks did not
- *   all arrive) restart the count instead of completing this round early.
+ *   arrives (epf_arrive_last_block: one .sys atomic add per block); the last one gets true. The
+ *   caller publishes the rank's work from that block, then calls epf_ll_phase_commit_block to
+ *   advance the epoch and reset the counter.
+ *   The counter carries no epoch tag (the HT kernels' epf_arrive_last_block_epoch does): on the
+ *   LL path its compare-and-swap cost 3 to 26 us per call at T = 1 (H100, bench_ll), and a tag
+ *   could not tell a rerun from the round it repeats anyway (a round whose blocks did not all
+ *   arrive never advances the epoch). A launch that cannot be whole is refused instead (the
+ *   launchers' checks, EPF_LL_MAX_BLOCKS_PER_RANK); after a kernel that died part-way, reset the
+ *   state (epf_ll_state_reset with a zeroed window, or epf_ll_mask_clean on every rank).
  *   Scope: [collective:block] [uniform-args]. Memory: what every block wrote before arriving
- *   happens before what the last block does after (release/acquire at .sys, cumulative).
- *   Limits: 1 <= ctx.nblocks <= 65535 (the launchers: EPF_LL_MAX_BLOCKS_PER_RANK). */
+ *   happens before what the last block does after (release/acquire at .sys, cumulative). */
 EPF_DEVICE_INLINE bool epf_ll_phase_end_block(epf_ll_ctx_t ctx, epf_ll_phase_t phase) {
-  return epf_arrive_last_block_epoch(&ctx.state->arrive[phase], (uint32_t)ctx.nblocks,
-                                     epf_ll_epoch_next(ctx.state, phase));
+  return epf_arrive_last_block(&ctx.state->arrive[phase], (uint32_t)ctx.nblocks, 1u);
 }
 
-/* epf_ll_phase_commit_block — in the last block only: record `epoch` as the phase's last
- *   completed round (the next launch of the phase runs epoch + 1; the arrival counter was reset
- *   by epf_ll_phase_end_block). Scope: [collective:block] (thread 0 stores). */
+/* epf_ll_phase_commit_block — in the last block only: reset the arrival counter and record
+ *   `epoch` as the phase's last completed round (the next launch of the phase runs epoch + 1).
+ *   Scope: [collective:block] (thread 0 stores). */
 EPF_DEVICE_INLINE void epf_ll_phase_commit_block(epf_ll_ctx_t ctx, epf_ll_phase_t phase, uint32_t epoch) {
-  if (threadIdx.x == 0) epf_st_relaxed_gpu_u32(&ctx.state->epoch[phase], epoch);
+  if (threadIdx.x == 0) {
+    epf_st_relaxed_gpu_u32(&ctx.state->arrive[phase], 0u);
+    epf_st_relaxed_gpu_u32(&ctx.state->epoch[phase], epoch);
+  }
 }
 
 /* epf__ll_snapshot_mask_block — copy the rank's active mask into smem (all ones without fault

@@ -83,8 +83,7 @@ typedef enum epf_ll_y_layout {
  * kernels advance it; the host never has to touch it again (graph replays). */
 typedef struct epf_ll_state {
   uint32_t epoch[EPF_LL_PHASE_COUNT];  /* epoch of the last completed round of each phase */
-  uint32_t arrive[EPF_LL_PHASE_COUNT]; /* blocks of the running phase that finished, tagged with the
-                                          round's epoch (epf_arrive_last_block_epoch) */
+  uint32_t arrive[EPF_LL_PHASE_COUNT]; /* blocks of the running phase that finished (the last one resets it) */
   uint32_t mask[EPF_MASK_WORDS];       /* active mask: bit r set = rank r takes part */
   uint32_t clean_gen;                  /* number of epf_ll_mask_clean_block rounds taken part in */
   uint32_t magic;                      /* EPF_LL_STATE_MAGIC */
