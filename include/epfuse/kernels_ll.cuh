@@ -395,13 +395,14 @@ EPF_INLINE epf_status_t epf__ll_capacity(const void* kernel, int threads, size_t
  *   dispatch, EPF_LL_BPR_COMBINE (1), EPF_LL_BPR_COMBINE_PULL (2). Scope: host. Returns 1 if the
  *   occupancy query fails, 0 for a launch description the launchers refuse (epf__ll_launch_check:
  *   NULL, not an LL plan, ...) or an unknown is_combine. */
-EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
+/* (epf__ll_blocks_per_rank: the choice for a launch description already checked — the launchers
+ * call it after epf__ll_launch_check; the public function checks first) */
+EPF_INLINE int epf__ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
   int threads, cap = 0, ranks;
   size_t smem;
   bool rm;
   const void* kernel;
   int64_t nchunks, ngroups, tokens, push, units, want, bpr;
-  if (epf__ll_launch_check(L) != EPF_OK || is_combine < 0 || is_combine > EPF_LL_BPR_COMBINE_PULL) return 0;
   if (L->blocks_per_rank > 0) return L->blocks_per_rank;
   threads = epf__ll_threads(L);
   smem = epf_ll_smem_bytes(&L->plan, threads);
@@ -424,6 +425,10 @@ EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, 
   if (bpr < 1) bpr = 1;
   return (int)bpr;
 }
+EPF_INLINE int epf_ll_blocks_per_rank(const epf_ll_launch_t* L, int num_tokens, int is_combine) {
+  if (epf__ll_launch_check(L) != EPF_OK || is_combine < 0 || is_combine > EPF_LL_BPR_COMBINE_PULL) return 0;
+  return epf__ll_blocks_per_rank(L, num_tokens, is_combine);
+}
 
 /* epf__ll_launch_op — common part of epf_ll_dispatch / epf_ll_combine. */
 EPF_INLINE epf_status_t epf__ll_grid(const epf_ll_launch_t* L, const void* kernel, int halves, int num_tokens,
@@ -431,7 +436,7 @@ EPF_INLINE epf_status_t epf__ll_grid(const epf_ll_launch_t* L, const void* kerne
   const int threads = epf__ll_threads(L);
   const size_t smem = epf_ll_smem_bytes(&L->plan, threads);
   const int ranks = epf__ll_ranks_in_launch(L);
-  const int bpr = epf_ll_blocks_per_rank(L, num_tokens, is_combine);
+  const int bpr = epf__ll_blocks_per_rank(L, num_tokens, is_combine); /* L checked by the caller */
   int cap = 0;
   epf_status_t st = epf__ll_capacity(kernel, threads, smem, L->device, &cap);
   if (st != EPF_OK) return st;
