@@ -16,14 +16,14 @@
 #include "status.h"
 #include "version.h"
 #include "host.h"
-#include "ptx.cuh"
-#include "team.cuh"
-#include "signal.cuh"
-#include "quant.cuh"
-#include "route.cuh"
-#include "dispatch.cuh"
-#include "combine.cuh"
-#include "ht.cuh"
+#include "core/ptx.cuh"
+#include "core/team.cuh"
+#include "core/signal.cuh"
+#include "quant/quant.cuh"
+#include "route/route.cuh"
+#include "ht/impl/dispatch.cuh"
+#include "ht/impl/combine.cuh"
+#include "ht/impl/view.cuh"
 
 #endif /* EPF_EPFUSE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

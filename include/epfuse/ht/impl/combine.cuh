@@ -1,0 +1,449 @@
+/* epfuse/combine.cuh — high-throughput combine blocks: weighted FP32 reduction in k order — part of epfuse v0.1
+ *
+ * What it is: the way back of high-throughput (HT) EP. Expert outputs (BF16, one row per received
+ * row, in the receive order) return to their source rank, which weights them by topk_weights,
+ * reduces in FP32 **in k order** with fused multiply-adds (acc = fma(w_k, y_k, acc), k ascending,
+ * from acc = 0), and writes one BF16 row per token — bitwise deterministic, and equal to the CPU
+ * reference that does the same fmaf sequence. Two transports over LSA:
+ *   - PULL (default): the source loads each copy's output straight from the expert rank's window
+ *     (epf_plan_expert_out_offset) — no landing buffer, no extra pass.
+ *   - PUSH (EPF_FLAG_COMBINE_PUSH): the expert rank stores each output row into the source's
+ *     COMBINE region row (token, k); the source then reduces locally.
+ *   Readiness: the expert side signals SIG_COMBINE[rank] in every peer with the epoch
+ *   (epf_combine_signal_block) once its outputs are in place (pull) or pushed (push); the source
+ *   waits for all peers (epf_combine_wait_block) before it reads.
+ *
+ * What it does NOT do: run the experts, pick routes, or protect the receive region against the
+ * next dispatch: a rank may overwrite its peers' receive regions again only after the next count
+ * exchange (route update), which every rank enters after finishing its combine.
+ *
+ * Usage (a fused epilogue; kernels_ht.cuh has ready-made kernels):
+ *   // source rank, one warp per token t; lane j < K holds copy j
+ *   epf_combine_pull_row_warp(team, &plan, dst_rank_j, dst_row_j, w_j, K, out + t * H);
+ *
+ * Contents:
+ *   void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden, int mxfp8, void* out_row)
+ *        (one k-order reduction: epf__combine_reduce_warp, also behind the rank-major pre-reduce)
+ *   void epf_combine_pull_row_warp(team, plan, int src_rank, int64_t src_row, float weight, int ncopies, void* out_row)
+ *   void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst)
+ *   void epf_combine_push_row_warp(team, plan, const void* expert_out_row, int dst_rank, int64_t combine_row)
+ *   void epf_combine_expert_row_em_warp(team, plan, int64_t row, const void* y, const epf_wait_t*)
+ *        EXPERT_MAJOR expert side: one receive row's output where its source reads it
+ *   void epf_combine_prereduce_rm_row_warp(team, plan, row, src_offset, expert_out, expert_rows, const epf_wait_t*)
+ *        RANK_MAJOR expert side: one receive row's k-order partial
+ *   void epf_combine_prereduce_rm_row_unit_warp(team, plan, row, src_offset, dx_rows, expert_rows,
+ *                                               const float* weight_grad, const epf_wait_t*)
+ *        the same with unit weights, each view row once (the backward of dispatch)
+ *   float* epf_combine_weight_grad_ptr(team, plan, int64_t row, int entry, int peer)
+ *        where a receive row's router-weight gradient travels back (its metadata weight slot)
+ *   void epf_combine_signal_block(team, plan, uint32_t epoch)                     [collective:block]
+ *   epf_status_t epf_combine_wait_block(team, plan, uint32_t epoch, epf_wait_t w) [collective:block]
+ *   void epf_bf16x8_fma(float acc[8], uint4 v, float w)   one 16-byte BF16 vector into FP32 accumulators
+ *   uint4 epf_bf16x8_from_f32(const float acc[8])          RNE back to BF16
+ *
+ * Requirements: CUDA, sm_80+ for the BF16 conversions (sm_90 / sm_100 tested).
+ */
+#ifndef EPF_COMBINE_CUH
+#define EPF_COMBINE_CUH
+
+#include <cuda_bf16.h>
+
+#include "../../config.h"
+#include "dispatch.cuh"
+#include "../../host.h"
+#include "../../core/ptx.cuh"
+#include "../../quant/quant.cuh"
+#include "../../core/signal.cuh"
+#include "../../core/team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* epf_bf16x8_fma — acc[i] = fma(w, bf16 element i of v, acc[i]) for the 8 BF16 values of v.
+ *   Scope: any thread. Exact: BF16 -> FP32 is exact; one rounding per fma. */
+EPF_DEVICE_INLINE void epf_bf16x8_fma(float* acc, uint4 v, float w) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  int i;
+#pragma unroll
+  for (i = 0; i < 4; ++i) {
+    acc[2 * i] = __fmaf_rn(w, __uint_as_float(words[i] << 16), acc[2 * i]);
+    acc[2 * i + 1] = __fmaf_rn(w, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
+  }
+}
+
+/* epf_bf16x8_from_f32 — 8 FP32 values to 8 BF16 (round to nearest even; NaN -> 0x7fff). */
+EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
+  uint32_t words[4];
+  int i;
+#pragma unroll
+  for (i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    words[i] = *(const uint32_t*)&h;
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+/* epf__combine_acc8 — acc += w_u * row_u[vector i] for u < m (m <= 8), in ascending u: the m
+ * rows' vectors are loaded first (all in flight), then the fmas run in order. Rows are BF16 (16
+ * bytes per vector) or MXFP8 combine rows (8 E4M3 bytes per vector, the row's E8M0 scales after
+ * its `hidden` element bytes). on == false: nothing is loaded (a lane past the row end). */
+EPF_DEVICE_INLINE void epf__combine_acc8(const char* const* p, const float* w, int m, int i, bool on, int mxfp8,
+                                         int hidden, float* acc) {
+  int u;
+  if (!mxfp8) {
+    uint4 v[8];
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) v[u] = epf_ld_v4_u32((const uint4*)p[u] + i);
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) epf_bf16x8_fma(acc, v[u], w[u]);
+  } else {
+    uint2 q[8];
+    uint8_t sc[8];
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) {
+        q[u] = *(const uint2*)(p[u] + (uint64_t)i * 8u);
+        sc[u] = (uint8_t)p[u][epf_combine_row_scale_at(hidden, 8 * i)];
+      }
+#pragma unroll
+    for (u = 0; u < 8; ++u)
+      if (u < m && on) epf_mxfp8_dequantize_accumulate8(q[u], sc[u], w[u], acc);
+  }
+}
+
+/* epf__combine_out_warp — store chunk c's accumulators: BF16 (RNE) or an MXFP8 combine row.
+ * Warp-uniform call (the quantizer's collectives see the whole warp); lanes past nvec store nothing. */
+EPF_DEVICE_INLINE void epf__combine_out_warp(const float* acc, int i, int nvec, int hidden, int out_mxfp8, int mx_rule,
+                                             void* out_row) {
+  if (!out_mxfp8) {
+    if (i < nvec) epf_st_v4_u32((uint4*)out_row + i, epf_bf16x8_from_f32(acc));
+  } else {
+    uint8_t sb;
+    const uint2 q = epf_mxfp8_quantize_lane8_warp(acc, mx_rule, &sb); /* lanes past the end: zeros */
+    if (i < nvec) {
+      *(uint2*)((char*)out_row + (uint64_t)i * 8u) = q;
+      if ((epf_lane_id() & 3) == 0) ((char*)out_row)[epf_combine_row_scale_at(hidden, 8 * i)] = (char)sb;
+    }
+  }
+}
+
+/* epf__combine_chunks_warp — the reduction of n <= 8 / C rows, C (2, 4 or 8) 32-vector chunks per
+ * step: the n * C vectors of a step are loaded first (all in flight), then each chunk's fmas run
+ * in row order and its output is stored (one chunk's accumulators live at a time).
+ * [collective:warp], warp-uniform arguments; C a constant at each call. */
+EPF_DEVICE_INLINE void epf__combine_chunks_warp(const char* const* p, const float* wv, int n, int C, int nvec, int hidden,
+                                                int in_mxfp8, int out_mxfp8, int mx_rule, void* out_row) {
+  const int lane = epf_lane_id();
+  int base, c, u;
+  for (base = 0; base < nvec; base += 32 * C) { /* warp-uniform */
+    const int i = base + lane;
+    uint4 v[8];    /* BF16 rows: vector (u, c) at u * C + c */
+    uint2 q[8];    /* MXFP8 rows */
+    uint8_t sc[8];
+#pragma unroll
+    for (c = 0; c < 8; ++c)
+#pragma unroll
+      for (u = 0; u < 8; ++u)
+        if (c < C && u * C + c < 8 && u < n && i + 32 * c < nvec) {
+          if (!in_mxfp8) {
+            v[u * C + c] = epf_ld_v4_u32((const uint4*)p[u] + i + 32 * c);
+          } else {
+            q[u * C + c] = *(const uint2*)(p[u] + (uint64_t)(i + 32 * c) * 8u);
+            sc[u * C + c] = (uint8_t)p[u][epf_combine_row_scale_at(hidden, 8 * (i + 32 * c))];
+          }
+        }
+#pragma unroll
+    for (c = 0; c < 8; ++c) {
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (c >= C || base + 32 * c >= nvec) continue; /* warp-uniform */
+#pragma unroll
+      for (u = 0; u < 8; ++u)
+        if (u * C + c < 8 && u < n && i + 32 * c < nvec) {
+          if (!in_mxfp8)
+            epf_bf16x8_fma(acc, v[u * C + c], wv[u]);
+          else
+            epf_mxfp8_dequantize_accumulate8(q[u * C + c], sc[u * C + c], wv[u], acc);
+        }
+      epf__combine_out_warp(acc, i + 32 * c, nvec, hidden, out_mxfp8, mx_rule, out_row);
+    }
+  }
+}
+
+/* epf__combine_reduce_warp — THE k-order reduction of epfuse (the source's combine, the
+ *   rank-major pre-reduce and epf_combine_pull_row_warp all call it): out = round(fma chain over a
+ *   lane-held list of rows, in ascending lane order, from acc = 0, in FP32).
+ *   Scope:    [collective:warp] every lane, converged; present, hidden, in_mxfp8, out_mxfp8,
+ *             mx_rule, out_row uniform.
+ *   Input:    lane j holds row j's address and weight; `present` marks the rows to use (any
+ *             number, up to 32). Rows: BF16 [hidden] (in_mxfp8 == 0) or MXFP8 combine rows.
+ *   Does:     out_mxfp8 == 0: out_row is BF16 [hidden], RNE. out_mxfp8 != 0: out_row is an MXFP8
+ *             combine row (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule mx_rule).
+ *   Loads:    8 vectors per lane in flight before the fmas: 8 rows of one 32-vector chunk, or, for
+ *             fewer rows, 8 / n chunks of n rows (one or two rows — a rank-major partial, top-1 /
+ *             top-2 models — would otherwise leave one or two loads in flight and the combine
+ *             latency-bound). The order of every element's fmas is the
+ *             same in every case.
+ *   Loops:    every loop is warp-uniform — its trip count is the same in every lane, lanes past
+ *             the row end are predicated off — so the shuffles inside and the quantizer's
+ *             collectives always see the whole warp (a lane-strided loop around a shuffle is
+ *             undefined behaviour when hidden / 8 is not a multiple of 32, e.g. hidden 2880). */
+EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, uint32_t present, int hidden,
+                                                int in_mxfp8, int out_mxfp8, int mx_rule, void* out_row) {
+  const int lane = epf_lane_id();
+  const int nvec = hidden >> 3;
+  const int n = __popc(present);
+  /* compact: lane j gets the j-th present row (order kept) */
+  const int src = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
+  const unsigned long long row_j = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_row, src);
+  const float w_j = __shfl_sync(0xffffffffu, my_w, src);
+  const char* p[8]; /* top-k <= 8: every row's address in registers, loaded once */
+  float wv[8];
+  int base, u;
+#pragma unroll
+  for (u = 0; u < 8; ++u) {
+    p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, u);
+    wv[u] = __shfl_sync(0xffffffffu, w_j, u);
+  }
+  if (n <= 4) { /* warp-uniform: 8 / n chunks per step, so 8 loads per lane are in flight */
+    if (n <= 1)
+      epf__combine_chunks_warp(p, wv, n, 8, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
+    else if (n <= 2)
+      epf__combine_chunks_warp(p, wv, n, 4, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
+    else
+      epf__combine_chunks_warp(p, wv, n, 2, nvec, hidden, in_mxfp8, out_mxfp8, mx_rule, out_row);
+    return;
+  }
+  for (base = 0; base < nvec; base += 32) { /* warp-uniform */
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int j0;
+    for (j0 = 0; j0 < n; j0 += 8) { /* warp-uniform: 8 rows at a time, in order */
+      if (n > 8) { /* top-k > 8: this group's addresses (one set of registers for all groups) */
+#pragma unroll
+        for (u = 0; u < 8; ++u) {
+          p[u] = (const char*)__shfl_sync(0xffffffffu, row_j, (j0 + u) & 31);
+          wv[u] = __shfl_sync(0xffffffffu, w_j, (j0 + u) & 31);
+        }
+      }
+      epf__combine_acc8(p, wv, n - j0 < 8 ? n - j0 : 8, base + lane, base + lane < nvec, in_mxfp8, hidden, acc);
+    }
+    epf__combine_out_warp(acc, base + lane, nvec, hidden, out_mxfp8, mx_rule, out_row);
+  }
+}
+
+/* epf_combine_reduce_rows_warp — out = BF16(fma chain over a lane-held list of rows, in order).
+ *   Scope:    [collective:warp] every lane, converged; present, hidden, mxfp8, out_row uniform.
+ *   Input:    lane j holds row j's address (any memory this GPU can load: local or a peer's
+ *             window) and weight; `present` marks the rows to use (up to 32); they are used in
+ *             ascending lane order (the caller puts copies in k order). Rows are BF16 [hidden]
+ *             (mxfp8 == 0) or MXFP8 [hidden bytes E4M3][hidden / 32 E8M0 scales] (mxfp8 != 0).
+ *             hidden: any multiple of 8 (of 32 with mxfp8).
+ *   Does:     acc = fma(w_j, y_j, acc) from acc = 0 for j ascending, in FP32; RNE to BF16. Up to 8
+ *             rows are loaded before the first fma (loads in flight, not one at a time).
+ *   Memory:   plain loads; plain local stores. */
+EPF_DEVICE_INLINE void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden,
+                                                    int mxfp8, void* out_row) {
+  epf__combine_reduce_warp(my_row, my_w, present, hidden, mxfp8, 0, 0, out_row);
+}
+
+/* epf_combine_pull_row_warp — reduce one token's expert outputs, loading them from the peers.
+ *   Scope:    [collective:warp] every lane, converged; ncopies, out_row uniform.
+ *   Input:    lane j < ncopies holds copy j in k order: the rank that received it (src_rank < 0:
+ *             not routed, skipped), its receive row there (src_row; outside [0, recv_capacity):
+ *             dropped at dispatch, skipped) and its weight. The outputs are combine_payload rows
+ *             (BF16 or MXFP8) at epf_plan_expert_out_offset(plan, src_row) of that rank's window.
+ *   Does:     out[h] = BF16_RNE(fma(w_{j_n}, y_{j_n}[h], ... fma(w_{j_0}, y_{j_0}[h], 0))) over the
+ *             present copies in ascending j (epf_combine_reduce_rows_warp); a token with no present
+ *             copy gets zeros.
+ *   Memory:   plain loads from peers (call after epf_combine_wait_block); plain local stores. */
+EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan_t* plan, int src_rank,
+                                                 int64_t src_row, float weight, int ncopies, void* out_row) {
+  const int lane = epf_lane_id();
+  const bool ok = lane < ncopies && src_rank >= 0 && src_rank < team.nranks && src_row >= 0 &&
+                  src_row < plan->recv_capacity;
+  const void* my_src = ok ? epf_peer_ptr(team, epf_plan_expert_out_offset(plan, src_row), src_rank) : (const void*)0;
+  epf_combine_reduce_rows_warp(my_src, weight, __ballot_sync(0xffffffffu, ok), plan->hidden,
+                               plan->combine_payload == EPF_PAYLOAD_MXFP8, out_row);
+}
+
+/* epf_combine_put_row_warp — write one BF16 expert output row as a combine_payload row at dst:
+ *   a copy (BF16) or an MXFP8 quantization (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule
+ *   from the plan's flags). Scope: [collective:warp] [uniform-args]. dst: local or a peer's
+ *   window, 16-byte aligned. Memory: plain loads and stores, nothing published. */
+EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst) {
+  const int nvec = plan->hidden >> 3, lane = epf_lane_id();
+  const int rule = epf_mx_rule_from_flags(plan->flags);
+  int base;
+  if (plan->combine_payload == EPF_PAYLOAD_BF16) {
+    epf__copy_row_send_warp(dst, src_bf16, nvec);
+    return;
+  }
+  /* MXFP8: EPF_SEND_UNROLL 256-element chunks per step, their loads all in flight before the
+   * first quantization (one load at a time leaves the warp latency-bound) */
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) { /* warp-uniform */
+    uint4 v[EPF_SEND_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < nvec ? epf_ld_v4_u32((const uint4*)src_bf16 + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      uint8_t sb;
+      uint2 q;
+      if (base + u * 32 >= nvec) break; /* warp-uniform: the quantizer's shuffles see the whole warp */
+      q = epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb);
+      if (i < nvec) {
+        *(uint2*)(dst + (uint64_t)i * 8u) = q;
+        if ((lane & 3) == 0) dst[epf_combine_row_scale_at(plan->hidden, 8 * i)] = (char)sb;
+      }
+    }
+  }
+}
+
+/* epf_combine_push_row_warp — push one expert output row into row `combine_row` of the source's
+ *   COMBINE region (EXPERT_MAJOR: token * top_k + k; RANK_MAJOR: token * nranks + this rank), as
+ *   epf_combine_put_row_warp writes it. dst_rank < 0 or a row outside the region: no-op.
+ *   Scope: [collective:warp] [uniform-args].
+ *   Memory: plain stores to the peer; publish with epf_arrive_last_block + epf_combine_signal_block. */
+EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan_t* plan, const void* expert_out_row,
+                                                 int dst_rank, int64_t combine_row) {
+  const uint64_t rows = plan->combine_row_bytes ? plan->region[EPF_REGION_COMBINE].bytes / plan->combine_row_bytes : 0;
+  if (dst_rank < 0 || dst_rank >= team.nranks || combine_row < 0 || (uint64_t)combine_row >= rows) return;
+  epf_combine_put_row_warp(plan, expert_out_row, (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank));
+}
+
+/* epf_combine_weight_grad_ptr — where the router-weight gradient of receive row `row` travels back
+ *   (the backward of dispatch, docs/high-throughput.md "Training"): the row's metadata weight slot
+ *   in `peer`'s window — EXPERT_MAJOR: epf_recv_meta_em_t.weight; RANK_MAJOR: entry `entry`'s
+ *   weight (epf_recv_meta_rm_weight_at). The expert side writes it (peer = team.rank) before it
+ *   signals the combine; the source reads it (peer = the row's rank) after
+ *   epf_combine_wait_block. The metadata's weight is not needed again once the expert stage has
+ *   read it. Scope: any thread. Pure pointer arithmetic (row in [0, recv_capacity), entry in
+ *   [0, top_k)). */
+EPF_DEVICE_INLINE float* epf_combine_weight_grad_ptr(epf_team_t team, const epf_plan_t* plan, int64_t row, int entry,
+                                                     int peer) {
+  char* meta = (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), peer);
+  if (plan->layout == EPF_LAYOUT_EXPERT_MAJOR) return &((epf_recv_meta_em_t*)meta)->weight;
+  return (float*)(meta + epf_recv_meta_rm_weight_at(plan->top_k, entry));
+}
+
+/* epf_combine_expert_row_em_warp — EXPERT_MAJOR expert side, one receive row: put the expert
+ *   output `y` (BF16 [hidden], local) where the row's source will read it.
+ *   Push plans (EPF_FLAG_COMBINE_PUSH): into the source's COMBINE row (src_token * top_k + k), both
+ *   named by the row's metadata (epf_recv_meta_em_t), which is checked before it forms an address
+ *   (EPF_ERR_BAD_METADATA into w->record; nothing is pushed). Pull plans: at the row's
+ *   epf_plan_expert_out_offset, as a combine_payload row — nothing to do when y already is there
+ *   (outputs written in place over the received BF16 rows).
+ *   Scope: [collective:warp] every lane, converged; uniform arguments.
+ *   Memory: plain stores (local or to the source); publish with epf_arrive_last_block +
+ *   epf_combine_signal_block. */
+EPF_DEVICE_INLINE void epf_combine_expert_row_em_warp(epf_team_t team, const epf_plan_t* plan, int64_t row, const void* y,
+                                                      const epf_wait_t* w) {
+  if (plan->flags & EPF_FLAG_COMBINE_PUSH) {
+    const epf_recv_meta_em_t* mp = (const epf_recv_meta_em_t*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row));
+    const epf_recv_meta_em_t m = *mp;
+    const bool ok = m.src_token >= 0 && m.src_token < plan->max_tokens_per_rank && m.src_rank >= 0 &&
+                    m.src_rank < plan->nranks && m.k >= 0 && m.k < plan->top_k;
+    epf_error_report_warp(w, !ok && epf_lane_id() == 0, EPF_ERR_BAD_METADATA, mp, 0, 0);
+    if (ok) epf_combine_push_row_warp(team, plan, y, m.src_rank, (int64_t)m.src_token * plan->top_k + m.k);
+  } else {
+    char* dst = (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, row));
+    if ((const void*)dst != y) epf_combine_put_row_warp(plan, y, dst);
+  }
+}
+
+/* epf__combine_prereduce_rm_row_warp — epf_combine_prereduce_rm_row_warp (unit == 0) and
+ * epf_combine_prereduce_rm_row_unit_warp (unit != 0: weight 1, each view row once, the router-weight
+ * gradients into the row's entries when weight_grad != NULL). [collective:warp] */
+EPF_DEVICE_INLINE void epf__combine_prereduce_rm_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                          const int32_t* src_offset, const void* expert_out,
+                                                          int64_t expert_rows, const epf_wait_t* w, int unit,
+                                                          const float* weight_grad) {
+  const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, row, src_offset);
+  const bool ok = m.em_row >= 0 && m.em_row < expert_rows;
+  const char* y = ok ? (const char*)expert_out + (uint64_t)m.em_row * (uint64_t)plan->hidden * 2u : NULL;
+  uint32_t present;
+  char* out;
+  epf_error_report_warp(w, m.token_ok ? m.entry_bad : epf_lane_id() == 0, EPF_ERR_BAD_METADATA,
+                        epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row)), 0, 0);
+  if (!m.token_ok) return; /* warp-uniform */
+  if (unit) {
+    /* a repeat names its first occurrence's view row again: that row counts once, at its first
+     * (lowest) entry; entries whose row was not placed contribute nothing */
+    const uint32_t same =
+        __match_any_sync(0xffffffffu, m.em_row >= 0 ? (unsigned long long)m.em_row : ~(unsigned long long)epf_lane_id());
+    present = __ballot_sync(0xffffffffu, ok && __ffs((int)same) - 1 == epf_lane_id());
+    if (weight_grad != NULL && epf_lane_id() < m.num_local) /* entry j's gradient: its view row's, 0 if not placed */
+      *epf_combine_weight_grad_ptr(team, plan, row, epf_lane_id(), team.rank) = ok ? weight_grad[m.em_row] : 0.f;
+  } else {
+    present = __ballot_sync(0xffffffffu, ok);
+  }
+  out = (plan->flags & EPF_FLAG_COMBINE_PUSH)
+            ? (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, (int64_t)m.src_token * plan->nranks + team.rank),
+                                  m.src_rank)
+            : (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, row));
+  epf__combine_reduce_warp(y, unit ? 1.0f : m.weight, present, plan->hidden, 0,
+                           plan->combine_payload == EPF_PAYLOAD_MXFP8, epf_mx_rule_from_flags(plan->flags), out);
+}
+
+/* epf_combine_prereduce_rm_row_warp — RANK_MAJOR expert side, one receive row: the partial of this
+ *   rank's entries of the row's token, fma in k order (repeats included: they name their first
+ *   occurrence's view row, with their own weight) from 0 in FP32, written as one combine_payload
+ *   row: into the source's COMBINE row (src_token * nranks + team.rank) for push plans, at the
+ *   row's epf_plan_expert_out_offset for pull plans.
+ *   Scope:    [collective:warp] every lane, converged; uniform arguments.
+ *   Input:    expert_out: this rank's expert outputs in the expert-major view's row order (BF16
+ *             [expert_rows][hidden]); src_offset as for epf_recv_meta_rm_read_warp.
+ *   Does:     the metadata is checked before it forms an address (EPF_ERR_BAD_METADATA into
+ *             w->record; a bad header writes nothing); entries whose view row is at or past
+ *             expert_rows (not placed by the expand) contribute nothing.
+ *   Memory:   plain loads, plain stores (local or to the source); publish as above. */
+EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                         const int32_t* src_offset, const void* expert_out,
+                                                         int64_t expert_rows, const epf_wait_t* w) {
+  epf__combine_prereduce_rm_row_warp(team, plan, row, src_offset, expert_out, expert_rows, w, 0, NULL);
+}
+
+/* epf_combine_prereduce_rm_row_unit_warp — the backward of the RANK_MAJOR dispatch, expert side, one
+ *   receive row: the partial of the row's token over this rank's entries with UNIT weights, each
+ *   view row once (a repeat adds nothing: its gradient is already in its first occurrence's row),
+ *   in k order from 0 in FP32 (acc = fma(1, dx_row, acc)), written where
+ *   epf_combine_prereduce_rm_row_warp writes (push: the source's COMBINE row; pull: the row's
+ *   epf_plan_expert_out_offset). weight_grad (this rank's [expert_rows] FP32, in view order, or
+ *   NULL): each entry j's router-weight gradient — its view row's value, 0 for a row at or past
+ *   expert_rows — goes into the row's metadata (epf_combine_weight_grad_ptr), where the source
+ *   reads it.
+ *   Scope:    [collective:warp] every lane, converged; uniform arguments.
+ *   Input:    dx_rows: this rank's input gradients (BF16 [expert_rows][hidden], view order).
+ *   Memory:   as epf_combine_prereduce_rm_row_warp; publish with epf_arrive_last_block_epoch +
+ *             epf_combine_signal_block. */
+EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_unit_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                              const int32_t* src_offset, const void* dx_rows,
+                                                              int64_t expert_rows, const float* weight_grad,
+                                                              const epf_wait_t* w) {
+  epf__combine_prereduce_rm_row_warp(team, plan, row, src_offset, dx_rows, expert_rows, w, 1, weight_grad);
+}
+
+/* epf_combine_signal_block — publish combine readiness of `epoch` to every peer: thread p
+ *   release-stores (epoch, 0) into SIG_COMBINE[team.rank] of peer p.
+ *   Scope: [collective:block]; for push, by the block epf_arrive_last_block chose; for pull, after
+ *   the expert outputs are complete (e.g. at the end of the expert kernel, or a separate launch). */
+EPF_DEVICE_INLINE void epf_combine_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
+  __syncthreads();
+  epf_signal_peers_block(team, plan, EPF_REGION_SIG_COMBINE, epoch);
+}
+
+/* epf_combine_wait_block — wait until every peer signalled combine `epoch`.
+ *   Scope: [collective:block] [blocking]. Result: [result:all] as epf_dispatch_wait_block. */
+EPF_DEVICE_INLINE epf_status_t epf_combine_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
+                                                      epf_wait_t w) {
+  return epf_wait_peers_block(team, plan, EPF_REGION_SIG_COMBINE, epoch, w);
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_COMBINE_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */

@@ -1,0 +1,714 @@
+/* epfuse/dispatch.cuh — high-throughput dispatch blocks: rows straight into their final slots — part of epfuse v0.1
+ *
+ * What it is: the send and receive halves of high-throughput (HT) dispatch as device functions.
+ *   - Send: one warp copies one token row from local memory into its FINAL slot in every
+ *     destination's receive region (epf_peer_ptr + the plan's RECV_TOKENS offset), with 16-byte
+ *     stores, reading the row once and writing it once per copy: no ring buffer, no second copy.
+ *     The warp holds the token's copies in its lanes ("lane-held copy list": lane j < ncopies holds
+ *     copy j's destination), so one call serves EXPERT_MAJOR (a copy per (token, expert)) and
+ *     RANK_MAJOR (a copy per (token, destination rank)). Metadata rows travel beside the data.
+ *     Rows whose slot is outside [0, recv_capacity) are dropped and counted, never written.
+ *   - Completion: every block of a rank arrives on a per-rank counter (epf_arrive_last_block); the
+ *     last one release-signals SIG_DISPATCH[rank] in every peer with the epoch.
+ *   - Receive: one block per rank waits for every peer's SIG_DISPATCH (bounded; masked peers are
+ *     skipped), after which the receive region holds every row in its final place.
+ *   Where the slots come from is the route's business (route.cuh); these blocks take them as input.
+ *
+ * What it does NOT do: compute routes or offsets, allocate, launch, or order anything beyond what
+ * each contract says.
+ *
+ * Usage (a fused router kernel; kernels_ht.cuh has the ready-made version):
+ *   // lane j < K: copy j of token t
+ *   int e = lane < K ? topk[t * K + lane] : -1;
+ *   int dst = e >= 0 ? e / plan.experts_per_rank : -1;
+ *   int64_t row = e >= 0 ? send_base[e] + slot[t * K + lane] : -1;
+ *   epf_dispatch_send_row_warp(team, &plan, x + t * H, dst, row, K);
+ *   epf_dispatch_meta_em(team, &plan, dst, row, t, lane, e % plan.experts_per_rank, w);  // lanes < K
+ *   ...
+ *   if (epf_arrive_last_block(&counters[rank], gridDim_per_rank, epoch))
+ *     epf_dispatch_signal_block(team, &plan, epoch);
+ *
+ * Contents:
+ *   int      epf_topk_first_lane_warp(int e)     the first lane holding this lane's expert (repeats)
+ *   uint32_t epf_dispatch_send_row_warp(team, plan, const void* src_row, int dst_rank, int64_t dst_row, int ncopies)
+ *   uint32_t epf_dispatch_send_row_quant_warp(team, plan, const void* src_bf16_row, int dst_rank, int64_t dst_row,
+ *                                             int ncopies)                       quantized on the way
+ *   uint32_t epf_dispatch_send_row_quant_seg_warp(..., ncopies, int seg_begin, int seg_rows)  + copies' segments
+ *   void     epf_dispatch_send_scales_warp(team, plan, const uint8_t* src_scales, int dst_rank, int64_t dst_row,
+ *                                          int ncopies)                          caller-quantized rows
+ *   void     epf_dispatch_send_scales_seg_warp(..., ncopies, int seg_begin, int seg_rows)     + copies' segments
+ *   uint64_t epf_recv_scale_offset(plan, int64_t row, int col, int64_t seg_begin, int64_t seg_rows)
+ *                                                                        [EPF_HD] a receive scale's position
+ *   bool     epf_recv_scale_seg_fits(plan, int64_t row, int64_t seg_begin, int64_t seg_rows)  [EPF_HD]
+ *   uint64_t epf_recv_scale_col_offset(plan, int64_t row, int col)     [EPF_HD] the same, no segment
+ *   uint32_t epf_dispatch_send_token_warp(team, plan, src_row, src_scales, int quantize, dst_rank, dst_row, ncopies,
+ *                                         int seg_begin, int seg_rows)
+ *                                                                        any payload, either way
+ *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
+ *   void     epf_dispatch_meta_rm_warp(team, plan, src_token, dst_rank, dst_row, ncopies,
+ *                                      entry_rank, local_expert, weight, slot)  RANK_MAJOR metadata
+ *   epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(team, plan, int64_t row, const int32_t* src_offset)
+ *   uint32_t epf_expand_row_warp(team, plan, row, src_offset, view, view_scales, expert_rows, const epf_wait_t*)
+ *                                                                        RANK_MAJOR -> expert-major view
+ *   (epf_arrive_last_block / _epoch, which a rank's blocks use before epf_dispatch_signal_block, are
+ *    in signal.cuh)
+ *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
+ *   epf_status_t epf_dispatch_wait_block(team, plan, uint32_t epoch, epf_wait_t w)             [collective:block]
+ *   void     epf_copy_row_warp(void* dst, const void* src, uint32_t bytes)                    [collective:warp]
+ *
+ * Requirements: CUDA, sm_70+. Rows 16-byte aligned (row_bytes is a multiple of 16 by the plan's
+ * hidden-size rules).
+ */
+#ifndef EPF_DISPATCH_CUH
+#define EPF_DISPATCH_CUH
+
+#include "../../config.h"
+#include "../../host.h"
+#include "../../core/ptx.cuh"
+#include "../../quant/quant.cuh"
+#include "../../core/signal.cuh"
+#include "../../core/team.cuh"
+
+EPF_BEGIN_DECLS
+
+/* Rows are moved in chunks of EPF_COPY_UNROLL 16-byte vectors per lane: that many loads are in
+ * flight before the first store. */
+#ifndef EPF_COPY_UNROLL
+#define EPF_COPY_UNROLL 4
+#endif
+/* The sends (epf_dispatch_send_row_warp, the quantizing send) and the combine's put / push keep
+ * more loads in flight: their kernels run 16 warps per SM (128 registers), and a token with one or
+ * two copies does little else between loads. */
+#ifndef EPF_SEND_UNROLL
+#define EPF_SEND_UNROLL 8
+#endif
+/* The quantizing send's common path double-buffers: EPF_QSEND_UNROLL chunks quantized and stored
+ * while the next EPF_QSEND_UNROLL chunks load (2 x EPF_QSEND_UNROLL vectors in registers). */
+#ifndef EPF_QSEND_UNROLL
+#define EPF_QSEND_UNROLL 4
+#endif
+/* The quantizing send's payload stores: 1 = 16 bytes per lane (two chunks' E4M3 bytes paired by a
+ * shuffle), 0 = 8 bytes per lane and chunk. Copies from which a group's scales go out as one run
+ * per copy: EPF_QSEND_RUN_MIN or more (below: one small store per chunk; 1 = always a run).
+ * Performance only, the same bytes either way (docs/performance.md, HT v13: 16-byte stores with
+ * runs from one copy measured best; 16-byte stores without the single-copy run lost at top-1). */
+#ifndef EPF_QSEND_V16
+#define EPF_QSEND_V16 1
+#endif
+#ifndef EPF_QSEND_RUN_MIN
+#define EPF_QSEND_RUN_MIN 1
+#endif
+
+/* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
+ *   EPF_COPY_UNROLL loads per lane in flight before the first store.
+ *   Scope: [collective:warp] [uniform-args]. Memory: plain loads and stores, no ordering. */
+EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t bytes) {
+  const uint4* s = (const uint4*)src;
+  uint4* d = (uint4*)dst;
+  const int nvec = (int)(bytes >> 4), lane = epf_lane_id();
+  int base;
+  for (base = 0; base < nvec; base += 32 * EPF_COPY_UNROLL) {
+    uint4 v[EPF_COPY_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) v[u] = epf_ld_v4_u32(s + base + u * 32 + lane);
+#pragma unroll
+    for (u = 0; u < EPF_COPY_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) epf_st_v4_u32(d + base + u * 32 + lane, v[u]);
+  }
+}
+
+/* epf__copy_row_send_warp — epf_copy_row_warp of nvec 16-byte vectors with EPF_SEND_UNROLL loads in
+ * flight (the combine's put and push, in a kernel of 16 warps per SM). [collective:warp] */
+EPF_DEVICE_INLINE void epf__copy_row_send_warp(void* dst, const void* src, int nvec) {
+  const uint4* s = (const uint4*)src;
+  uint4* d = (uint4*)dst;
+  const int lane = epf_lane_id();
+  int base, u;
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+    uint4 v[EPF_SEND_UNROLL];
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) v[u] = epf_ld_v4_u32(s + base + u * 32 + lane);
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u)
+      if (base + u * 32 + lane < nvec) epf_st_v4_u32(d + base + u * 32 + lane, v[u]);
+  }
+}
+
+/* epf__row_dst — this lane's destination row pointer in `region`, or NULL when the copy is absent
+ *   (dst_rank < 0) or its slot is outside [0, recv_capacity). */
+EPF_DEVICE_INLINE char* epf__row_dst(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row) {
+  if (dst_rank < 0 || dst_rank >= team.nranks || dst_row < 0 || dst_row >= plan->recv_capacity) return NULL;
+  return (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, dst_row), dst_rank);
+}
+
+/* epf_topk_first_lane_warp — the DUPLICATE rule of epfuse, for a warp that holds one token's ids
+ *   (lane k < top_k: expert id e_k, -1 for none; other lanes -1): the lowest lane whose id equals
+ *   this lane's. A lane whose result is not itself holds a REPEAT: an expert the token already
+ *   named at a lower k. A repeat gets no copy of its own (the route gives it DST_RANK = SLOT = -1
+ *   and counts each (token, expert) once); in the combine it uses its first occurrence's output
+ *   with its own weight, in k order. A lane with e < 0 gets itself.
+ *   Scope: [collective:warp], converged. */
+EPF_DEVICE_INLINE int epf_topk_first_lane_warp(int e) {
+  const int lane = epf_lane_id();
+  const uint32_t same = __match_any_sync(0xffffffffu, e >= 0 ? e : -1 - lane);
+  return __ffs((int)same) - 1;
+}
+
+/* epf_dispatch_send_row_warp — copy one token row into up to 32 destination slots.
+ *   Scope:    [collective:warp] every lane, converged; src_row and ncopies uniform.
+ *   Input:    lane j < ncopies holds copy j: (dst_rank, dst_row) = destination rank and row of the
+ *             destination's RECV_TOKENS region (dst_rank < 0: no copy). Lanes >= ncopies ignored.
+ *             src_row: plan->row_bytes bytes, 16-byte aligned, local memory, not written during
+ *             the call.
+ *   Does:     reads the row once (EPF_SEND_UNROLL 16-byte vectors per lane in flight) and stores it
+ *             into every present copy. A copy whose dst_row is outside [0, recv_capacity) is
+ *             dropped (never written).
+ *   Result:   [result:all] the number of dropped copies (the caller counts them, e.g. with
+ *             epf_error_count_add(&rec->recv_overflow, n) from lane 0).
+ *   Memory:   plain stores to peers; nothing is published: signal after the copies (see
+ *             epf_arrive_last_block + epf_dispatch_signal_block). */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                      int dst_rank, int64_t dst_row, int ncopies) {
+  const int lane = epf_lane_id();
+  const int nvec = (int)(plan->row_bytes >> 4);
+  const uint4* src = (const uint4*)src_row;
+  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
+  const uint32_t dropped =
+      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
+  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
+  int base;
+  if (present == 0u) return dropped;
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+    uint4 v[EPF_SEND_UNROLL];
+    int u;
+    uint32_t m;
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      if (i < nvec) v[u] = epf_ld_nc_v4_u32(src + i);
+    }
+    for (m = present; m != 0u; m &= m - 1u) {
+      const int j = __ffs((int)m) - 1;
+      uint4* d = (uint4*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
+#pragma unroll
+      for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+        const int i = base + u * 32 + lane;
+        if (i < nvec) epf_st_v4_u32(d + i, v[u]);
+      }
+    }
+  }
+  return dropped;
+}
+
+/* epf_recv_scale_offset — where the scale of receive row `row`, scale column `col` lives, as a
+ *   byte offset in the rank's window slice: THE owner of a receive scale's position, for every
+ *   scale layout (the dispatch writes through it, readers and the tests' references read through
+ *   it). MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
+ *   (cols = hidden / 128).
+ *     COMPACT           row-major [rows][cols] from the RECV_SCALES start
+ *     SWIZZLED_128X4    epf_scale_swizzle_offset(row, col, cols) from the RECV_SCALES start
+ *     SEGMENT_MN_MAJOR  row's expert segment [seg_begin, seg_begin + seg_rows) (the route's
+ *                       segment: begin, padded_count) holds the FP32 matrix [cols][seg_rows],
+ *                       row index contiguous, at scale element seg_begin * cols:
+ *                       (seg_begin * cols + col * seg_rows + (row - seg_begin)) * 4
+ *   seg_begin / seg_rows are read by SEGMENT_MN_MAJOR only (pass anything, e.g. 0, otherwise);
+ *   there the position is meaningful only where epf_recv_scale_seg_fits says so.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD uint64_t epf_recv_scale_offset(const epf_plan_t* plan, int64_t row, int col, int64_t seg_begin, int64_t seg_rows) {
+  const int ncols = plan->payload == EPF_PAYLOAD_MXFP8 ? plan->hidden / 32 : plan->hidden / 128;
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4)
+    return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)epf_scale_swizzle_offset(row, col, ncols);
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR)
+    return plan->region[EPF_REGION_RECV_SCALES].offset +
+           ((uint64_t)seg_begin * (uint64_t)ncols + (uint64_t)col * (uint64_t)seg_rows + (uint64_t)(row - seg_begin)) * 4u;
+  return epf_plan_recv_scale_offset(plan, row) +
+         (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
+}
+
+/* epf_recv_scale_seg_fits — may row `row`'s scales be written at (read from) epf_recv_scale_offset
+ *   with this segment? Always for COMPACT and SWIZZLED_128X4. SEGMENT_MN_MAJOR: the row lies in
+ *   the segment and the whole segment lies below recv_capacity (a segment cut by the capacity is
+ *   no GEMM operand: its rows past the capacity were dropped and counted as recv_overflow, and
+ *   its scales are not written at all, so nothing lands outside RECV_SCALES).
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD bool epf_recv_scale_seg_fits(const epf_plan_t* plan, int64_t row, int64_t seg_begin, int64_t seg_rows) {
+  if (plan->scale_layout != EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR) return true;
+  return seg_begin >= 0 && row >= seg_begin && row < seg_begin + seg_rows && seg_begin + seg_rows <= plan->recv_capacity;
+}
+
+/* epf_recv_scale_col_offset — epf_recv_scale_offset for the layouts without segments (COMPACT,
+ *   SWIZZLED_128X4; a SEGMENT_MN_MAJOR plan needs the segment: use epf_recv_scale_offset).
+ *   Scope: any thread. Pure. */
+EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, int col) {
+  return epf_recv_scale_offset(plan, row, col, 0, 0);
+}
+
+/* The quantizing send's scale rules, as a constant for epf__qsend_compact_row (one straight-line
+ * copy of the row loop per rule). */
+#define EPF__QK_MX_RCEIL 0
+#define EPF__QK_MX_FLOOR 1
+#define EPF__QK_FP8 2
+#define EPF__QK_FP8_UE8M0 3
+
+/* epf__qsend_group_amax — the scale groups' amax of EPF_QSEND_UNROLL 256-element chunks held in the
+ * lane8 layout (x[u]: this lane's 8 BF16 of chunk u; zeros past the row), each phase over all chunks
+ * at once (every chunk's lane amax, then every chunk's first shuffle step, ...), so the chunks'
+ * shuffle chains overlap instead of running one after another. a[u]: the amax of the lane's
+ * group (MXFP8: its quad, 32 elements; FP8-128: its half-warp, 128), exactly the value the
+ * lane8 quantizers reduce. kind: EPF__QK_*, a constant. [collective:warp] */
+EPF_DEVICE_INLINE void epf__qsend_group_amax(const uint4* x, int kind, float* a) {
+  const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+  int u;
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = epf__amax8_bf16(x[u]);
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 1));
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 2));
+  if (!mx) { /* a 128-element group is a half-warp */
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 4));
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 8));
+  }
+}
+
+/* epf__qsend_chunk — one chunk's bytes from its reduced amax (epf__qsend_group_amax): the lane's 8
+ * E4M3 bytes, *sc = the group's scale (MXFP8: the E8M0 byte; FP8-128: the FP32 bits). Exactly what
+ * epf_mxfp8_quantize_lane8_bf16_warp / epf_fp8_128_quantize_lane8_bf16_warp give (the same
+ * functions after the same reduction). kind: EPF__QK_*, a constant. Any lane. */
+EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* sc) {
+  float f[8];
+  epf__bf16x8_to_float(x, f);
+  if (kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR) {
+    const uint8_t b = epf__e8m0_from_amax_nonneg(fmaxf(a, 0.0f), kind == EPF__QK_MX_FLOOR ? EPF_MX_FLOOR : EPF_MX_RCEIL);
+    *sc = b;
+    return epf_mxfp8_quantize8(f, b);
+  } else {
+    float y;
+    const float s = epf__fp8_128_scale_fast(a, kind == EPF__QK_FP8_UE8M0, &y);
+    *sc = __float_as_uint(s);
+    return epf__fp8_128_quantize8_steps(f, s, y, false);
+  }
+}
+
+/* epf__qsend_compact_row — the COMPACT quantizing send's row loop: nvec 16-byte vectors of BF16
+ * from src into the n copies dp[c] (rows) / sp[c] (scale rows), EPF_QSEND_UNROLL chunks per group,
+ * the next group's loads in flight while this one is quantized and stored (load everything, then
+ * quantize and store, left the loads idle during the stores: docs/performance.md, HT v8).
+ * kind: EPF__QK_*, a constant. [collective:warp] */
+EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
+  const int lane = epf_lane_id();
+  const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
+  /* With EPF_QSEND_RUN_MIN or more copies (default 1: always) a group's scales go out as one run
+   * per copy: lane p gathers the p-th scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8;
+   * FP8-128: 8 floats, chunk p / 2, half p % 2) and the warp stores the run with one instruction,
+   * instead of one small store per chunk (docs/performance.md, HT v12; from one copy on: HT v13). */
+  const bool pack = n >= EPF_QSEND_RUN_MIN && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
+  const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
+  const int gather_chunk = mx ? lane >> 3 : lane >> 1;
+  const int ncols = mx ? nvec >> 2 : nvec >> 4; /* scales per row */
+  uint4 v[EPF_QSEND_UNROLL];
+  int base, u, c;
+#pragma unroll
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+    const int i = u * 32 + lane;
+    v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
+    uint4 nx[EPF_QSEND_UNROLL];
+    float a[EPF_QSEND_UNROLL];
+    uint32_t run = 0; /* pack: this lane's scale of the group's run */
+    uint2 qprev = make_uint2(0u, 0u); /* EPF_QSEND_V16: the even chunk's bytes, stored with the odd one's */
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+      const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
+      nx[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    epf__qsend_group_amax(v, kind, a); /* chunks past the row reduce zeros: nothing is stored */
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      uint32_t sc;
+      const uint2 q = epf__qsend_chunk(v[u], a[u], kind, &sc);
+      if (pack) {
+        const uint32_t t = __shfl_sync(0xffffffffu, sc, gather_lane);
+        if (gather_chunk == u) run = t;
+      }
+      if (!pack && i < nvec) {
+#pragma unroll
+        for (c = 0; c < 8; ++c) {
+          if (c < n) {
+            if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sc;
+            if (!mx && (lane & 15) == 0) ((uint32_t*)sp[c])[i >> 4] = sc;
+          }
+        }
+      }
+      if (EPF_QSEND_V16 && EPF_QSEND_UNROLL % 2 == 0) {
+        /* chunks u - 1 and u as 16-byte stores: the even lane of a pair stores its own and its
+         * partner's bytes of chunk u - 1, the odd lane those of chunk u (the partner's by one
+         * shuffle each way); nvec is a multiple of 4, so a pair is in the row or past it whole */
+        if (u & 1) {
+          const uint2 send = (lane & 1) ? qprev : q; /* what the partner lacks */
+          const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+          const uint4 w = (lane & 1) ? make_uint4(got.x, got.y, q.x, q.y) : make_uint4(qprev.x, qprev.y, got.x, got.y);
+          const int j = base + (u - 1 + (lane & 1)) * 32 + (lane & ~1); /* the pair's first vector */
+          if (j < nvec) {
+#pragma unroll
+            for (c = 0; c < 8; ++c)
+              if (c < n) epf_st_v4_u32(dp[c] + (uint64_t)j * 8u, w);
+          }
+        } else {
+          qprev = q;
+        }
+      } else if (i < nvec) {
+#pragma unroll
+        for (c = 0; c < 8; ++c)
+          if (c < n) *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
+      }
+    }
+    if (pack) {
+      const int col = (mx ? base >> 2 : base >> 4) + lane; /* this lane's scale column */
+      if ((mx || lane < 2 * EPF_QSEND_UNROLL) && col < ncols) {
+#pragma unroll
+        for (c = 0; c < 8; ++c) {
+          if (c < n) {
+            if (mx)
+              sp[c][col] = (char)run;
+            else
+              ((uint32_t*)sp[c])[col] = run;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (u = 0; u < EPF_QSEND_UNROLL; ++u) v[u] = nx[u];
+  }
+}
+
+/* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
+ *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
+ *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
+ *   scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's destination segment
+ *   seg_begin / seg_rows, read by a SEGMENT_MN_MAJOR plan only: the route's SEND_SEGMENT begin and
+ *   padded_count of the copy's expert; that layout takes the general loop below, never the
+ *   register-held COMPACT path). Copies are lane-held exactly as for
+ *   epf_dispatch_send_row_warp (lane j < ncopies: copy j, dst_rank < 0 = none, dst_row at or past
+ *   recv_capacity = dropped). Returns the dropped copies (the same value in every lane): the caller
+ *   counts them (epf_error_count_add(&rec->recv_overflow, n) from lane 0). Each element is
+ *   quantized once, whatever the number of copies. Memory: plain 8-byte stores of the payload and
+ *   1-byte / 4-byte scale stores to the peers; the caller publishes them (epf_dispatch_signal_block).
+ *   [collective:warp] Requirements: src_row 16-byte aligned, hidden % (32 | 128) == 0. */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                                int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
+                                                                int seg_rows) {
+  const int lane = epf_lane_id();
+  const int nvec = plan->hidden >> 3;
+  const uint4* src = (const uint4*)src_row;
+  char* my_dst = lane < ncopies ? epf__row_dst(team, plan, dst_rank, dst_row) : NULL;
+  const uint32_t dropped =
+      (uint32_t)__popc(__ballot_sync(0xffffffffu, lane < ncopies && dst_rank >= 0 && my_dst == NULL));
+  const uint32_t present = __ballot_sync(0xffffffffu, my_dst != NULL);
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int rule = epf_mx_rule_from_flags(plan->flags);
+  const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
+  int base;
+  if (present == 0u) return dropped;
+  /* Two loops with the same load-and-quantize lines, deliberately: the common case below keeps
+   * every copy's addresses in registers, the general one recomputes them per copy. One loop with
+   * both store paths (or a shared load-then-quantize helper that holds a whole chunk's results)
+   * raised the HT dispatch kernel's spills from 84 / 132 to 236 / 416 bytes (ptxas -v, sm_90). */
+  if (plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT && __popc(present) <= 8) {
+    /* The common case: every copy's row and scale-row addresses in registers, computed once per
+     * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
+     * the quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule, so that each
+     * is straight-line code (docs/performance.md, HT v10). */
+    const int kind = mx ? (rule == EPF_MX_FLOOR ? EPF__QK_MX_FLOOR : EPF__QK_MX_RCEIL) : (ue8m0 ? EPF__QK_FP8_UE8M0 : EPF__QK_FP8);
+    const int n = __popc(present);
+    const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
+    char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
+    const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
+    const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
+    char* dp[8];
+    char* sp[8];
+    int c;
+#pragma unroll
+    for (c = 0; c < 8; ++c) {
+      dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
+      sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
+    }
+    if (kind == EPF__QK_MX_RCEIL)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_RCEIL);
+    else if (kind == EPF__QK_MX_FLOOR)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_FLOOR);
+    else if (kind == EPF__QK_FP8)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8);
+    else
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8_UE8M0);
+    return dropped;
+  }
+  /* EPF_SEND_UNROLL 256-element chunks per step: their loads are all in flight before the first
+   * quantization (one load at a time left the warp latency-bound) */
+  for (base = 0; base < nvec; base += 32 * EPF_SEND_UNROLL) {
+    uint4 v[EPF_SEND_UNROLL];
+    int u;
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      v[u] = i < nvec ? epf_ld_nc_v4_u32(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (u = 0; u < EPF_SEND_UNROLL; ++u) {
+      const int i = base + u * 32 + lane;
+      uint8_t sb = 0;
+      float sf = 0.f;
+      uint2 q;
+      uint32_t m;
+      if (base + u * 32 >= nvec) break; /* warp-uniform */
+      q = mx ? epf_mxfp8_quantize_lane8_bf16_warp(v[u], rule, &sb) : epf_fp8_128_quantize_lane8_bf16_warp(v[u], ue8m0, &sf);
+      for (m = present; m != 0u; m &= m - 1u) {
+        const int j = __ffs((int)m) - 1;
+        const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+        const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+        const int sgb = __shfl_sync(0xffffffffu, seg_begin, j);
+        const int sgr = __shfl_sync(0xffffffffu, seg_rows, j);
+        char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
+        if (i < nvec) {
+          *(uint2*)(d + (uint64_t)i * 8u) = q;
+          if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, i >> 2), r) = sb;
+          if (!mx && (lane & 15) == 0 && epf_recv_scale_seg_fits(plan, row, sgb, sgr))
+            *(float*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, i >> 4, sgb, sgr), r) = sf;
+        }
+      }
+    }
+  }
+  return dropped;
+}
+
+/* epf_dispatch_send_row_quant_warp — epf_dispatch_send_row_quant_seg_warp without segments: for
+ *   plans whose scale layout is COMPACT or SWIZZLED_128X4 (a SEGMENT_MN_MAJOR plan gets no scales
+ *   from it: use the _seg form with each copy's segment). [collective:warp], as the _seg form. */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                            int dst_rank, int64_t dst_row, int ncopies) {
+  return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, 0, 0);
+}
+
+/* epf_dispatch_send_scales_seg_warp — forward a caller-quantized row's compact scales (MXFP8:
+ *   hidden / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy's scale position in
+ *   the plan's scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's
+ *   destination segment seg_begin / seg_rows, read by SEGMENT_MN_MAJOR only: the route's
+ *   SEND_SEGMENT begin and padded_count of the copy's expert); copies as for
+ *   epf_dispatch_send_row_warp (send the row itself with that). [collective:warp] */
+EPF_DEVICE_INLINE void epf_dispatch_send_scales_seg_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
+                                                         int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
+                                                         int seg_rows) {
+  const int lane = epf_lane_id();
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
+  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL &&
+                  epf_recv_scale_seg_fits(plan, dst_row, seg_begin, seg_rows);
+  uint32_t m;
+  for (m = __ballot_sync(0xffffffffu, ok); m != 0u; m &= m - 1u) {
+    const int j = __ffs((int)m) - 1;
+    const int r = __shfl_sync(0xffffffffu, dst_rank, j);
+    const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
+    const int sgb = __shfl_sync(0xffffffffu, seg_begin, j);
+    const int sgr = __shfl_sync(0xffffffffu, seg_rows, j);
+    int c;
+    for (c = lane; c < ncols; c += 32) {
+      if (mx)
+        *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, c, sgb, sgr), r) = src_scales[c];
+      else
+        *(float*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, c, sgb, sgr), r) = ((const float*)src_scales)[c];
+    }
+  }
+}
+
+/* epf_dispatch_send_scales_warp — epf_dispatch_send_scales_seg_warp without segments (COMPACT and
+ *   SWIZZLED_128X4 plans; a SEGMENT_MN_MAJOR plan gets no scales from it). [collective:warp] */
+EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
+                                                     int dst_rank, int64_t dst_row, int ncopies) {
+  epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, 0, 0);
+}
+
+/* epf_dispatch_meta_em — write one EXPERT_MAJOR metadata row (epf_recv_meta_em_t) beside a copy.
+ *   Scope: any single thread (typically lane j for copy j). Skips absent / out-of-range copies,
+ *   exactly as epf_dispatch_send_row_warp does. Memory: one 16-byte plain store to the peer. */
+EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row,
+                                            int src_token, int k, int local_expert, float weight) {
+  union {
+    epf_recv_meta_em_t m;
+    uint4 v;
+  } row; /* registers only: one 16-byte store below */
+  if (dst_rank < 0 || dst_rank >= team.nranks || dst_row < 0 || dst_row >= plan->recv_capacity) return;
+  row.m = epf_recv_meta_em_make(src_token, team.rank, k, local_expert, weight);
+  epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank), row.v);
+}
+
+/* epf_dispatch_send_token_warp — one token's payload to all its copies, whatever the payload:
+ *   a BF16 plan copies the row (epf_dispatch_send_row_warp); a quantized plan either quantizes the
+ *   BF16 row on the way (quantize != 0: epf_dispatch_send_row_quant_warp) or forwards a row already
+ *   in plan.payload format and its compact scales (quantize == 0: epf_dispatch_send_row_warp +
+ *   epf_dispatch_send_scales_warp; src_scales NULL: no scales are sent).
+ *   Scope: [collective:warp] every lane, converged; src_row, src_scales, quantize, ncopies uniform.
+ *   Copies lane-held as for epf_dispatch_send_row_warp; lane j also holds copy j's destination
+ *   segment (seg_begin, seg_rows: the route's SEND_SEGMENT begin and padded_count of its expert),
+ *   read only by a SEGMENT_MN_MAJOR plan (pass 0, 0 otherwise).
+ *   Result: [result:all] the dropped copies. */
+EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
+                                                        const uint8_t* src_scales, int quantize, int dst_rank,
+                                                        int64_t dst_row, int ncopies, int seg_begin, int seg_rows) {
+  uint32_t dropped;
+  if (quantize && plan->payload != EPF_PAYLOAD_BF16)
+    return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
+  dropped = epf_dispatch_send_row_warp(team, plan, src_row, dst_rank, dst_row, ncopies);
+  if (plan->payload != EPF_PAYLOAD_BF16 && src_scales != NULL)
+    epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, seg_begin, seg_rows);
+  return dropped;
+}
+
+/* epf_dispatch_meta_rm_warp — write the RANK_MAJOR metadata row (epf_recv_meta_rm_*) of every
+ *   copy of one token: header (src_token, team.rank, entry count), then, in k order, each of the
+ *   token's top-k entries that lives on that copy's rank.
+ *   Scope:    [collective:warp] every lane, converged; src_token uniform.
+ *   Input:    lane j < ncopies holds copy j (dst_rank, dst_row) exactly as for
+ *             epf_dispatch_send_row_warp (absent or out-of-range copies are skipped). Lane k <
+ *             plan->top_k holds the token's entry k: entry_rank, the rank its expert lives on (-1:
+ *             none, left out of every list), its local expert there, its weight and its
+ *             expert-major slot (the route's slot; a repeated expert lists its first occurrence's).
+ *   Memory:   plain 4-byte stores to the peers; published with the rows (epf_dispatch_signal_block). */
+EPF_DEVICE_INLINE void epf_dispatch_meta_rm_warp(epf_team_t team, const epf_plan_t* plan, int src_token, int dst_rank,
+                                                 int64_t dst_row, int ncopies, int entry_rank, int local_expert,
+                                                 float weight, int slot) {
+  const int lane = epf_lane_id(), K = plan->top_k;
+  char* meta = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL
+                   ? (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank)
+                   : NULL;
+  int k, used = 0;
+  for (k = 0; k < K; ++k) { /* warp-uniform: every lane walks the K entries */
+    const int d_k = __shfl_sync(0xffffffffu, entry_rank, k);
+    const int e_k = __shfl_sync(0xffffffffu, local_expert, k);
+    const float w_k = __shfl_sync(0xffffffffu, weight, k);
+    const int s_k = __shfl_sync(0xffffffffu, slot, k);
+    if (meta != NULL && d_k >= 0 && d_k == dst_rank) {
+      *(int32_t*)(meta + epf_recv_meta_rm_expert_at(K, used)) = e_k;
+      *(float*)(meta + epf_recv_meta_rm_weight_at(K, used)) = w_k;
+      *(int32_t*)(meta + epf_recv_meta_rm_slot_at(K, used)) = s_k;
+      ++used;
+    }
+  }
+  if (meta != NULL) {
+    epf_recv_meta_rm_t* h = (epf_recv_meta_rm_t*)meta;
+    h->src_token = src_token;
+    h->src_rank = team.rank;
+    h->num_local = used;
+    h->reserved = 0;
+  }
+}
+
+/* One received RANK_MAJOR metadata row as a warp reads it (epf_recv_meta_rm_read_warp). */
+typedef struct epf_recv_meta_rm_lane {
+  int src_token, src_rank, num_local; /* the header, as received */
+  bool header_ok;   /* src_rank in [0, nranks), num_local in [0, top_k] (warp-uniform) */
+  bool token_ok;    /* header_ok and src_token in [0, max_tokens_per_rank) */
+  int local_expert; /* lane j < num_local: entry j's local expert, else -1 */
+  float weight;     /* its weight (0 for no entry) */
+  int64_t em_row;   /* its row in the expert-major view (src_offset[local_expert][src_rank] + slot),
+                       -1 for no entry or an entry that fails its checks */
+  bool entry_bad;   /* lane j < num_local whose local expert or slot is out of range */
+} epf_recv_meta_rm_lane_t;
+
+/* epf_recv_meta_rm_read_warp — read receive row `row`'s RANK_MAJOR metadata, checking it before
+ *   any value forms an address: the header (source rank, entry count, token), then each entry's
+ *   local expert and slot. src_offset: the route's RECV_SRC_OFFSET array ([experts_per_rank]
+ *   [nranks + 1]: where source s's rows of local expert le start in the expert-major view).
+ *   Scope: [collective:warp] (uniform row); the warp reads the row once, lane j its entry j.
+ *   Memory: plain local loads (after the dispatch's receive half). */
+EPF_DEVICE_INLINE epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                                                    const int32_t* src_offset) {
+  const int lane = epf_lane_id(), K = plan->top_k, R = plan->nranks;
+  const char* meta = (const char*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row));
+  const epf_recv_meta_rm_t* h = (const epf_recv_meta_rm_t*)meta;
+  epf_recv_meta_rm_lane_t m;
+  int sl;
+  m.src_token = h->src_token;
+  m.src_rank = h->src_rank;
+  m.num_local = h->num_local;
+  m.header_ok = m.src_rank >= 0 && m.src_rank < R && m.num_local >= 0 && m.num_local <= K;
+  m.token_ok = m.header_ok && m.src_token >= 0 && m.src_token < plan->max_tokens_per_rank;
+  m.local_expert = m.header_ok && lane < m.num_local ? *(const int32_t*)(meta + epf_recv_meta_rm_expert_at(K, lane)) : -1;
+  m.weight = m.header_ok && lane < m.num_local ? *(const float*)(meta + epf_recv_meta_rm_weight_at(K, lane)) : 0.f;
+  sl = m.header_ok && lane < m.num_local ? *(const int32_t*)(meta + epf_recv_meta_rm_slot_at(K, lane)) : -1;
+  m.entry_bad = m.header_ok && lane < m.num_local && !(m.local_expert >= 0 && m.local_expert < plan->experts_per_rank && sl >= 0);
+  m.em_row = m.header_ok && lane < m.num_local && !m.entry_bad
+                 ? (int64_t)src_offset[m.local_expert * (R + 1) + m.src_rank] + sl
+                 : -1;
+  return m;
+}
+
+/* epf_expand_row_warp — RANK_MAJOR: place receive row `row` (payload and, for quantized payloads,
+ *   its scales) at each of its expert-major view rows. A repeated expert lists its first
+ *   occurrence's view row again: each view row is written once.
+ *   Scope:    [collective:warp] every lane, converged; uniform arguments.
+ *   Input:    view: this rank's [expert_rows][plan->row_bytes] rows; view_scales: their compact
+ *             scales ([expert_rows][plan->scale_bytes_per_row], whatever the window's scale
+ *             layout), or NULL; src_offset as for epf_recv_meta_rm_read_warp.
+ *   Does:     bad metadata is reported (EPF_ERR_BAD_METADATA into w->record) and places nothing;
+ *             view rows at or past expert_rows are not written.
+ *   Result:   [result:all] how many view rows were past expert_rows (the caller counts them in
+ *             recv_overflow: never silent).
+ *   Memory:   plain local loads and stores. */
+EPF_DEVICE_INLINE uint32_t epf_expand_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
+                                               const int32_t* src_offset, char* view, uint8_t* view_scales,
+                                               int64_t expert_rows, const epf_wait_t* w) {
+  const int lane = epf_lane_id();
+  const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, row, src_offset);
+  const int64_t em_row = m.em_row;
+  const uint32_t same = __match_any_sync(0xffffffffu, em_row >= 0 ? (unsigned long long)em_row : ~(unsigned long long)lane);
+  const bool lead = em_row >= 0 && __ffs((int)same) - 1 == lane;
+  const char* src = (const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, row));
+  const uint32_t over = (uint32_t)__popc(__ballot_sync(0xffffffffu, lead && em_row >= expert_rows));
+  uint32_t pending;
+  epf_error_report_warp(w, m.header_ok ? m.entry_bad : lane == 0, EPF_ERR_BAD_METADATA,
+                        epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row)), 0, 0);
+  for (pending = __ballot_sync(0xffffffffu, lead && em_row < expert_rows); pending != 0u; pending &= pending - 1u) {
+    const int j = __ffs((int)pending) - 1;
+    const int64_t er = __shfl_sync(0xffffffffu, (long long)em_row, j);
+    uint32_t b;
+    epf_copy_row_warp(view + (uint64_t)er * plan->row_bytes, src, plan->row_bytes);
+    if (view_scales == NULL) continue;
+    for (b = (uint32_t)lane; b < plan->scale_bytes_per_row; b += 32) { /* compact, byte by byte */
+      const int col = plan->payload == EPF_PAYLOAD_MXFP8 ? (int)b : (int)(b >> 2);
+      const uint8_t* sc = (const uint8_t*)epf_local_ptr(team, epf_recv_scale_col_offset(plan, row, col));
+      view_scales[(uint64_t)er * plan->scale_bytes_per_row + b] = plan->payload == EPF_PAYLOAD_MXFP8 ? *sc : sc[b & 3u];
+    }
+  }
+  return over;
+}
+
+/* epf_dispatch_signal_block — publish this rank's dispatch of `epoch` to every peer: thread p
+ *   release-stores (epoch, 0) into SIG_DISPATCH[team.rank] of peer p.
+ *   Scope: [collective:block], called by the block that epf_arrive_last_block chose.
+ *   Memory: .sys release; ordered after everything the rank's blocks wrote before arriving. */
+EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
+  epf_signal_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch);
+}
+
+/* epf_dispatch_wait_block — the receive half: wait until every peer published dispatch `epoch`.
+ *   Scope:    [collective:block] [blocking]; any number of blocks of a rank may call it.
+ *   Result:   [result:all] EPF_OK, or the first failure by priority (TIMEOUT, ABORTED,
+ *             PEER_MASKED: a masked peer sent nothing this round).
+ *   Memory:   .sys acquire per peer, then __syncthreads: after OK every thread of the block may read
+ *             the receive region. */
+EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
+                                                       epf_wait_t w) {
+  return epf_wait_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch, w);
+}
+
+EPF_END_DECLS
+
+#endif /* EPF_DISPATCH_CUH */
+/* SPDX-License-Identifier: Apache-2.0 */
