@@ -1,4 +1,4 @@
-/* epfuse/nccl.cuh — team views from NCCL windows and device communicators — part of epfuse v0.1
+/* epfuse/core/nccl.cuh — team views from NCCL windows and device communicators — part of epfuse v0.1
  *
  * What it is: the ONLY epfuse header that includes nccl_device.h. It turns an NCCL symmetric
  * window (ncclWindow_t) and device communicator (ncclDevComm) into an epf_team_t, so every other
@@ -28,13 +28,13 @@
  *
  * Requirements: CUDA (C++), NCCL 2.28 – 2.32 (compiled against each; run with 2.28.9: README, "NCCL versions") with the device API (nccl_device.h), sm_70+.
  */
-#ifndef EPF_NCCL_CUH
-#define EPF_NCCL_CUH
+#ifndef EPF_CORE_NCCL_CUH
+#define EPF_CORE_NCCL_CUH
 
 #include "../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/nccl.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/core/nccl.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include <string.h>
@@ -130,5 +130,5 @@ EPF_INLINE epf_status_t epf_nccl_team_query(const ncclDevComm_t* dev, ncclWindow
 
 EPF_END_DECLS
 
-#endif /* EPF_NCCL_CUH */
+#endif /* EPF_CORE_NCCL_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

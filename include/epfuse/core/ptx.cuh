@@ -1,4 +1,4 @@
-/* epfuse/ptx.cuh — memory-ordering primitives, named by op, order, scope and width — part of epfuse v0.1
+/* epfuse/core/ptx.cuh — memory-ordering primitives, named by op, order, scope and width — part of epfuse v0.1
  *
  * What it is: every load, store, reduction and fence epfuse uses for signalling, each one inline
  * PTX with a "memory" clobber. Names follow epf_<op>_<order>_<scope>_<type>:
@@ -28,13 +28,13 @@
  *
  * Requirements: CUDA, sm_70+ (all of it is plain PTX ISA 6.0+); nvcc or clang-cuda.
  */
-#ifndef EPF_PTX_CUH
-#define EPF_PTX_CUH
+#ifndef EPF_CORE_PTX_CUH
+#define EPF_CORE_PTX_CUH
 
 #include "../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/ptx.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/core/ptx.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 EPF_BEGIN_DECLS
@@ -235,5 +235,5 @@ EPF_DEVICE_INLINE int epf_warp_id(void) { return (int)(threadIdx.x >> 5); }
 
 EPF_END_DECLS
 
-#endif /* EPF_PTX_CUH */
+#endif /* EPF_CORE_PTX_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

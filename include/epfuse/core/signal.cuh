@@ -1,4 +1,4 @@
-/* epfuse/signal.cuh — epoch signals, bounded waits, error records, active mask, handshake — part of epfuse v0.1
+/* epfuse/core/signal.cuh — epoch signals, bounded waits, error records, active mask, handshake — part of epfuse v0.1
  *
  * What it is: the synchronisation layer every protocol in epfuse stands on.
  *   - Signal words are uint64_t: (epoch << 32) | value. Epochs are monotone 32-bit sequence
@@ -59,8 +59,8 @@
  *
  * Requirements: CUDA, sm_70+.
  */
-#ifndef EPF_SIGNAL_CUH
-#define EPF_SIGNAL_CUH
+#ifndef EPF_CORE_SIGNAL_CUH
+#define EPF_CORE_SIGNAL_CUH
 
 #include "../config.h"
 #include "../host.h"
@@ -489,5 +489,5 @@ EPF_DEVICE_INLINE epf_status_t epf_rank_barrier_block(uint64_t* word, uint32_t n
 
 EPF_END_DECLS
 
-#endif /* EPF_SIGNAL_CUH */
+#endif /* EPF_CORE_SIGNAL_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/team.cuh — team views and peer addressing — part of epfuse v0.1
+/* epfuse/core/team.cuh — team views and peer addressing — part of epfuse v0.1
  *
  * What it is: epf_team_t, a small POD passed by value into kernels, and epf_peer_ptr(team, offset,
  * peer), the only way epfuse code reaches another rank's memory. A team view says where every
@@ -35,8 +35,8 @@
  *
  * Requirements: C++17 or CUDA (the functions are EPF_HD: tests call them on the host too).
  */
-#ifndef EPF_TEAM_CUH
-#define EPF_TEAM_CUH
+#ifndef EPF_CORE_TEAM_CUH
+#define EPF_CORE_TEAM_CUH
 
 #include "../config.h"
 #include "../status.h"
@@ -159,5 +159,5 @@ EPF_INLINE epf_status_t epf_virtual_grid_check(const void* kernel, int block_thr
 
 EPF_END_DECLS
 
-#endif /* EPF_TEAM_CUH */
+#endif /* EPF_CORE_TEAM_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/kernels_ht.cuh — ready-made high-throughput dispatch, expand and combine kernels — part of epfuse v0.1
+/* epfuse/ht/kernels.cuh — ready-made high-throughput dispatch, expand and combine kernels — part of epfuse v0.1
  *
  * What it is: the easy path and the benchmark path of high-throughput (HT) EP, with host
  * launchers. Each kernel is a short loop over the public blocks of ht.cuh (which compose
@@ -42,13 +42,13 @@
  *
  * Requirements: CUDA, sm_80+; sm_90 / sm_100 tested.
  */
-#ifndef EPF_KERNELS_HT_CUH
-#define EPF_KERNELS_HT_CUH
+#ifndef EPF_HT_KERNELS_CUH
+#define EPF_HT_KERNELS_CUH
 
 #include "../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/kernels_ht.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/ht/kernels.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #if !defined(__CUDACC_RTC__)
@@ -599,5 +599,5 @@ EPF_INLINE epf_status_t epf_ht_dispatch_backward(const epf_route_t* route, epf_t
 #endif /* !__CUDACC_RTC__ */
 EPF_END_DECLS
 
-#endif /* EPF_KERNELS_HT_CUH */
+#endif /* EPF_HT_KERNELS_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

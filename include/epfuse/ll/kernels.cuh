@@ -1,4 +1,4 @@
-/* epfuse/kernels_ll.cuh — ready-made low-latency kernels and their host launchers — part of epfuse v0.1
+/* epfuse/ll/kernels.cuh — ready-made low-latency kernels and their host launchers — part of epfuse v0.1
  *
  * What it is: the easy path (and the benchmark path) of LL EP, composed only from the blocks of
  * dispatch_ll.cuh, combine_ll.cuh and ll.cuh. One kernel per operation serves both launch kinds:
@@ -58,8 +58,8 @@
  *
  * Requirements: CUDA runtime API, sm_80+ (sm_90 / sm_100 compiled (-Werror); tested on an H200).
  */
-#ifndef EPF_KERNELS_LL_CUH
-#define EPF_KERNELS_LL_CUH
+#ifndef EPF_LL_KERNELS_CUH
+#define EPF_LL_KERNELS_CUH
 
 #if !defined(__CUDACC_RTC__)
 #include <string.h>
@@ -767,5 +767,5 @@ EPF_INLINE epf_status_t epf_ll_error_clear_async(epf_error_record_t* record, cud
 #endif /* !__CUDACC_RTC__ */
 EPF_END_DECLS
 
-#endif /* EPF_KERNELS_LL_CUH */
+#endif /* EPF_LL_KERNELS_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/ll.cuh — low-latency (LL) mode: fixed layout, per-rank state, epochs, active mask, mask clean — part of epfuse v0.1
+/* epfuse/ll/ll.cuh — low-latency (LL) mode: fixed layout, per-rank state, epochs, active mask, mask clean — part of epfuse v0.1
  *
  * What it is: the common ground of the low-latency dispatch (dispatch_ll.cuh) and combine
  * (combine_ll.cuh) blocks, for decode-time EP (a few hundred tokens per rank, every call inside a
@@ -117,8 +117,8 @@
  *
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); tested on an H200), CUB from the toolkit (cub::WarpScan).
  */
-#ifndef EPF_LL_CUH
-#define EPF_LL_CUH
+#ifndef EPF_LL_LL_CUH
+#define EPF_LL_LL_CUH
 
 #include "../config.h"
 #include "../ht/impl/dispatch.cuh"
@@ -135,5 +135,5 @@
 #include "impl/slots.cuh"  /* device: the slot pass, private block helpers */
 #include "impl/rm.cuh"     /* RANK_MAJOR: rows, signal / count words, combine rows, per-rank slots */
 
-#endif /* EPF_LL_CUH */
+#endif /* EPF_LL_LL_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/quant.cuh — MXFP8 and per-128 FP8 quantization blocks, bit-exact and at memory speed — part of epfuse v0.1
+/* epfuse/quant/quant.cuh — MXFP8 and per-128 FP8 quantization blocks, bit-exact and at memory speed — part of epfuse v0.1
  *
  * What it is: the quantization building blocks dispatch and combine use, and that users call in
  * their own kernels:
@@ -105,15 +105,15 @@
  * sm_100, both tested) use the FP8 conversion instructions, older targets the integer reference,
  * with identical results. Row pointers 16-byte aligned (x), 8-byte aligned (E4M3 out).
  */
-#ifndef EPF_QUANT_CUH
-#define EPF_QUANT_CUH
+#ifndef EPF_QUANT_QUANT_CUH
+#define EPF_QUANT_QUANT_CUH
 
 #include "../config.h"
 #include "../host.h"
 #include "../status.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/quant.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/quant/quant.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 /* the declarations and their contracts sit with the definitions (cglm style), by part: */
@@ -121,5 +121,5 @@
 #include "impl/mxfp8.cuh"    /* MXFP8 device blocks */
 #include "impl/fp8_128.cuh"  /* per-128 FP8 device blocks */
 
-#endif /* EPF_QUANT_CUH */
+#endif /* EPF_QUANT_QUANT_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/kernels_route.cuh — ready-made route kernels and their host launchers — part of epfuse v0.1
+/* epfuse/route/kernels.cuh — ready-made route kernels and their host launchers — part of epfuse v0.1
  *
  * What it is: the easy path to the route (the handle), NCCL EP style:
  *   - epf_route_init    binds caller-provided device memory (size from epf_route_size, host.h):
@@ -60,13 +60,13 @@
  *
  * Requirements: CUDA, sm_70+; the CUDA runtime API.
  */
-#ifndef EPF_KERNELS_ROUTE_CUH
-#define EPF_KERNELS_ROUTE_CUH
+#ifndef EPF_ROUTE_KERNELS_CUH
+#define EPF_ROUTE_KERNELS_CUH
 
 #include "../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/kernels_route.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/route/kernels.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #if !defined(__CUDACC_RTC__)
@@ -377,5 +377,5 @@ EPF_INLINE epf_status_t epf_route_import(const epf_plan_t* plan, void* d_buffer,
 #endif /* !__CUDACC_RTC__ */
 EPF_END_DECLS
 
-#endif /* EPF_KERNELS_ROUTE_CUH */
+#endif /* EPF_ROUTE_KERNELS_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

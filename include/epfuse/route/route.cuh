@@ -1,4 +1,4 @@
-/* epfuse/route.cuh — routing layout blocks: counts, deterministic slots, count exchange, offsets — part of epfuse v0.1
+/* epfuse/route/route.cuh — routing layout blocks: counts, deterministic slots, count exchange, offsets — part of epfuse v0.1
  *
  * What it is: the device side of the route (the handle): from topk_idx [T, K] (int32 or int64,
  * -1 = not routed) one rank's blocks compute
@@ -66,13 +66,13 @@
  * Requirements: CUDA, sm_70+ (warp votes and shuffles with masks); sm_90 / sm_100 compiled. blockDim.x a multiple
  * of 32, at most 1024. CUB from the CUDA toolkit (CCCL).
  */
-#ifndef EPF_ROUTE_CUH
-#define EPF_ROUTE_CUH
+#ifndef EPF_ROUTE_ROUTE_CUH
+#define EPF_ROUTE_ROUTE_CUH
 
 #include "../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/route.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/route/route.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include "../host.h"
@@ -86,5 +86,5 @@
 #include "impl/count.cuh"   /* pass 1, the rank's blocks meet, the count exchange */
 #include "impl/offsets.cuh" /* pass 2, offsets, finish, epf_route_update_block */
 
-#endif /* EPF_ROUTE_CUH */
+#endif /* EPF_ROUTE_ROUTE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/combine.cuh — high-throughput combine blocks: weighted FP32 reduction in k order — part of epfuse v0.1
+/* epfuse/ht/impl/combine.cuh — high-throughput combine blocks: weighted FP32 reduction in k order — part of epfuse v0.1
  *
  * What it is: the way back of high-throughput (HT) EP. Expert outputs (BF16, one row per received
  * row, in the receive order) return to their source rank, which weights them by topk_weights,
@@ -43,8 +43,8 @@
  *
  * Requirements: CUDA, sm_80+ for the BF16 conversions (sm_90 / sm_100 tested).
  */
-#ifndef EPF_COMBINE_CUH
-#define EPF_COMBINE_CUH
+#ifndef EPF_HT_IMPL_COMBINE_CUH
+#define EPF_HT_IMPL_COMBINE_CUH
 
 #include <cuda_bf16.h>
 
@@ -445,5 +445,5 @@ EPF_DEVICE_INLINE epf_status_t epf_combine_wait_block(epf_team_t team, const epf
 
 EPF_END_DECLS
 
-#endif /* EPF_COMBINE_CUH */
+#endif /* EPF_HT_IMPL_COMBINE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

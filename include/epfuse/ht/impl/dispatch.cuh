@@ -1,4 +1,4 @@
-/* epfuse/dispatch.cuh — high-throughput dispatch blocks: rows straight into their final slots — part of epfuse v0.1
+/* epfuse/ht/impl/dispatch.cuh — high-throughput dispatch blocks: rows straight into their final slots — part of epfuse v0.1
  *
  * What it is: the send and receive halves of high-throughput (HT) dispatch as device functions.
  *   - Send: one warp copies one token row from local memory into its FINAL slot in every
@@ -59,8 +59,8 @@
  * Requirements: CUDA, sm_70+. Rows 16-byte aligned (row_bytes is a multiple of 16 by the plan's
  * hidden-size rules).
  */
-#ifndef EPF_DISPATCH_CUH
-#define EPF_DISPATCH_CUH
+#ifndef EPF_HT_IMPL_DISPATCH_CUH
+#define EPF_HT_IMPL_DISPATCH_CUH
 
 #include "../../config.h"
 #include "../../host.h"
@@ -710,5 +710,5 @@ EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const ep
 
 EPF_END_DECLS
 
-#endif /* EPF_DISPATCH_CUH */
+#endif /* EPF_HT_IMPL_DISPATCH_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

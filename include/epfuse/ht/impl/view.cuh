@@ -1,4 +1,4 @@
-/* epfuse/ht.cuh — high-throughput blocks over the route: one token's dispatch, one token's combine — part of epfuse v0.1
+/* epfuse/ht/impl/view.cuh — high-throughput blocks over the route: one token's dispatch, one token's combine — part of epfuse v0.1
  *
  * What it is: the per-token and per-row steps of high-throughput (HT) EP, reading the route
  * (route.cuh) of the step, as warp-level blocks a fused kernel calls in its own loops. They
@@ -50,13 +50,13 @@
  *
  * Requirements: CUDA, sm_80+ (sm_90 / sm_100 tested).
  */
-#ifndef EPF_HT_CUH
-#define EPF_HT_CUH
+#ifndef EPF_HT_IMPL_VIEW_CUH
+#define EPF_HT_IMPL_VIEW_CUH
 
 #include "../../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/ht.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/ht/impl/view.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include "combine.cuh"
@@ -441,5 +441,5 @@ EPF_DEVICE_INLINE void epf_ht_dispatch_backward_token_warp(const epf_ht_view_t* 
 
 EPF_END_DECLS
 
-#endif /* EPF_HT_CUH */
+#endif /* EPF_HT_IMPL_VIEW_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/combine_ll.cuh — low-latency combine: push half and reduce half as block functions — part of epfuse v0.1
+/* epfuse/ll/impl/combine.cuh — low-latency combine: push half and reduce half as block functions — part of epfuse v0.1
  *
  * What it is: the way back of LL EP. The expert rank pushes each output row to its source (or,
  * with EPF_LL_Y_IN_PLACE_PULL, lets the source read it where it is; with an MXFP8 combine payload
@@ -73,8 +73,8 @@
  *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90), the MXFP8 pull included (test_ll,
  *   test_shapes); its multi-GPU test (test_mg_ll) needs two GPUs and has not run.
  */
-#ifndef EPF_COMBINE_LL_CUH
-#define EPF_COMBINE_LL_CUH
+#ifndef EPF_LL_IMPL_COMBINE_CUH
+#define EPF_LL_IMPL_COMBINE_CUH
 
 #include "../../ht/impl/combine.cuh"
 #include "../../config.h"
@@ -585,5 +585,5 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
 
 EPF_END_DECLS
 
-#endif /* EPF_COMBINE_LL_CUH */
+#endif /* EPF_LL_IMPL_COMBINE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

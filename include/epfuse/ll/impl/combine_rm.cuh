@@ -1,4 +1,4 @@
-/* epfuse/combine_ll_rm.cuh — low-latency RANK_MAJOR combine: pre-reduce on the expert side, reduce at the source — part of epfuse v0.1
+/* epfuse/ll/impl/combine_rm.cuh — low-latency RANK_MAJOR combine: pre-reduce on the expert side, reduce at the source — part of epfuse v0.1
  *
  * What it is: the way back of a RANK_MAJOR LL plan (dispatch_ll_rm.cuh): each expert rank sends
  * ONE row per (token, expert rank) back, the pre-reduced partial of the token's experts on that
@@ -55,8 +55,8 @@
  *
  * Requirements: CUDA, sm_80+ (BF16 conversions), sm_90 compiled (-Werror).
  */
-#ifndef EPF_COMBINE_LL_RM_CUH
-#define EPF_COMBINE_LL_RM_CUH
+#ifndef EPF_LL_IMPL_COMBINE_RM_CUH
+#define EPF_LL_IMPL_COMBINE_RM_CUH
 
 #include "../../ht/impl/combine.cuh"
 #include "combine.cuh"
@@ -402,5 +402,5 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_rm_combine_recv(const epf_plan_t* plan, e
 
 EPF_END_DECLS
 
-#endif /* EPF_COMBINE_LL_RM_CUH */
+#endif /* EPF_LL_IMPL_COMBINE_RM_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/dispatch_ll.cuh — low-latency dispatch: send half and receive half as block functions — part of epfuse v0.1
+/* epfuse/ll/impl/dispatch.cuh — low-latency dispatch: send half and receive half as block functions — part of epfuse v0.1
  *
  * What it is: decode-time dispatch into the FIXED LL layout (ll.cuh): no count exchange, no
  * second copy, deterministic order, CUDA-graph friendly.
@@ -58,8 +58,8 @@
  *
  * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 / sm_100 compiled (-Werror); tested on an H200.
  */
-#ifndef EPF_DISPATCH_LL_CUH
-#define EPF_DISPATCH_LL_CUH
+#ifndef EPF_LL_IMPL_DISPATCH_CUH
+#define EPF_LL_IMPL_DISPATCH_CUH
 
 #include "../../config.h"
 #include "../../host.h"
@@ -405,5 +405,5 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan
 
 EPF_END_DECLS
 
-#endif /* EPF_DISPATCH_LL_CUH */
+#endif /* EPF_LL_IMPL_DISPATCH_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

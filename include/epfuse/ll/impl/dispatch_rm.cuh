@@ -1,4 +1,4 @@
-/* epfuse/dispatch_ll_rm.cuh — low-latency RANK_MAJOR dispatch: send half, receive half, expand — part of epfuse v0.1
+/* epfuse/ll/impl/dispatch_rm.cuh — low-latency RANK_MAJOR dispatch: send half, receive half, expand — part of epfuse v0.1
  *
  * What it is: the LL dispatch of a RANK_MAJOR plan (plan.mode == EPF_MODE_LL, plan.layout ==
  * EPF_LAYOUT_RANK_MAJOR): ONE copy of a token per destination rank, however many of its top-k
@@ -64,8 +64,8 @@
  *
  * Requirements: CUDA, sm_70+ (__match_any_sync), sm_90 compiled (-Werror).
  */
-#ifndef EPF_DISPATCH_LL_RM_CUH
-#define EPF_DISPATCH_LL_RM_CUH
+#ifndef EPF_LL_IMPL_DISPATCH_RM_CUH
+#define EPF_LL_IMPL_DISPATCH_RM_CUH
 
 #include "../../config.h"
 #include "../../ht/impl/dispatch.cuh"
@@ -487,5 +487,5 @@ EPF_DEVICE_INLINE void epf_ll_rm_expand_block(const epf_plan_t* plan, epf_ll_ctx
 
 EPF_END_DECLS
 
-#endif /* EPF_DISPATCH_LL_RM_CUH */
+#endif /* EPF_LL_IMPL_DISPATCH_RM_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/detail/ll_layout.cuh — LL host-and-device helpers: state, checks, rows, per-rank buffers, shared memory — part of epfuse v0.1
+/* epfuse/ll/impl/layout.cuh — LL host-and-device helpers: state, checks, rows, per-rank buffers, shared memory — part of epfuse v0.1
  *
  * What it is: the EPF_HD functions of LL mode (usable on the host and in tests): the state's
  * initial value, plan and token checks, the one owner of every LL row / signal word / operand
@@ -9,8 +9,8 @@
  *
  * Requirements: see ll.cuh.
  */
-#ifndef EPF_DETAIL_LL_LAYOUT_CUH
-#define EPF_DETAIL_LL_LAYOUT_CUH
+#ifndef EPF_LL_IMPL_LAYOUT_CUH
+#define EPF_LL_IMPL_LAYOUT_CUH
 
 #include "../../config.h"
 #include "../../host.h"
@@ -404,5 +404,5 @@ EPF_HD epf_ll_ctx_t epf_ll_ctx_make(epf_team_t team, epf_ll_state_t* state, epf_
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_LL_LAYOUT_CUH */
+#endif /* EPF_LL_IMPL_LAYOUT_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/detail/ll_phase.cuh — LL device side of a phase: waits, epochs, completion, active mask, mask clean — part of epfuse v0.1
+/* epfuse/ll/impl/phase.cuh — LL device side of a phase: waits, epochs, completion, active mask, mask clean — part of epfuse v0.1
  *
  * What it is: what every LL block does around its work: the wait context, the epoch of the
  * round, the completion of a phase by the rank's last block, the block's mask snapshot, the
@@ -9,8 +9,8 @@
  *
  * Requirements: see ll.cuh.
  */
-#ifndef EPF_DETAIL_LL_PHASE_CUH
-#define EPF_DETAIL_LL_PHASE_CUH
+#ifndef EPF_LL_IMPL_PHASE_CUH
+#define EPF_LL_IMPL_PHASE_CUH
 
 #include "../../config.h"
 #include "../../host.h"
@@ -179,5 +179,5 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_mask_clean_block(const epf_plan_t* plan, e
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_LL_PHASE_CUH */
+#endif /* EPF_LL_IMPL_PHASE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/detail/ll_rm.cuh — LL RANK_MAJOR: rows, signal and count words, combine rows, the per-rank slot pass — part of epfuse v0.1
+/* epfuse/ll/impl/rm.cuh — LL RANK_MAJOR: rows, signal and count words, combine rows, the per-rank slot pass — part of epfuse v0.1
  *
  * What it is: the layout owners of a RANK_MAJOR LL plan (plan.mode == EPF_MODE_LL, plan.layout ==
  * EPF_LAYOUT_RANK_MAJOR) and the per-rank slot pass that places a token's one copy per
@@ -24,8 +24,8 @@
  *
  * Requirements: see ll.cuh.
  */
-#ifndef EPF_DETAIL_LL_RM_CUH
-#define EPF_DETAIL_LL_RM_CUH
+#ifndef EPF_LL_IMPL_RM_CUH
+#define EPF_LL_IMPL_RM_CUH
 
 #include "../../config.h"
 #include "../../host.h"
@@ -156,5 +156,5 @@ EPF_DEVICE_INLINE uint32_t epf_ll_rm_slot(const epf_plan_t* plan, epf_ll_slots_t
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_LL_RM_CUH */
+#endif /* EPF_LL_IMPL_RM_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

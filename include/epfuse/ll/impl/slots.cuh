@@ -1,4 +1,4 @@
-/* epfuse/detail/ll_slots.cuh — the LL slot pass and the private helpers of the LL blocks — part of epfuse v0.1
+/* epfuse/ll/impl/slots.cuh — the LL slot pass and the private helpers of the LL blocks — part of epfuse v0.1
  *
  * What it is: epf_ll_slots_block, the one computation of where each (token, k) copy lands in
  * its expert rank's receive rows (the dispatch send runs it; the pull combine runs it again),
@@ -9,8 +9,8 @@
  *
  * Requirements: see ll.cuh.
  */
-#ifndef EPF_DETAIL_LL_SLOTS_CUH
-#define EPF_DETAIL_LL_SLOTS_CUH
+#ifndef EPF_LL_IMPL_SLOTS_CUH
+#define EPF_LL_IMPL_SLOTS_CUH
 
 #include <cub/warp/warp_scan.cuh>
 
@@ -337,5 +337,5 @@ EPF_DEVICE_INLINE int epf__ll_slot_route(epf_ll_slots_t s, int pair, int k, int*
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_LL_SLOTS_CUH */
+#endif /* EPF_LL_IMPL_SLOTS_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/detail/ll_types.cuh — the LL types: halves, phases, y layouts, state, context, operands, constants — part of epfuse v0.1
+/* epfuse/ll/impl/types.cuh — the LL types: halves, phases, y layouts, state, context, operands, constants — part of epfuse v0.1
  *
  * What it is: every type and constant of the low-latency blocks, apart from their functions.
  * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
@@ -7,8 +7,8 @@
  *
  * Requirements: see ll.cuh.
  */
-#ifndef EPF_DETAIL_LL_TYPES_CUH
-#define EPF_DETAIL_LL_TYPES_CUH
+#ifndef EPF_LL_IMPL_TYPES_CUH
+#define EPF_LL_IMPL_TYPES_CUH
 
 #include "../../config.h"
 #include "../../ht/impl/dispatch.cuh"
@@ -256,5 +256,5 @@ typedef struct epf_ll_slots {
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_LL_TYPES_CUH */
+#endif /* EPF_LL_IMPL_TYPES_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

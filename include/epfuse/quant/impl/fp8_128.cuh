@@ -1,4 +1,4 @@
-/* epfuse/detail/quant_fp8_128.cuh — per-128 FP8 device blocks (DeepSeek-V3 / DeepEP): lane, row, dequantize — part of epfuse v0.1
+/* epfuse/quant/impl/fp8_128.cuh — per-128 FP8 device blocks (DeepSeek-V3 / DeepEP): lane, row, dequantize — part of epfuse v0.1
  *
  * What it is: the device half of per-128 FP8 (E4M3 elements + one FP32 scale per 128 elements)
  * from quant.cuh, bit-identical to the scalar reference of detail/quant_scalar.cuh. Include
@@ -17,15 +17,15 @@
  *
  * Requirements: CUDA, sm_70+ (sm_89+ uses cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2).
  */
-#ifndef EPF_DETAIL_QUANT_FP8_128_CUH
-#define EPF_DETAIL_QUANT_FP8_128_CUH
+#ifndef EPF_QUANT_IMPL_FP8_128_CUH
+#define EPF_QUANT_IMPL_FP8_128_CUH
 
 #include "../../config.h"
 #include "mxfp8.cuh"
 #include "scalar.cuh"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/quant_fp8_128.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/quant/impl/fp8_128.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 EPF_BEGIN_DECLS
@@ -208,5 +208,5 @@ EPF_DEVICE_INLINE void epf_fp8_128_dequantize_row_f32_warp(const uint8_t* q, con
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_QUANT_FP8_128_CUH */
+#endif /* EPF_QUANT_IMPL_FP8_128_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/detail/quant_mxfp8.cuh — MXFP8 device blocks: lane, warp and row quantize, dequantize, fused dequant x weight — part of epfuse v0.1
+/* epfuse/quant/impl/mxfp8.cuh — MXFP8 device blocks: lane, warp and row quantize, dequantize, fused dequant x weight — part of epfuse v0.1
  *
  * What it is: the device half of MXFP8 (E4M3 elements + one E8M0 scale per 32 elements) from
  * quant.cuh, bit-identical to the scalar reference of detail/quant_scalar.cuh. Include
@@ -15,15 +15,15 @@
  *
  * Requirements: CUDA, sm_70+ (sm_89+ uses cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2).
  */
-#ifndef EPF_DETAIL_QUANT_MXFP8_CUH
-#define EPF_DETAIL_QUANT_MXFP8_CUH
+#ifndef EPF_QUANT_IMPL_MXFP8_CUH
+#define EPF_QUANT_IMPL_MXFP8_CUH
 
 #include "../../config.h"
 #include "../../host.h"
 #include "scalar.cuh"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/quant_mxfp8.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/quant/impl/mxfp8.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 /* 256-element chunks per warp iteration in the row functions: this many 16-byte loads per lane
@@ -422,5 +422,5 @@ EPF_DEVICE_INLINE void epf_mxfp8_dequantize_accumulate_row_warp(const uint8_t* q
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_QUANT_MXFP8_CUH */
+#endif /* EPF_QUANT_IMPL_MXFP8_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -1,4 +1,4 @@
-/* epfuse/detail/quant_scalar.cuh — EPF_HD scalar reference of every quantization rule, scale layouts and checks — part of epfuse v0.1
+/* epfuse/quant/impl/scalar.cuh — EPF_HD scalar reference of every quantization rule, scale layouts and checks — part of epfuse v0.1
  *
  * What it is: the part of quant.cuh that runs on the host as well as on the device (EPF_HD): the
  * exact rules of docs/quant.md as scalar functions. They are the reference the warp-level blocks
@@ -22,8 +22,8 @@
  * Requirements: CUDA (nvcc or clang-cuda), C++17; device code sm_70+ (sm_89+ for the FP8
  * conversion instructions; older targets use the integer reference).
  */
-#ifndef EPF_DETAIL_QUANT_SCALAR_CUH
-#define EPF_DETAIL_QUANT_SCALAR_CUH
+#ifndef EPF_QUANT_IMPL_SCALAR_CUH
+#define EPF_QUANT_IMPL_SCALAR_CUH
 
 #if !defined(__CUDACC_RTC__) /* NVRTC declares the math functions itself */
 #include <math.h>
@@ -34,7 +34,7 @@
 #include "../../status.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/quant_scalar.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/quant/impl/scalar.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #ifndef EPF_QUANT_HW_E8M0
@@ -492,5 +492,5 @@ EPF_HD bool epf_fp8_128_ue8m0_from_flags(uint32_t flags) { return (flags & EPF_F
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_QUANT_SCALAR_CUH */
+#endif /* EPF_QUANT_IMPL_SCALAR_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

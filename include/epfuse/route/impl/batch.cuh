@@ -1,4 +1,4 @@
-/* epfuse/detail/route_batch.cuh — the route passes' private warp helpers — part of epfuse v0.1
+/* epfuse/route/impl/batch.cuh — the route passes' private warp helpers — part of epfuse v0.1
  *
  * What it is: the private helpers the passes share: id batches (load, the duplicate rule, first
  * entries), equality masks, count-word sums with bounded waits. Include epfuse/route.cuh, not this file (it stands alone too, for the
@@ -8,13 +8,13 @@
  *
  * Requirements: see route.cuh.
  */
-#ifndef EPF_DETAIL_ROUTE_BATCH_CUH
-#define EPF_DETAIL_ROUTE_BATCH_CUH
+#ifndef EPF_ROUTE_IMPL_BATCH_CUH
+#define EPF_ROUTE_IMPL_BATCH_CUH
 
 #include "../../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/route_batch.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/route/impl/batch.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include "ctx.cuh"
@@ -362,5 +362,5 @@ EPF_DEVICE_INLINE void epf__route_sum_words(const uint64_t* p, int64_t stride, i
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_ROUTE_BATCH_CUH */
+#endif /* EPF_ROUTE_IMPL_BATCH_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

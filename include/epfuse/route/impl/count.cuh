@@ -1,4 +1,4 @@
-/* epfuse/detail/route_count.cuh — route pass 1: counts, the rank's blocks meet, the count exchange — part of epfuse v0.1
+/* epfuse/route/impl/count.cuh — route pass 1: counts, the rank's blocks meet, the count exchange — part of epfuse v0.1
  *
  * What it is: epf_route_count_block (histograms), epf_route_merge_block (the rank's blocks meet)
  * and epf_route_publish_block (counts into every peer's window). Include epfuse/route.cuh, not this file (it stands alone too, for the
@@ -8,13 +8,13 @@
  *
  * Requirements: see route.cuh.
  */
-#ifndef EPF_DETAIL_ROUTE_COUNT_CUH
-#define EPF_DETAIL_ROUTE_COUNT_CUH
+#ifndef EPF_ROUTE_IMPL_COUNT_CUH
+#define EPF_ROUTE_IMPL_COUNT_CUH
 
 #include "../../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/route_count.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/route/impl/count.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include "batch.cuh"
@@ -250,5 +250,5 @@ EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_tea
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_ROUTE_COUNT_CUH */
+#endif /* EPF_ROUTE_IMPL_COUNT_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

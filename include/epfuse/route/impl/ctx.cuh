@@ -1,4 +1,4 @@
-/* epfuse/detail/route_ctx.cuh — the route update context: shared memory, constants, epf_route_ctx_make — part of epfuse v0.1
+/* epfuse/route/impl/ctx.cuh — the route update context: shared memory, constants, epf_route_ctx_make — part of epfuse v0.1
  *
  * What it is: one rank-block's view of a route update (epf_route_ctx_t), the shared-memory carve-up it
  * uses (epf__route_smem_carve: the one owner, sizes and pointers), the batch constants of the
@@ -10,13 +10,13 @@
  *
  * Requirements: see route.cuh.
  */
-#ifndef EPF_DETAIL_ROUTE_CTX_CUH
-#define EPF_DETAIL_ROUTE_CTX_CUH
+#ifndef EPF_ROUTE_IMPL_CTX_CUH
+#define EPF_ROUTE_IMPL_CTX_CUH
 
 #include "../../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/route_ctx.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/route/impl/ctx.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include <cub/warp/warp_reduce.cuh>
@@ -295,5 +295,5 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, i
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_ROUTE_CTX_CUH */
+#endif /* EPF_ROUTE_IMPL_CTX_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

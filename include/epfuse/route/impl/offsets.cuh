@@ -1,4 +1,4 @@
-/* epfuse/detail/route_offsets.cuh — route pass 2: slots, the peers' counts, offsets, the whole update — part of epfuse v0.1
+/* epfuse/route/impl/offsets.cuh — route pass 2: slots, the peers' counts, offsets, the whole update — part of epfuse v0.1
  *
  * What it is: epf_route_slots_block, epf_route_wait_counts_block, epf_route_offsets_block and
  * what finishes an update, composed by epf_route_update_block. Include epfuse/route.cuh, not this file (it stands alone too, for the
@@ -8,13 +8,13 @@
  *
  * Requirements: see route.cuh.
  */
-#ifndef EPF_DETAIL_ROUTE_OFFSETS_CUH
-#define EPF_DETAIL_ROUTE_OFFSETS_CUH
+#ifndef EPF_ROUTE_IMPL_OFFSETS_CUH
+#define EPF_ROUTE_IMPL_OFFSETS_CUH
 
 #include "../../config.h"
 
 #if !EPF_IS_CUDA
-#error "epfuse/detail/route_offsets.cuh is a CUDA header: compile it with nvcc or clang-cuda"
+#error "epfuse/route/impl/offsets.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
 #include "count.cuh"
@@ -392,5 +392,5 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
 
 EPF_END_DECLS
 
-#endif /* EPF_DETAIL_ROUTE_OFFSETS_CUH */
+#endif /* EPF_ROUTE_IMPL_OFFSETS_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

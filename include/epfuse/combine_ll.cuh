@@ -1,0 +1,12 @@
+/* epfuse/combine_ll.cuh — forwarding header: moved to epfuse/ll/impl/combine.cuh — part of epfuse v0.1
+ *
+ * Kept for one release so that existing includes keep compiling; include epfuse/ll/impl/combine.cuh instead
+ * (CHANGELOG.md, "Headers in folders by module").
+ */
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef EPF_COMBINE_LL_CUH
+#define EPF_COMBINE_LL_CUH
+
+#include "ll/impl/combine.cuh"
+
+#endif /* EPF_COMBINE_LL_CUH */

@@ -1,0 +1,12 @@
+/* epfuse/detail/quant_scalar.cuh — forwarding header: moved to epfuse/quant/impl/scalar.cuh — part of epfuse v0.1
+ *
+ * Kept for one release so that existing includes keep compiling; include epfuse/quant/impl/scalar.cuh instead
+ * (CHANGELOG.md, "Headers in folders by module").
+ */
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef EPF_DETAIL_QUANT_SCALAR_CUH
+#define EPF_DETAIL_QUANT_SCALAR_CUH
+
+#include "../quant/impl/scalar.cuh"
+
+#endif /* EPF_DETAIL_QUANT_SCALAR_CUH */

@@ -1,0 +1,12 @@
+/* epfuse/detail/route_ctx.cuh — forwarding header: moved to epfuse/route/impl/ctx.cuh — part of epfuse v0.1
+ *
+ * Kept for one release so that existing includes keep compiling; include epfuse/route/impl/ctx.cuh instead
+ * (CHANGELOG.md, "Headers in folders by module").
+ */
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef EPF_DETAIL_ROUTE_CTX_CUH
+#define EPF_DETAIL_ROUTE_CTX_CUH
+
+#include "../route/impl/ctx.cuh"
+
+#endif /* EPF_DETAIL_ROUTE_CTX_CUH */

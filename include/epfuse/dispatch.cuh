@@ -1,0 +1,12 @@
+/* epfuse/dispatch.cuh — forwarding header: moved to epfuse/ht/impl/dispatch.cuh — part of epfuse v0.1
+ *
+ * Kept for one release so that existing includes keep compiling; include epfuse/ht/impl/dispatch.cuh instead
+ * (CHANGELOG.md, "Headers in folders by module").
+ */
+/* SPDX-License-Identifier: Apache-2.0 */
+#ifndef EPF_DISPATCH_CUH
+#define EPF_DISPATCH_CUH
+
+#include "ht/impl/dispatch.cuh"
+
+#endif /* EPF_DISPATCH_CUH */
