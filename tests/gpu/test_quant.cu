@@ -145,9 +145,9 @@ __global__ void k_amax_all(uint8_t* rceil, uint8_t* floor_, float* s, float* s_u
     floor_[x] = epf_e8m0_from_amax(a, EPF_MX_FLOOR);
     s[x] = epf_fp8_128_scale(a, false);
     s_ue[x] = epf_fp8_128_scale(a, true);
-    fast[x] = epf__fp8_128_scale_fast(fabsf(a), false, &y);
+    fast[x] = epf_fp8_128_scale_fast(fabsf(a), false, &y);
     recip[x] = y;
-    fast_ue[x] = epf__fp8_128_scale_fast(fabsf(a), true, &y);
+    fast_ue[x] = epf_fp8_128_scale_fast(fabsf(a), true, &y);
   }
 }
 

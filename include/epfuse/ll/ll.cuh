@@ -121,7 +121,6 @@
 #define EPF_LL_LL_CUH
 
 #include "../config.h"
-#include "../ht/impl/dispatch.cuh"
 #include "../host.h"
 #include "../core/ptx.cuh"
 #include "../quant/quant.cuh"

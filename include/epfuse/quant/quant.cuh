@@ -77,6 +77,12 @@
  *                                                int64_t index, int64_t stride)
  *   [HD] epf_status_t epf_quant_check(int hidden, int payload)
  *   [HD] int      epf_mx_rule_from_flags(uint32_t flags); bool epf_fp8_128_ue8m0_from_flags(uint32_t)
+ *   [HD] float    epf_fp8_128_scale_fast(float amax, bool ue8m0, float* out_recip)  the device's scale and RN(1/s)
+ *   lane steps for fused quantizers that reduce a group's amax themselves (the HT quantizing send):
+ *   [T]  void     epf_bf16x8_to_float(uint4 x8, float* out8)
+ *   [T]  float    epf_amax8_bf16(uint4 x8)
+ *   [T]  uint8_t  epf_e8m0_from_amax_nonneg(float amax, int rule)
+ *   [T]  uint2    epf_fp8_128_quantize8_steps(const float* v8, float scale, float recip, bool two_steps)
  *   [T]  uint2    epf_mxfp8_quantize8(const float* v8, uint8_t scale)
  *   [W]  uint2    epf_mxfp8_quantize_lane8_warp(const float* v8, int rule, uint8_t* out_scale)
  *   [W]  uint2    epf_mxfp8_quantize_lane8_bf16_warp(uint4 x8, int rule, uint8_t* out_scale)

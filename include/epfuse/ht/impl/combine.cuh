@@ -34,12 +34,10 @@
  *   void epf_combine_prereduce_rm_row_unit_warp(team, plan, row, src_offset, dx_rows, expert_rows,
  *                                               const float* weight_grad, const epf_wait_t*)
  *        the same with unit weights, each view row once (the backward of dispatch)
- *   float* epf_combine_weight_grad_ptr(team, plan, int64_t row, int entry, int peer)
- *        where a receive row's router-weight gradient travels back (its metadata weight slot)
  *   void epf_combine_signal_block(team, plan, uint32_t epoch)                     [collective:block]
  *   epf_status_t epf_combine_wait_block(team, plan, uint32_t epoch, epf_wait_t w) [collective:block]
- *   void epf_bf16x8_fma(float acc[8], uint4 v, float w)   one 16-byte BF16 vector into FP32 accumulators
- *   uint4 epf_bf16x8_from_f32(const float acc[8])          RNE back to BF16
+ *   (shared with LL: epf_combine_weight_grad_ptr in core/rows.cuh, where a receive row's
+ *    router-weight gradient travels back; epf_bf16x8_fma / epf_bf16x8_from_f32 in core/bf16.cuh)
  *
  * Requirements: CUDA, sm_80+ for the BF16 conversions (sm_90 / sm_100 tested).
  */
@@ -51,36 +49,14 @@
 #include "../../config.h"
 #include "dispatch.cuh"
 #include "../../host.h"
+#include "../../core/bf16.cuh"
 #include "../../core/ptx.cuh"
+#include "../../core/rows.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
 #include "../../core/team.cuh"
 
 EPF_BEGIN_DECLS
-
-/* epf_bf16x8_fma — acc[i] = fma(w, bf16 element i of v, acc[i]) for the 8 BF16 values of v.
- *   Scope: any thread. Exact: BF16 -> FP32 is exact; one rounding per fma. */
-EPF_DEVICE_INLINE void epf_bf16x8_fma(float* acc, uint4 v, float w) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  int i;
-#pragma unroll
-  for (i = 0; i < 4; ++i) {
-    acc[2 * i] = __fmaf_rn(w, __uint_as_float(words[i] << 16), acc[2 * i]);
-    acc[2 * i + 1] = __fmaf_rn(w, __uint_as_float(words[i] & 0xffff0000u), acc[2 * i + 1]);
-  }
-}
-
-/* epf_bf16x8_from_f32 — 8 FP32 values to 8 BF16 (round to nearest even; NaN -> 0x7fff). */
-EPF_DEVICE_INLINE uint4 epf_bf16x8_from_f32(const float* acc) {
-  uint32_t words[4];
-  int i;
-#pragma unroll
-  for (i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    words[i] = *(const uint32_t*)&h;
-  }
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
 
 /* epf__combine_acc8 — acc += w_u * row_u[vector i] for u < m (m <= 8), in ascending u: the m
  * rows' vectors are loaded first (all in flight), then the fmas run in order. Rows are BF16 (16
@@ -313,21 +289,6 @@ EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan
   const uint64_t rows = plan->combine_row_bytes ? plan->region[EPF_REGION_COMBINE].bytes / plan->combine_row_bytes : 0;
   if (dst_rank < 0 || dst_rank >= team.nranks || combine_row < 0 || (uint64_t)combine_row >= rows) return;
   epf_combine_put_row_warp(plan, expert_out_row, (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank));
-}
-
-/* epf_combine_weight_grad_ptr — where the router-weight gradient of receive row `row` travels back
- *   (the backward of dispatch, docs/high-throughput.md "Training"): the row's metadata weight slot
- *   in `peer`'s window — EXPERT_MAJOR: epf_recv_meta_em_t.weight; RANK_MAJOR: entry `entry`'s
- *   weight (epf_recv_meta_rm_weight_at). The expert side writes it (peer = team.rank) before it
- *   signals the combine; the source reads it (peer = the row's rank) after
- *   epf_combine_wait_block. The metadata's weight is not needed again once the expert stage has
- *   read it. Scope: any thread. Pure pointer arithmetic (row in [0, recv_capacity), entry in
- *   [0, top_k)). */
-EPF_DEVICE_INLINE float* epf_combine_weight_grad_ptr(epf_team_t team, const epf_plan_t* plan, int64_t row, int entry,
-                                                     int peer) {
-  char* meta = (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), peer);
-  if (plan->layout == EPF_LAYOUT_EXPERT_MAJOR) return &((epf_recv_meta_em_t*)meta)->weight;
-  return (float*)(meta + epf_recv_meta_rm_weight_at(plan->top_k, entry));
 }
 
 /* epf_combine_expert_row_em_warp — EXPERT_MAJOR expert side, one receive row: put the expert

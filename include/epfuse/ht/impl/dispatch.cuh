@@ -47,7 +47,8 @@
  *   void     epf_dispatch_meta_em(team, plan, int dst_rank, int64_t dst_row, int src_token, int k, int local_expert, float weight)
  *   void     epf_dispatch_meta_rm_warp(team, plan, src_token, dst_rank, dst_row, ncopies,
  *                                      entry_rank, local_expert, weight, slot)  RANK_MAJOR metadata
- *   epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(team, plan, int64_t row, const int32_t* src_offset)
+ *   (epf_recv_meta_rm_read_warp, the reader of a received RANK_MAJOR metadata row that LL shares, is
+ *    in core/rows.cuh)
  *   uint32_t epf_expand_row_warp(team, plan, row, src_offset, view, view_scales, expert_rows, const epf_wait_t*)
  *                                                                        RANK_MAJOR -> expert-major view
  *   (epf_arrive_last_block / _epoch, which a rank's blocks use before epf_dispatch_signal_block, are
@@ -65,6 +66,7 @@
 #include "../../config.h"
 #include "../../host.h"
 #include "../../core/ptx.cuh"
+#include "../../core/rows.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
 #include "../../core/team.cuh"
@@ -263,7 +265,7 @@ EPF_DEVICE_INLINE void epf__qsend_group_amax(const uint4* x, int kind, float* a)
   const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
   int u;
 #pragma unroll
-  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = epf__amax8_bf16(x[u]);
+  for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = epf_amax8_bf16(x[u]);
 #pragma unroll
   for (u = 0; u < EPF_QSEND_UNROLL; ++u) a[u] = fmaxf(a[u], __shfl_xor_sync(0xffffffffu, a[u], 1));
 #pragma unroll
@@ -282,16 +284,16 @@ EPF_DEVICE_INLINE void epf__qsend_group_amax(const uint4* x, int kind, float* a)
  * functions after the same reduction). kind: EPF__QK_*, a constant. Any lane. */
 EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* sc) {
   float f[8];
-  epf__bf16x8_to_float(x, f);
+  epf_bf16x8_to_float(x, f);
   if (kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR) {
-    const uint8_t b = epf__e8m0_from_amax_nonneg(fmaxf(a, 0.0f), kind == EPF__QK_MX_FLOOR ? EPF_MX_FLOOR : EPF_MX_RCEIL);
+    const uint8_t b = epf_e8m0_from_amax_nonneg(fmaxf(a, 0.0f), kind == EPF__QK_MX_FLOOR ? EPF_MX_FLOOR : EPF_MX_RCEIL);
     *sc = b;
     return epf_mxfp8_quantize8(f, b);
   } else {
     float y;
-    const float s = epf__fp8_128_scale_fast(a, kind == EPF__QK_FP8_UE8M0, &y);
+    const float s = epf_fp8_128_scale_fast(a, kind == EPF__QK_FP8_UE8M0, &y);
     *sc = __float_as_uint(s);
-    return epf__fp8_128_quantize8_steps(f, s, y, false);
+    return epf_fp8_128_quantize8_steps(f, s, y, false);
   }
 }
 
@@ -607,46 +609,6 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_rm_warp(epf_team_t team, const epf_plan
     h->num_local = used;
     h->reserved = 0;
   }
-}
-
-/* One received RANK_MAJOR metadata row as a warp reads it (epf_recv_meta_rm_read_warp). */
-typedef struct epf_recv_meta_rm_lane {
-  int src_token, src_rank, num_local; /* the header, as received */
-  bool header_ok;   /* src_rank in [0, nranks), num_local in [0, top_k] (warp-uniform) */
-  bool token_ok;    /* header_ok and src_token in [0, max_tokens_per_rank) */
-  int local_expert; /* lane j < num_local: entry j's local expert, else -1 */
-  float weight;     /* its weight (0 for no entry) */
-  int64_t em_row;   /* its row in the expert-major view (src_offset[local_expert][src_rank] + slot),
-                       -1 for no entry or an entry that fails its checks */
-  bool entry_bad;   /* lane j < num_local whose local expert or slot is out of range */
-} epf_recv_meta_rm_lane_t;
-
-/* epf_recv_meta_rm_read_warp — read receive row `row`'s RANK_MAJOR metadata, checking it before
- *   any value forms an address: the header (source rank, entry count, token), then each entry's
- *   local expert and slot. src_offset: the route's RECV_SRC_OFFSET array ([experts_per_rank]
- *   [nranks + 1]: where source s's rows of local expert le start in the expert-major view).
- *   Scope: [collective:warp] (uniform row); the warp reads the row once, lane j its entry j.
- *   Memory: plain local loads (after the dispatch's receive half). */
-EPF_DEVICE_INLINE epf_recv_meta_rm_lane_t epf_recv_meta_rm_read_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
-                                                                    const int32_t* src_offset) {
-  const int lane = epf_lane_id(), K = plan->top_k, R = plan->nranks;
-  const char* meta = (const char*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, row));
-  const epf_recv_meta_rm_t* h = (const epf_recv_meta_rm_t*)meta;
-  epf_recv_meta_rm_lane_t m;
-  int sl;
-  m.src_token = h->src_token;
-  m.src_rank = h->src_rank;
-  m.num_local = h->num_local;
-  m.header_ok = m.src_rank >= 0 && m.src_rank < R && m.num_local >= 0 && m.num_local <= K;
-  m.token_ok = m.header_ok && m.src_token >= 0 && m.src_token < plan->max_tokens_per_rank;
-  m.local_expert = m.header_ok && lane < m.num_local ? *(const int32_t*)(meta + epf_recv_meta_rm_expert_at(K, lane)) : -1;
-  m.weight = m.header_ok && lane < m.num_local ? *(const float*)(meta + epf_recv_meta_rm_weight_at(K, lane)) : 0.f;
-  sl = m.header_ok && lane < m.num_local ? *(const int32_t*)(meta + epf_recv_meta_rm_slot_at(K, lane)) : -1;
-  m.entry_bad = m.header_ok && lane < m.num_local && !(m.local_expert >= 0 && m.local_expert < plan->experts_per_rank && sl >= 0);
-  m.em_row = m.header_ok && lane < m.num_local && !m.entry_bad
-                 ? (int64_t)src_offset[m.local_expert * (R + 1) + m.src_rank] + sl
-                 : -1;
-  return m;
 }
 
 /* epf_expand_row_warp — RANK_MAJOR: place receive row `row` (payload and, for quantized payloads,

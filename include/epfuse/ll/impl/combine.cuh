@@ -76,7 +76,7 @@
 #ifndef EPF_LL_IMPL_COMBINE_CUH
 #define EPF_LL_IMPL_COMBINE_CUH
 
-#include "../../ht/impl/combine.cuh"
+#include "../../core/bf16.cuh"
 #include "../../config.h"
 #include "../../host.h"
 #include "../ll.cuh"

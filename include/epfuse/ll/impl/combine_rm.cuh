@@ -58,7 +58,8 @@
 #ifndef EPF_LL_IMPL_COMBINE_RM_CUH
 #define EPF_LL_IMPL_COMBINE_RM_CUH
 
-#include "../../ht/impl/combine.cuh"
+#include "../../core/bf16.cuh"
+#include "../../core/rows.cuh"
 #include "combine.cuh"
 #include "../../config.h"
 #include "dispatch_rm.cuh"

@@ -68,7 +68,7 @@
 #define EPF_LL_IMPL_DISPATCH_RM_CUH
 
 #include "../../config.h"
-#include "../../ht/impl/dispatch.cuh"
+#include "../../core/rows.cuh"
 #include "dispatch.cuh"
 #include "../../host.h"
 #include "../ll.cuh"

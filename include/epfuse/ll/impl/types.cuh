@@ -11,7 +11,6 @@
 #define EPF_LL_IMPL_TYPES_CUH
 
 #include "../../config.h"
-#include "../../ht/impl/dispatch.cuh"
 #include "../../host.h"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"

@@ -30,9 +30,13 @@
 
 EPF_BEGIN_DECLS
 
-/* epf__fp8_128_quantize8_steps — 8 elements with scale s and y = RN(1/s); `two_steps` (a constant
- * after inlining) picks the Markstein variant: two for arbitrary FP32 inputs, one for BF16 inputs. */
-EPF_DEVICE_INLINE uint2 epf__fp8_128_quantize8_steps(const float* v, float s, float y, bool two_steps) {
+/* epf_fp8_128_quantize8_steps — epf_fp8_128_quantize8 with the division's Markstein steps chosen:
+ *   8 elements with scale s and y = RN(1/s); `two_steps` (a constant after inlining) picks the
+ *   variant: two for arbitrary FP32 inputs (what epf_fp8_128_quantize8 does), one for inputs that
+ *   are BF16 values (exact there, and shorter; see epf__fdiv_markstein1).
+ *   Scope: any thread. For fused code that reduced the group's amax itself and took s and y from
+ *   epf_fp8_128_scale_fast (the HT dispatch's quantizing send). */
+EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize8_steps(const float* v, float s, float y, bool two_steps) {
   float q[8];
   uint2 r;
   int i;
@@ -57,7 +61,7 @@ EPF_DEVICE_INLINE uint2 epf__fp8_128_quantize8_steps(const float* v, float s, fl
  *   epf_fp8_128_scale. Requires: s > 0 and normal, or +Inf; |v[i] / s| finite unless s is a power
  *   of two or Inf (always true for s = epf_fp8_128_scale(amax of the group, ...)). */
 EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize8(const float* v, float s, float y) {
-  return epf__fp8_128_quantize8_steps(v, s, y, true);
+  return epf_fp8_128_quantize8_steps(v, s, y, true);
 }
 
 /* the half-warp group's scale and the lane's bytes */
@@ -67,9 +71,9 @@ EPF_DEVICE_INLINE uint2 epf__fp8_128_lane8(const float* v, bool ue8m0, bool two_
   a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
   a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 4));
   a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
-  s = epf__fp8_128_scale_fast(a, ue8m0, &y); /* the 1e-4 floor also maps an all-NaN amax to 1e-4 */
+  s = epf_fp8_128_scale_fast(a, ue8m0, &y); /* the 1e-4 floor also maps an all-NaN amax to 1e-4 */
   *out_scale = s;
-  return epf__fp8_128_quantize8_steps(v, s, y, two_steps);
+  return epf_fp8_128_quantize8_steps(v, s, y, two_steps);
 }
 
 /* epf_fp8_128_quantize_lane8_warp — quantize one 256-element chunk (two groups) in the lane8
@@ -88,7 +92,7 @@ EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize_lane8_warp(const float* v, bool ue8
  *   step per element suffices for BF16 inputs; see epf__fdiv_markstein1). */
 EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize_lane8_bf16_warp(uint4 x, bool ue8m0, float* out_scale) {
   float v[8];
-  epf__bf16x8_to_float(x, v);
+  epf_bf16x8_to_float(x, v);
   return epf__fp8_128_lane8(v, ue8m0, false, out_scale);
 }
 

@@ -131,8 +131,9 @@ EPF_DEVICE_INLINE void epf__e4m3x4_to_float(uint32_t w, float* out4) {
 #endif
 }
 
-/* eight BF16 (one uint4, element i in bits [16i, 16i+16) of the 128-bit word) -> eight floats */
-EPF_DEVICE_INLINE void epf__bf16x8_to_float(uint4 x, float* v) {
+/* epf_bf16x8_to_float — eight BF16 (one uint4, element i in bits [16i, 16i+16) of the 128-bit word,
+ *   i.e. what a 16-byte load of a row gives) -> eight floats, exactly. Scope: any thread. */
+EPF_DEVICE_INLINE void epf_bf16x8_to_float(uint4 x, float* v) {
   v[0] = __uint_as_float(x.x << 16);
   v[1] = __uint_as_float(x.x & 0xffff0000u);
   v[2] = __uint_as_float(x.y << 16);
@@ -155,12 +156,13 @@ EPF_DEVICE_INLINE float epf__amax8(const float* v) {
   return fmaxf(fmaxf(a01, a23), fmaxf(a45, a67));
 }
 
-/* epf__amax8_bf16 — epf__amax8 of the 8 BF16 values in one uint4 without unpacking them: |x| by
- * clearing the sign bits, then max.bf16x2 (sm_80+), which ignores a NaN operand as max.f32 does, and
- * the two halves' max in FP32. The same value as epf__amax8 of the unpacked floats, except that a
- * subnormal |x| is kept where -ftz FMNMX flushes it to 0 (a scale byte never changes: see
- * epf__amax8). 4 + 3 + 3 instructions and no unpacked floats held. */
-EPF_DEVICE_INLINE float epf__amax8_bf16(uint4 x) {
+/* epf_amax8_bf16 — the largest |x| of the 8 BF16 values in one uint4 (a NaN ignored, as the
+ *   quantizers' amax does), without unpacking them: |x| by clearing the sign bits, then max.bf16x2
+ *   (sm_80+), which ignores a NaN operand as max.f32 does, and the two halves' max in FP32. The
+ *   same value as the amax of the unpacked floats (epf__amax8), except that a subnormal |x| is kept
+ *   where -ftz FMNMX flushes it to 0 (a scale byte never changes: see epf__amax8). 4 + 3 + 3
+ *   instructions and no unpacked floats held. Scope: any thread. */
+EPF_DEVICE_INLINE float epf_amax8_bf16(uint4 x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t m01, m23, m;
   asm("max.bf16x2 %0, %1, %2;" : "=r"(m01) : "r"(x.x & 0x7fff7fffu), "r"(x.y & 0x7fff7fffu));
@@ -169,13 +171,14 @@ EPF_DEVICE_INLINE float epf__amax8_bf16(uint4 x) {
   return fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
 #else
   float v[8];
-  epf__bf16x8_to_float(x, v);
+  epf_bf16x8_to_float(x, v);
   return epf__amax8(v);
 #endif
 }
 
-/* the scale byte of a block from its amax (>= 0 or NaN-free), without re-taking |amax| */
-EPF_DEVICE_INLINE uint8_t epf__e8m0_from_amax_nonneg(float a, int rule) {
+/* epf_e8m0_from_amax_nonneg — epf_e8m0_from_amax(a, rule) for an amax already >= 0 (or NaN-free),
+ *   without re-taking |amax|: the scale byte of a block. Scope: any thread. */
+EPF_DEVICE_INLINE uint8_t epf_e8m0_from_amax_nonneg(float a, int rule) {
   return rule == EPF_MX_FLOOR ? epf_e8m0_from_amax_floor(a) : epf_e8m0_roundup(epf__fmul_rn(a, 1.0f / 448.0f));
 }
 
@@ -210,7 +213,7 @@ EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize_lane8_warp(const float* v, int rule, 
   a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
   a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
   a = fmaxf(a, 0.0f); /* an all-NaN group: amax 0 */
-  scale = epf__e8m0_from_amax_nonneg(a, rule);
+  scale = epf_e8m0_from_amax_nonneg(a, rule);
   *out_scale = scale;
   return epf_mxfp8_quantize8(v, scale);
 }
@@ -219,7 +222,7 @@ EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize_lane8_warp(const float* v, int rule, 
  *   [16i, 16i + 16), i.e. what a 16-byte load of the row gives). [collective:warp] as above. */
 EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize_lane8_bf16_warp(uint4 x, int rule, uint8_t* out_scale) {
   float v[8];
-  epf__bf16x8_to_float(x, v);
+  epf_bf16x8_to_float(x, v);
   return epf_mxfp8_quantize_lane8_warp(v, rule, out_scale);
 }
 
@@ -232,7 +235,7 @@ EPF_DEVICE_INLINE uint8_t epf_mxfp8_quantize_block32(const float* v, int rule, u
   int i;
 #pragma unroll
   for (i = 0; i < 32; i += 8) a = fmaxf(a, epf__amax8(v + i));
-  scale = epf__e8m0_from_amax_nonneg(a, rule);
+  scale = epf_e8m0_from_amax_nonneg(a, rule);
 #pragma unroll
   for (i = 0; i < 32; i += 8) {
     const uint2 q = epf_mxfp8_quantize8(v + i, scale);

@@ -376,11 +376,12 @@ EPF_HD float epf__fdiv_markstein(float x, float s, float y) {
   return epf__fma_rn(-epf__fma_rn(s, q, -x), y, q);
 }
 
-/* epf__fp8_128_scale_fast — epf_fp8_128_scale(amax, ue8m0) and its reciprocal RN(1/s), the way the
+/* epf_fp8_128_scale_fast — epf_fp8_128_scale(amax, ue8m0) and its reciprocal RN(1/s), the way the
  *   device blocks compute them: amax / 448 by two Markstein steps with the constant RN(1/448)
  *   (exact for every amax in [1e-4, FLT_MAX]; amax = Inf gives Inf), the UE8M0 reciprocal from the
- *   byte (exact). amax >= 0 or NaN. Bit-identical to the reference (tests/unit/test_quant_host). */
-EPF_HD float epf__fp8_128_scale_fast(float amax, bool ue8m0, float* out_recip) {
+ *   byte (exact). amax >= 0 or NaN. Bit-identical to the reference (tests/unit/test_quant_host).
+ *   Scope: any thread, host or device. */
+EPF_HD float epf_fp8_128_scale_fast(float amax, bool ue8m0, float* out_recip) {
   const float a = epf__fmax(amax, EPF_FP8_128_AMAX_MIN);
   float s = a < epf__f32_from_bits(0x7f800000u) ? epf__fdiv_markstein(a, 448.0f, 1.0f / 448.0f)
                                                 : epf__f32_from_bits(0x7f800000u);
