@@ -23,26 +23,6 @@ EPF_BEGIN_DECLS
 
 /* ---- pass 1 ----------------------------------------------------------------------------------- */
 
-/* epf_route_count_block — pass 1 over this block's tokens: per-warp counts per expert and per
- *   destination rank, is_token_in_rank rows, dropped ids; then this block's totals into its
- *   scratch row.
- *   Scope:    [collective:block] [uniform-args] every thread, converged; exactly one block per
- *             (rank, block_index) of an update.
- *   Does:     warp w of the block owns a contiguous token range (blocks in order, warps in order
- *             inside) and walks it in batches of whole tokens (at most 160 entries). Entries
- *             (t, k) are visited 32 at a time in (t, k) order; each valid entry adds 1 to its
- *             expert's column of the warp's own row of c->hist (shared-memory atomics: a sum,
- *             the same whatever their order). An entry that is its token's first to its
- *             destination rank (epf__route_batch_first / _first_shfl) adds 1 to that rank's column;
- *             the batch's is_token_in_rank rows are written whole. Then c->hist columns
- *             become exclusive prefixes over warps and the block totals [E counts, R counts,
- *             dropped] go to scratch[block_index] as count words (epf_count_word_pack; with
- *             num_blocks == 1 to c->tot instead: they are the rank's totals). Block 0 also resets
- *             header->status.
- *   Memory:   reads topk_idx; writes token_in_rank rows of its tokens (plain stores) and its
- *             scratch row (st.relaxed.gpu, each word carries the epoch: no fence, no flag).
- *             Smem: c->hist, c->stage, c->misc.
- *   [smem-reuse] starts with a __syncthreads. */
 EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   typedef cub::WarpReduce<int> epf__warp_reduce_t;
   typedef epf__warp_reduce_t::TempStorage epf__warp_reduce_temp_t;
@@ -162,21 +142,6 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
 
 /* ---- the rank's blocks meet ------------------------------------------------------------------- */
 
-/* epf_route_merge_block — every block of the rank gets the counts of the blocks before it (added
- *   to its warps' prefixes); block 0 gets the rank's totals. With num_blocks == 1 there is nothing
- *   to merge (the totals epf_route_count_block left in c->tot are the rank's).
- *   Scope:    [collective:block] [uniform-args] after epf_route_count_block, in every block of the
- *             rank; the rank's num_blocks blocks must be co-resident [needs-co-residency] [blocking].
- *   Does:     thread x loads word x of the scratch rows it needs (block b: rows < b; block 0:
- *             every row; ld.relaxed.sys, 16 rows per round trip); a word whose epoch is not this
- *             update's is waited for (bounded by w: epf_count_word_wait_sys, the diagnostic names
- *             the word). No barrier word, no fence: each count carries its epoch. Then
- *             c->hist[w][x] += counts of blocks < block_index; block 0: c->tot = the rank's totals
- *             [E + R + 1] (block 0 reading every row is also what makes its epoch store at the end
- *             safe: every block has read the epoch by then). Block 0 writes expert_count, rank_count,
- *             header rank / num_tokens / dropped_routes and adds dropped ids to
- *             w.record->dropped_routes.
- *   Result:   [result:all] EPF_OK, or a wait's failure (also kept in c->status). */
 EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wait_t w) {
   const int E = c->num_experts, R = c->nranks, row = E + R, W = c->num_warps, B = c->num_blocks;
   epf_status_t st = EPF_OK;
@@ -222,19 +187,6 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
 
 /* ---- count exchange --------------------------------------------------------------------------- */
 
-/* epf_route_publish_block — publish this rank's totals into every peer's window.
- *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK, in
- *             every block of the rank; block 0 (which holds the totals) does the stores, the
- *             others return at once. This rank is its own peer.
- *   Does:     COUNTS[parity = epoch & 1][src = rank][0 .. E + R) of peer p =
- *             epf_count_word_pack(epoch, c->tot[x]) with .sys relaxed 8-byte stores. No signal, no fence: every word carries
- *             its epoch (NCCL's LL idea), so the reader (epf_route_offsets_block) validates each
- *             word it loads and the exchange costs one store and one load round trip.
- *   Memory:   st.relaxed.sys u64 to peers (single-copy atomic: aligned 8-byte words).
- *             Parity: a rank writes parity P of a peer again only at epoch + 2, which it reaches
- *             only after that peer has published epoch + 1, i.e. after the peer's update of this
- *             epoch (a separate kernel, or a later phase in a fused kernel) has finished reading
- *             parity P. A fused persistent kernel must keep that order. */
 EPF_DEVICE_INLINE void epf_route_publish_block(const epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan) {
   const int E = c->num_experts, R = c->nranks, row = E + R;
   const int parity = (int)(c->epoch & 1u);

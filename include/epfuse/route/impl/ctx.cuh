@@ -1,10 +1,10 @@
-/* epfuse/route/impl/ctx.cuh — the route update context: shared memory, constants, epf_route_ctx_make — part of epfuse v0.1
+/* epfuse/route/impl/ctx.cuh — the route update context: shared memory, epf_route_ctx_make — part of epfuse v0.1
  *
- * What it is: one rank-block's view of a route update (epf_route_ctx_t), the shared-memory carve-up it
- * uses (epf__route_smem_carve: the one owner, sizes and pointers), the batch constants of the
- * passes, epf_route_block_tokens, and the rule of the ready-made kernel's private SPLIT
- * arrangement (epf__route_split). Include epfuse/route.cuh, not this file (it stands alone too,
- * for the compile tests).
+ * What it is: the shared-memory carve-up of one rank-block's view of a route update
+ * (epf__route_smem_carve: the one owner, sizes and pointers), epf_route_ctx_make,
+ * epf_route_block_tokens, and the rule of the ready-made kernel's private SPLIT arrangement
+ * (epf__route_split); the context type and the passes' constants are in types.cuh. Include
+ * epfuse/route/route.cuh, not this file (it stands alone too, for the compile tests).
  *
  * Contents: see route.cuh.
  *
@@ -26,72 +26,9 @@
 #include "../../core/ptx.cuh"
 #include "../../core/signal.cuh"
 #include "../../core/team.cuh"
+#include "types.cuh"
 
 EPF_BEGIN_DECLS
-
-/* misc shared-memory slots (int32) */
-#define EPF__ROUTE_MISC_SINK 0 /* [32]: per-lane target of the count pass's branch-free atomics */
-#define EPF__ROUTE_MISC_DROPPED 40
-#define EPF__ROUTE_MISC_ROWS_EM 41 /* offsets: rows of this rank's expert-major segment */
-#define EPF__ROUTE_MISC_ROWS_RM 42 /* offsets: rows of this rank's rank-major region */
-#define EPF__ROUTE_MISC_INTS 64
-#define EPF__ROUTE_CUB_BYTES_PER_WARP 16
-/* A warp walks its tokens in BATCHES of whole tokens, at most EPF__ROUTE_BATCH (token, k) entries
- * (EPF__ROUTE_STEPS 32-entry steps, loads in flight per lane); rows of counts per batch of loads
- * (latency hiding; results do not depend on these). */
-#define EPF__ROUTE_STEPS 5
-#define EPF__ROUTE_BATCH (32 * EPF__ROUTE_STEPS)
-#define EPF__ROUTE_ROWS 16 /* count words (blocks or sources) loaded per batch: <= 16 is one round trip */
-#define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
-#define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
-/* Shared memory a block gets without the opt-in attribute: the slot pass's tag rows are kept
- * within it (epf__route_smem_carve), and so is the ready-made kernel's block (kernels_route.cuh). */
-#define EPF__ROUTE_SMEM_LIMIT (48u * 1024u)
-/* The ready-made kernel's SPLIT arrangement of an update (private; epf__route_split says when):
- * with 2 or 3 blocks per rank and at most this many (token, k) entries, every block walks all the
- * tokens itself and none waits for another's counts. The public blocks never see it: a ctx from
- * epf_route_ctx_make is never SPLIT. */
-#define EPF__ROUTE_SPLIT_ENTRIES 2304
-
-/* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
- * caller's shared memory carved up. Built by epf_route_ctx_make; passed by pointer to the phases.
- * Uniform over the block except the warp's token range and the lane's cached ids. */
-typedef struct epf_route_ctx {
-  /* this rank's route buffer and its layout (route->layout: with epf_route_update's kernel, the
-   * kernel's by-value parameter, so the array offsets are constant-bank operands). The arrays'
-   * addresses are formed where a phase uses them (EPF__ROUTE_ARR), not held in the ctx */
-  char* buf;
-  const epf_route_layout_t* layout;
-  uint32_t* epoch_word;       /* the route's epoch word for this rank */
-  const void* topk_idx;       /* [num_tokens][K] */
-  int64_t* recv_total_mapped; /* host-mapped int64 or NULL */
-  int32_t num_tokens, top_k, num_experts, nranks, experts_per_rank, index64;
-  int32_t rank_major, exchange, alignment, mark_pads;
-  int32_t rank;               /* team rank this block plays */
-  int32_t block_index, num_blocks, num_warps;
-  int32_t split;              /* private: 0 from epf_route_ctx_make; 1 only in the ready-made
-                                 kernel's SPLIT arrangement (epf__route_update_block) */
-  int32_t offsets_block;      /* the block that computes the offsets: 0 (private: 2 in a 3-block
-                                 SPLIT arrangement) */
-  int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
-  uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
-  int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
-  int32_t shfl_first;         /* K a power of two <= 32 and R <= 32: first entries by warp ballots */
-  int32_t t0, t1;             /* this warp's tokens [t0, t1) */
-  uint32_t epoch;             /* this update's epoch: the route's epoch word + 1 */
-  int32_t status;             /* set by the phases: EPF_OK or the first failure */
-  int64_t recv_capacity;
-  int32_t* hist;              /* smem [W][E + R]: per-warp counts, then running slots */
-  int32_t* tot;               /* smem [E + R + 1]: this rank's totals (+ dropped) */
-  int32_t* misc;              /* smem [EPF__ROUTE_MISC_INTS] */
-  int32_t* stage;             /* smem [num_warps][EPF__ROUTE_BATCH]: a batch's destination ranks */
-  void* cub_temp;             /* smem [32][EPF__ROUTE_CUB_BYTES_PER_WARP] */
-  int32_t* tags;              /* smem [num_warps][E]: the slot pass's expert tags, or NULL (ballots) */
-  int32_t ids_cached;         /* 1: this warp's tokens are one batch and ids[] / first hold this
-                                 lane's entries (set by epf_route_count_block, read by _slots_block) */
-  uint32_t first;             /* bit u: the lane's entry of step u is its token's first to its rank */
-  int32_t ids[EPF__ROUTE_STEPS];
-} epf_route_ctx_t;
 
 /* EPF__ROUTE_ARR(c, id, type) — device address of array `id` of the ctx's route buffer, as a
  * `type*` (array ids: host.h epf_route_array_id_t). Arrays a layout leaves out have 0 bytes and
@@ -136,16 +73,10 @@ EPF_HD epf__route_smem_t epf__route_smem_carve(const epf_route_layout_t* layout,
   return s;
 }
 
-/* epf_route_smem_bytes — dynamic shared memory the route blocks need for a block of
- *   `block_threads` threads (W = block_threads / 32 warps): 4 * (W * (E + R) + (E + R + 1) + 64 +
- *   W * 160) + 512 bytes (each part rounded up to 16 bytes), plus 4 W E for the slot pass's tag
- *   rows when the total stays within 48 KiB (E = 256: up to 16 warps).
- *   Scope: any thread, host or device. Pure. */
 EPF_HD size_t epf_route_smem_bytes(const epf_route_layout_t* layout, int block_threads) {
   return epf__route_smem_carve(layout, (size_t)(block_threads / 32)).bytes;
 }
 
-/* epf_route_rows_em — rows of an expert-major receive layout: end of the last segment. */
 EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local) {
   return num_local > 0 ? seg[num_local - 1].begin + seg[num_local - 1].padded_count : 0;
 }
@@ -156,16 +87,6 @@ EPF_DEVICE_INLINE int epf__route_div(int x, int d) {
   return (d & (d - 1)) == 0 ? x >> (__ffs(d) - 1) : x / d;
 }
 
-/* epf_route_block_tokens — the tokens [*out_t0, *out_t1) block b of B owns in an update (the
- *   count and slot passes of a ctx from epf_route_ctx_make, and so epf_route_update_block, read
- *   topk_idx of those tokens only; a fused kernel that produces topk_idx per block uses the same
- *   partition, examples/03_fused_moe_layer). B == 1: all of [0, T). B > 1: block 0 is the rank's
- *   CONTROL block and owns no tokens (it merges the counts, publishes them and computes the
- *   offsets while the others walk the tokens); block b >= 1 owns [T (b - 1) / (B - 1),
- *   T b / (B - 1)). The same for every T and B.
- *   On the device T * B must stay below 2^31 (what the route's limits give: T <= 2^24,
- *   B <= EPF_ROUTE_MAX_BLOCKS): the arithmetic is 32-bit there; on the host any int.
- *   Scope: any thread, host or device. Pure. */
 EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) {
   const int W = num_blocks > 1 ? num_blocks - 1 : 1, b = num_blocks > 1 ? block_index - 1 : block_index;
   if (b < 0) {
@@ -274,18 +195,6 @@ EPF_DEVICE_INLINE epf_route_ctx_t epf__route_ctx_init(const epf_route_t* route, 
   return c;
 }
 
-/* epf_route_ctx_make — this block's view of one rank's update.
- *   Scope: any thread (every thread of the block calls it with uniform arguments).
- *   index: the buffer of the route group (0 for a real rank, the virtual rank otherwise); rank:
- *   the team rank the block plays; topk_idx: this rank's [num_tokens][K] ids; block_index in
- *   [0, num_blocks), num_blocks <= route->layout.max_blocks; smem: epf_route_smem_bytes bytes,
- *   16-byte aligned. Reads the epoch word (a plain load: call it before the block's counts reach
- *   the scratch in epf_route_count_block; block 0 stores the next epoch only after it has read
- *   every block's scratch row, which is what makes that store safe).
- *   Token partition: epf_route_block_tokens (block 0 owns none when B > 1), split again over the
- *   block's warps in order, for every T and B; the count and slot passes read topk_idx of the
- *   block's own tokens only, so a fused kernel may produce them in the same block
- *   (examples/03_fused_moe_layer). */
 EPF_DEVICE_INLINE epf_route_ctx_t epf_route_ctx_make(const epf_route_t* route, int index, int rank,
                                                      const void* topk_idx, int num_tokens, int block_index,
                                                      int num_blocks, int64_t* recv_total_mapped, void* smem) {

@@ -23,17 +23,6 @@ EPF_BEGIN_DECLS
 
 /* ---- pass 2 ----------------------------------------------------------------------------------- */
 
-/* epf_route_slots_block — pass 2: slot and destination rank of every (t, k) of this block's
- *   tokens, and (RANK_MAJOR) the rank-major slot of every (t, destination).
- *   Scope:    [collective:block] [uniform-args] after epf_route_merge_block returned EPF_OK.
- *   Does:     the same walk as pass 1 (when a warp's tokens are one batch, on the ids
- *             epf_route_count_block left in the ctx, not loaded again: call both with the same
- *             ctx); slot(t, k) = c->hist[warp][e] (blocks and warps before) + the number of equal
- *             experts in lower lanes of the same 32-entry step; the group's highest lane then
- *             advances c->hist[warp][e]. slot = dst = -1 for -1 and dropped ids. Rank-major: the
- *             batch's rm_slot rows are set to -1, then each token's first entry to rank d takes
- *             the next slot of column E + d the same way.
- *   Memory:   plain coalesced stores to slot / dst_rank / rm_slot rows. No peer access. */
 EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   const int lane = epf_lane_id(), warp = epf_warp_id();
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
@@ -105,14 +94,6 @@ EPF_DEVICE_INLINE void epf_route_slots_block(epf_route_ctx_t* c) {
   }
 }
 
-/* epf_route_wait_counts_block — wait until every peer's count words of this epoch have arrived.
- *   Scope:    [collective:block] [uniform-args] [blocking]. Optional: epf_route_offsets_block
- *             waits for each word it reads by itself; a fused kernel that reads the COUNTS region
- *             directly calls this first.
- *   Does:     thread x (strided over the R x (E + R) words of this parity) loads each word and
- *             waits (bounded, w) until it carries this epoch.
- *   Result:   [result:all] EPF_OK, or the failure by priority (TIMEOUT > ABORTED > PEER_MASKED).
- *   Memory:   ld.relaxed.sys / ld.acquire.sys of the own window's COUNTS. */
 EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t* c, epf_team_t team,
                                                            const epf_plan_t* plan, epf_wait_t w) {
   const int row = c->num_experts + c->nranks;
@@ -127,12 +108,6 @@ EPF_DEVICE_INLINE epf_status_t epf_route_wait_counts_block(const epf_route_ctx_t
   return epf__route_block_status(st);
 }
 
-/* epf_route_mark_pad_rows_block — write the metadata of every pad row of an expert-major receive
- *   layout: rows [begin + count, begin + padded_count) of each local expert j (those below
- *   plan->recv_capacity) get epf_recv_meta_em_t {src_token -1, src_rank -1, k -1,
- *   local_expert j, weight 0}. Rows received from sources are not touched.
- *   Scope:    [collective:block] [uniform-args]. seg: [num_local] segments (global or shared).
- *   Memory:   one 16-byte plain store per pad row into this rank's RECV_META (local window). */
 EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_plan_t* plan,
                                                      const epf_route_segment_t* seg, int num_local) {
   const int A = plan->expert_alignment, lane = epf_lane_id();
@@ -161,25 +136,6 @@ EPF_DEVICE_INLINE void epf_route_mark_pad_rows_block(epf_team_t team, const epf_
   }
 }
 
-/* epf_route_offsets_block — offsets from the exchanged counts (C[s][x] = COUNTS[parity][s][x]).
- *   Scope:    [collective:block] [uniform-args] [blocking] after pass 2 (it reuses c->hist), in
- *             block 0 of the rank only (c->offsets_block: one block computes every destination).
- *   Does:     thread e (strided over [0, E)) loads C[s][e] of every source s, waiting for words
- *             that do not carry this epoch yet (bounded by w); d = e / EL, j = e % EL:
- *               count_d[j] = sum_s C[s][e], padded_d[j] = roundup(count_d[j], alignment),
- *               begin_d[j] = sum_{j' < j} padded_d[j'] (one block scan over all e: warp scans and
- *               two barriers per blockDim experts, restarted at each destination by subtracting
- *               the scan's value at its first expert), send_offset[e] = begin_d[j] + sum_{s < rank} C[s][e],
- *               send_segment[e] = {begin_d[j], count_d[j], padded_d[j], 0}.
- *             This rank's segment: recv_segment[j] = {begin, count, padded, 0}, recv_src_offset[j][s]
- *             = begin + sum_{s' < s} C[s'][e] (s = 0..R). RANK_MAJOR (the block's last warp, warp
- *             scans over the sources): send_rm_offset[d] = sum_{s < rank} C[s][E + d],
- *             recv_rm_offset[s] = sum_{s' < s} C[s'][E + rank] (s = 0..R). Then header recv_rows
- *             (plan layout), recv_rows_em, recv_overflow = max(0, recv_rows - recv_capacity);
- *             *c->recv_total_mapped = recv_rows (.sys store); then the pad rows' metadata
- *             (epf_route_mark_pad_rows_block) unless EPF_ROUTE_FLAG_NO_PAD_MARK.
- *   Result:   [result:all] EPF_OK, or a wait's failure (then the offsets are not valid).
- *   Memory:   ld.relaxed.sys of the own window's COUNTS; plain stores to the route buffer. */
 EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_team_t team, const epf_plan_t* plan,
                                                        epf_wait_t w) {
   const int E = c->num_experts, R = c->nranks, EL = c->experts_per_rank, row = E + R;
@@ -305,13 +261,6 @@ EPF_DEVICE_INLINE epf_status_t epf__route_epoch_ack_wait_block(const epf_route_c
   return epf__route_block_status(st);
 }
 
-/* epf_route_finish_block — end of an update: block 0 (the offsets block) records a failure
- *   (recv_rows = -1, *recv_total_mapped = -status), any block's failure goes to the header
- *   status, and block 0 stores the new epoch.
- *   Scope:    [collective:block] [uniform-args] last phase, in every block of the rank.
- *   Memory:   plain stores; the epoch store needs no ordering inside the update (every block of
- *             the rank read the epoch before its scratch row, and block 0 has read every row; the
- *             next update is a later kernel on the same stream). */
 EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_status_t st) {
   epf_route_header_t* const hdr = EPF__ROUTE_ARR(c, EPF_ROUTE_HEADER, epf_route_header_t);
   __syncthreads();
@@ -360,28 +309,6 @@ EPF_DEVICE_INLINE epf_status_t epf__route_update_block(const epf_route_t* route,
   return st;
 }
 
-/* epf_route_update_block — one rank's whole route update: count, merge, publish, slots, offsets
- *   (block 0, which waits for the peers' counts word by word), finish — the phases above, in
- *   that order, on a ctx from epf_route_ctx_make: block b reads topk_idx of the tokens
- *   epf_route_block_tokens gives it only, for every T and num_blocks.
- *   Scope:    [collective:block] [uniform-args] every thread of each of the rank's num_blocks
- *             blocks (block_index 0 .. num_blocks - 1), converged; with virtual ranks every rank's
- *             blocks in one grid, all co-resident [needs-co-residency] [blocking].
- *   Input:    route: the group (route->layout matches plan); index: buffer of the group (0 for a
- *             real rank, the virtual rank otherwise); team: the view this block plays (rank =
- *             team.rank, team.nranks == plan->nranks); topk_idx: [num_tokens][K] of
- *             route->layout.index_type; num_tokens in [0, route->layout.max_tokens];
- *             recv_total_mapped: host-mapped int64 (device address) or NULL; smem:
- *             epf_route_smem_bytes(&route->layout, blockDim.x) bytes, 16-byte aligned.
- *   Result:   [result:all] EPF_OK, or the first failure (a wait's TIMEOUT / ABORTED / PEER_MASKED),
- *             also in header->status. On failure slots and counts are still valid; offsets are not
- *             (recv_rows = -1, *recv_total_mapped = -status).
- *   Epoch:    the route's epoch word + 1; stored back by block 0 at the end, so every update (and
- *             every CUDA graph replay) advances it with no host work. All ranks of a team must
- *             start from the same epoch (epf_route_init's first_epoch) and update in lockstep.
- *   Memory:   see the phases; the route buffer must not be read by other kernels while the
- *             update runs. SEND_OFFSET and the receive arrays are written by block 0 only: a fused
- *             kernel whose other blocks read them needs a rank-level rendezvous after this call. */
 EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, int index, epf_team_t team,
                                                       const epf_plan_t* plan, const void* topk_idx, int num_tokens,
                                                       int block_index, int num_blocks, epf_wait_t w,
