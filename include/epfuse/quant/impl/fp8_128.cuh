@@ -30,12 +30,6 @@
 
 EPF_BEGIN_DECLS
 
-/* epf_fp8_128_quantize8_steps — epf_fp8_128_quantize8 with the division's Markstein steps chosen:
- *   8 elements with scale s and y = RN(1/s); `two_steps` (a constant after inlining) picks the
- *   variant: two for arbitrary FP32 inputs (what epf_fp8_128_quantize8 does), one for inputs that
- *   are BF16 values (exact there, and shorter; see epf__fdiv_markstein1).
- *   Scope: any thread. For fused code that reduced the group's amax itself and took s and y from
- *   epf_fp8_128_scale_fast (the HT dispatch's quantizing send). */
 EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize8_steps(const float* v, float s, float y, bool two_steps) {
   float q[8];
   uint2 r;
@@ -55,11 +49,6 @@ EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize8_steps(const float* v, float s, flo
   return r;
 }
 
-/* epf_fp8_128_quantize8 — 8 elements of a group with scale s and y = epf_fp8_128_recip(s): byte
- *   i of the result is epf_fp8_128_quantize_ref(v[i], s).
- *   Scope: any thread. For fused code that reduced the group's amax itself and took s from
- *   epf_fp8_128_scale. Requires: s > 0 and normal, or +Inf; |v[i] / s| finite unless s is a power
- *   of two or Inf (always true for s = epf_fp8_128_scale(amax of the group, ...)). */
 EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize8(const float* v, float s, float y) {
   return epf_fp8_128_quantize8_steps(v, s, y, true);
 }
@@ -76,27 +65,16 @@ EPF_DEVICE_INLINE uint2 epf__fp8_128_lane8(const float* v, bool ue8m0, bool two_
   return epf_fp8_128_quantize8_steps(v, s, y, two_steps);
 }
 
-/* epf_fp8_128_quantize_lane8_warp — quantize one 256-element chunk (two groups) in the lane8
- *   layout.
- *   Scope:    [collective:warp] all 32 lanes call it, converged, with the same `ue8m0`. Each
- *             half-warp is one group: lane 16h+j passes elements [8j, 8j+8) of group h in v[0..7].
- *             Lanes with nothing to quantize pass zeros and ignore the result.
- *   Result:   the lane's 8 E4M3 bytes; *out_scale = the group's FP32 scale in all 16 lanes of the
- *             half-warp (by convention lanes 0 and 16 write it out).
- *   Numerics: exactly epf_fp8_128_quantize_block_ref of the half-warp's 128 elements. */
 EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize_lane8_warp(const float* v, bool ue8m0, float* out_scale) {
   return epf__fp8_128_lane8(v, ue8m0, true, out_scale);
 }
 
-/* epf_fp8_128_quantize_lane8_bf16_warp — the same for 8 BF16 values in one uint4 (one Markstein
- *   step per element suffices for BF16 inputs; see epf__fdiv_markstein1). */
 EPF_DEVICE_INLINE uint2 epf_fp8_128_quantize_lane8_bf16_warp(uint4 x, bool ue8m0, float* out_scale) {
   float v[8];
   epf_bf16x8_to_float(x, v);
   return epf__fp8_128_lane8(v, ue8m0, false, out_scale);
 }
 
-/* epf_fp8_128_dequantize8 — out[i] = epf_fp8_128_dequantize_ref(byte i of q, s). Any thread. */
 EPF_DEVICE_INLINE void epf_fp8_128_dequantize8(uint2 q, float s, float* out) {
   float f[8];
   int i;
@@ -106,7 +84,6 @@ EPF_DEVICE_INLINE void epf_fp8_128_dequantize8(uint2 q, float s, float* out) {
   for (i = 0; i < 8; ++i) out[i] = epf__fmul_rn(f[i], s);
 }
 
-/* epf_fp8_128_dequantize_accumulate8 — acc[i] = fma(dequantize(byte i, s), weight, acc[i]). */
 EPF_DEVICE_INLINE void epf_fp8_128_dequantize_accumulate8(uint2 q, float s, float weight, float* acc) {
   float f[8];
   int i;
@@ -123,18 +100,6 @@ EPF_DEVICE_INLINE void epf__fp8_128_store(uint2 q, float s, int i, int lane, int
   if ((lane & 15) == 0) out_scales[(int64_t)(i >> 4) * scale_stride] = s;
 }
 
-/* epf_fp8_128_quantize_row_bf16_warp — quantize one BF16 row to per-128 FP8.
- *   Scope:    [collective:warp] [uniform-args] all 32 lanes, converged.
- *   Input:    x: `hidden` BF16 values, 16-byte aligned; hidden a positive multiple of 128
- *             (epf_quant_check(hidden, EPF_PAYLOAD_FP8_128)).
- *   Output:   out_q: hidden E4M3 bytes, 8-byte aligned. Group g's FP32 scale goes to
- *             out_scales[g * scale_stride]: scale_stride 1 with the row's pointer into a row-major
- *             [rows, hidden/128] matrix (DeepEP), or the column pointer base + row and stride
- *             rows (MN-major, as DeepGEMM reads them).
- *   Numerics: each group exactly epf_fp8_128_quantize_block_ref(.., ue8m0, ..).
- *   Memory:   16-byte loads, 8-byte stores, 4-byte scale stores, plain; no fence. Outputs may be
- *             peer pointers. x must not overlap the outputs.
- *   Debug:    EPF_DEBUG traps on misaligned pointers or a bad hidden. */
 EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_bf16_warp(const void* x, int hidden, bool ue8m0, int64_t scale_stride,
                                                          uint8_t* out_q, float* out_scales) {
   const int lane = (int)(threadIdx.x & 31u);
@@ -163,7 +128,6 @@ EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_bf16_warp(const void* x, int hid
   }
 }
 
-/* epf_fp8_128_quantize_row_f32_warp — the same for an FP32 row (16-byte aligned). */
 EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_f32_warp(const float* x, int hidden, bool ue8m0, int64_t scale_stride,
                                                         uint8_t* out_q, float* out_scales) {
   const int lane = (int)(threadIdx.x & 31u);
@@ -190,9 +154,6 @@ EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_f32_warp(const float* x, int hid
   }
 }
 
-/* epf_fp8_128_dequantize_row_f32_warp — out[i] = epf_fp8_128_dequantize_ref(q[i],
- *   scales[(i / 128) * scale_stride]) for one row. [collective:warp] [uniform-args]; q 8-byte and
- *   out 16-byte aligned, hidden a multiple of 128. */
 EPF_DEVICE_INLINE void epf_fp8_128_dequantize_row_f32_warp(const uint8_t* q, const float* scales, int64_t scale_stride,
                                                           int hidden, float* out) {
   const int lane = (int)(threadIdx.x & 31u);

@@ -131,8 +131,6 @@ EPF_DEVICE_INLINE void epf__e4m3x4_to_float(uint32_t w, float* out4) {
 #endif
 }
 
-/* epf_bf16x8_to_float — eight BF16 (one uint4, element i in bits [16i, 16i+16) of the 128-bit word,
- *   i.e. what a 16-byte load of a row gives) -> eight floats, exactly. Scope: any thread. */
 EPF_DEVICE_INLINE void epf_bf16x8_to_float(uint4 x, float* v) {
   v[0] = __uint_as_float(x.x << 16);
   v[1] = __uint_as_float(x.x & 0xffff0000u);
@@ -156,12 +154,6 @@ EPF_DEVICE_INLINE float epf__amax8(const float* v) {
   return fmaxf(fmaxf(a01, a23), fmaxf(a45, a67));
 }
 
-/* epf_amax8_bf16 — the largest |x| of the 8 BF16 values in one uint4 (a NaN ignored, as the
- *   quantizers' amax does), without unpacking them: |x| by clearing the sign bits, then max.bf16x2
- *   (sm_80+), which ignores a NaN operand as max.f32 does, and the two halves' max in FP32. The
- *   same value as the amax of the unpacked floats (epf__amax8), except that a subnormal |x| is kept
- *   where -ftz FMNMX flushes it to 0 (a scale byte never changes: see epf__amax8). 4 + 3 + 3
- *   instructions and no unpacked floats held. Scope: any thread. */
 EPF_DEVICE_INLINE float epf_amax8_bf16(uint4 x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t m01, m23, m;
@@ -176,8 +168,6 @@ EPF_DEVICE_INLINE float epf_amax8_bf16(uint4 x) {
 #endif
 }
 
-/* epf_e8m0_from_amax_nonneg — epf_e8m0_from_amax(a, rule) for an amax already >= 0 (or NaN-free),
- *   without re-taking |amax|: the scale byte of a block. Scope: any thread. */
 EPF_DEVICE_INLINE uint8_t epf_e8m0_from_amax_nonneg(float a, int rule) {
   return rule == EPF_MX_FLOOR ? epf_e8m0_from_amax_floor(a) : epf_e8m0_roundup(epf__fmul_rn(a, 1.0f / 448.0f));
 }
@@ -186,10 +176,6 @@ EPF_DEVICE_INLINE uint8_t epf_e8m0_from_amax_nonneg(float a, int rule) {
 /* Lane and thread primitives                                                                    */
 /* ============================================================================================ */
 
-/* epf_mxfp8_quantize8 — 8 elements with a known scale byte: byte i of the result (little endian)
- *   is epf_mxfp8_quantize_ref(v[i], scale).
- *   Scope: any thread. For fused code that reduced the block's amax itself (any lane layout) and
- *   took the scale from epf_e8m0_from_amax. */
 EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize8(const float* v, uint8_t scale) {
   const float m = epf_e8m0_quant_multiplier(scale);
   uint2 q;
@@ -198,15 +184,6 @@ EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize8(const float* v, uint8_t scale) {
   return q;
 }
 
-/* epf_mxfp8_quantize_lane8_warp — quantize one 256-element chunk held in the lane8 layout.
- *   Scope:    [collective:warp] all 32 lanes call it, converged, with the same `rule`. Each quad
- *             (lanes 4g..4g+3) is one scale group: lane 4g+j passes elements [8j, 8j+8) of the
- *             group in v[0..7]. A lane with nothing to quantize (row tail) still calls it, with
- *             zeros, and ignores the result (a quad is independent of the other quads).
- *   Result:   the lane's 8 E4M3 bytes (uint2, element i in byte i); *out_scale = the group's E8M0
- *             byte in all 4 lanes of the quad (by convention lane 4g writes it out).
- *   Numerics: exactly epf_mxfp8_quantize_block_ref of the quad's 32 elements.
- *   Memory:   registers and 2 shuffles only. */
 EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize_lane8_warp(const float* v, int rule, uint8_t* out_scale) {
   float a = epf__amax8(v);
   uint8_t scale;
@@ -218,17 +195,12 @@ EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize_lane8_warp(const float* v, int rule, 
   return epf_mxfp8_quantize8(v, scale);
 }
 
-/* epf_mxfp8_quantize_lane8_bf16_warp — the same for 8 BF16 values in one uint4 (element i in bits
- *   [16i, 16i + 16), i.e. what a 16-byte load of the row gives). [collective:warp] as above. */
 EPF_DEVICE_INLINE uint2 epf_mxfp8_quantize_lane8_bf16_warp(uint4 x, int rule, uint8_t* out_scale) {
   float v[8];
   epf_bf16x8_to_float(x, v);
   return epf_mxfp8_quantize_lane8_warp(v, rule, out_scale);
 }
 
-/* epf_mxfp8_quantize_block32 — one whole 32-element block held by one thread (v[0..31] in
- *   registers): out_q[j] gets elements 4j..4j+3 (byte i = element 4j+i). Returns the scale byte.
- *   Scope: any thread. Numerics: exactly epf_mxfp8_quantize_block_ref. */
 EPF_DEVICE_INLINE uint8_t epf_mxfp8_quantize_block32(const float* v, int rule, uint32_t* out_q) {
   float a = 0.0f;
   uint8_t scale;
@@ -245,8 +217,6 @@ EPF_DEVICE_INLINE uint8_t epf_mxfp8_quantize_block32(const float* v, int rule, u
   return scale;
 }
 
-/* epf_mxfp8_dequantize8 — 8 E4M3 bytes (uint2, element i in byte i) with scale byte `scale`:
- *   out[i] = epf_mxfp8_dequantize_ref(byte i, scale). Scope: any thread. */
 EPF_DEVICE_INLINE void epf_mxfp8_dequantize8(uint2 q, uint8_t scale, float* out) {
   const float s = epf_e8m0_to_float(scale);
   float f[8];
@@ -257,9 +227,6 @@ EPF_DEVICE_INLINE void epf_mxfp8_dequantize8(uint2 q, uint8_t scale, float* out)
   for (i = 0; i < 8; ++i) out[i] = epf__fmul_rn(f[i], s);
 }
 
-/* epf_mxfp8_dequantize_accumulate8 — the combine step on 8 elements: acc[i] = fma(dequantize(byte
- *   i, scale), weight, acc[i]) (= epf_mxfp8_dequantize_accumulate_ref). Scope: any thread.
- *   Accumulating k sources in a fixed order gives a bitwise deterministic sum. */
 EPF_DEVICE_INLINE void epf_mxfp8_dequantize_accumulate8(uint2 q, uint8_t scale, float weight, float* acc) {
   const float s = epf_e8m0_to_float(scale);
   float f[8];
@@ -291,21 +258,6 @@ EPF_DEVICE_INLINE void epf__mxfp8_store(uint2 q, uint8_t scale, int i, int lane,
   if ((lane & 3) == 0) sf_row[epf__mxfp8_scale_col(i >> 2, swizzled)] = scale;
 }
 
-/* epf_mxfp8_quantize_row_bf16_warp — quantize one BF16 row of `hidden` elements to MXFP8.
- *   Scope:    [collective:warp] [uniform-args] all 32 lanes, converged.
- *   Input:    x: `hidden` BF16 values, 16-byte aligned. hidden a positive multiple of 32
- *             (epf_quant_check). rule: EPF_MX_RCEIL or EPF_MX_FLOOR.
- *   Output:   out_q: hidden E4M3 bytes, 8-byte aligned. The scale of group c (elements
- *             [32c, 32c+32)) goes to out_scales[epf_scale_offset(scale_layout, row, c, hidden/32)]:
- *             compact row-major [rows, hidden/32] (pass the matrix base and the row index, or the
- *             row's own scale pointer and row 0) or swizzled 128x4 (matrix base and row index; the
- *             padding is epf_scale_swizzle_zero_padding's job).
- *   Numerics: each group exactly epf_mxfp8_quantize_block_ref.
- *   Memory:   16-byte loads, 8-byte stores (a warp stores 256 contiguous bytes per instruction),
- *             1-byte scale stores; plain weak accesses, no fence. out_q and out_scales may be peer
- *             pointers (epf_peer_ptr); publish with the signal protocol afterwards. x must not
- *             overlap the outputs.
- *   Debug:    EPF_DEBUG traps on misaligned pointers or a bad hidden. */
 EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_bf16_warp(const void* x, int hidden, int rule, int64_t row,
                                                        int scale_layout, uint8_t* out_q, uint8_t* out_scales) {
   const int lane = (int)(threadIdx.x & 31u);
@@ -337,9 +289,6 @@ EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_bf16_warp(const void* x, int hidde
   }
 }
 
-/* epf_mxfp8_quantize_row_f32_warp — the same for an FP32 row (x: `hidden` floats, 16-byte aligned;
- *   a lane loads its 8 consecutive floats as two 16-byte vectors). Contract as
- *   epf_mxfp8_quantize_row_bf16_warp. */
 EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_f32_warp(const float* x, int hidden, int rule, int64_t row,
                                                       int scale_layout, uint8_t* out_q, uint8_t* out_scales) {
   const int lane = (int)(threadIdx.x & 31u);
@@ -370,10 +319,6 @@ EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_f32_warp(const float* x, int hidde
   }
 }
 
-/* epf_mxfp8_dequantize_row_f32_warp — out[i] = epf_mxfp8_dequantize_ref(q[i], scales[i / 32]) for
- *   one row. scales: the row's compact scales (hidden/32 bytes; the travelling layout).
- *   Scope: [collective:warp] [uniform-args]. q 8-byte aligned, out 16-byte aligned, hidden a
- *   multiple of 32. Memory: 8-byte loads, 16-byte stores, plain. */
 EPF_DEVICE_INLINE void epf_mxfp8_dequantize_row_f32_warp(const uint8_t* q, const uint8_t* scales, int hidden,
                                                         float* out) {
   const int lane = (int)(threadIdx.x & 31u);
@@ -391,12 +336,6 @@ EPF_DEVICE_INLINE void epf_mxfp8_dequantize_row_f32_warp(const uint8_t* q, const
   }
 }
 
-/* epf_mxfp8_dequantize_accumulate_row_warp — acc[i] = fma(dequantize(q[i], scales[i / 32]),
- *   weight, acc[i]) for one row: the combine step with the accumulator in memory (FP32, e.g. a
- *   shared-memory or global row). Calling it for k = 0..K-1 in a fixed order gives a bitwise
- *   deterministic weighted sum. Scope: [collective:warp] [uniform-args]; alignment as
- *   epf_mxfp8_dequantize_row_f32_warp (acc 16-byte aligned). Memory: plain read-modify-write of
- *   acc by the lane that owns each element (no other lane touches it). */
 EPF_DEVICE_INLINE void epf_mxfp8_dequantize_accumulate_row_warp(const uint8_t* q, const uint8_t* scales, int hidden,
                                                                float weight, float* acc) {
   const int lane = (int)(threadIdx.x & 31u);

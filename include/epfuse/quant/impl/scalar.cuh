@@ -161,7 +161,6 @@ EPF_HD float epf__fmax(float a, float b) { return (b > a || a != a) ? b : a; }
 /* BF16, E4M3 and E8M0 scalars                                                                   */
 /* ============================================================================================ */
 
-/* epf_bf16_to_float — the BF16 bit pattern `bits` as a float (exact). Scope: any thread. */
 EPF_HD float epf_bf16_to_float(uint16_t bits) { return epf__f32_from_bits((uint32_t)bits << 16); }
 
 /* epf__e4m3_from_float_soft — the integer reference of epf_e4m3_from_float (all targets). */
@@ -191,10 +190,6 @@ EPF_HD uint8_t epf__e4m3_from_float_soft(float x) {
   }
 }
 
-/* epf_e4m3_from_float — x rounded to E4M3 (OCP "fn"): round to nearest even, saturating to
- *   +-448 (satfinite). NaN of either sign -> 0x7F; +-Inf and |x| >= 448 -> 0x7E / 0xFE;
- *   |x| <= 2^-10 -> +-0 (0x00 / 0x80, the sign is kept). Exactly cvt.rn.satfinite.e4m3x2.f32,
- *   which it uses on sm_89+. Scope: any thread, host or device. */
 EPF_HD uint8_t epf_e4m3_from_float(float x) {
 #if EPF__QUANT_HAS_E4M3_CVT
   uint16_t r;
@@ -205,8 +200,6 @@ EPF_HD uint8_t epf_e4m3_from_float(float x) {
 #endif
 }
 
-/* epf_e4m3_to_float — the value of E4M3 byte q (exact). 0x7F / 0xFF -> NaN (sign kept).
- *   Scope: any thread, host or device. */
 EPF_HD float epf_e4m3_to_float(uint8_t q) {
   const uint32_t sign = ((uint32_t)q & 0x80u) << 24;
   const uint32_t mag = (uint32_t)q & 0x7fu;
@@ -228,10 +221,6 @@ EPF_HD uint8_t epf__e8m0_roundup_soft(float v) {
   return (uint8_t)b;
 }
 
-/* epf_e8m0_roundup — the smallest E8M0 scale >= v (round toward +Inf), saturating at 0xFE
- *   (2^127): v <= 2^-127 (incl. 0) -> 0x00; +Inf -> 0xFE; NaN -> 0xFF. v must be >= 0 (negative
- *   v gives 0x00). Exactly cvt.rp.satfinite.ue8m0x2.f32, which it uses where the target has it
- *   (EPF_QUANT_HW_E8M0). Scope: any thread, host or device. */
 EPF_HD uint8_t epf_e8m0_roundup(float v) {
 #if EPF__QUANT_HAS_UE8M0_CVT
   uint16_t r;
@@ -242,16 +231,10 @@ EPF_HD uint8_t epf_e8m0_roundup(float v) {
 #endif
 }
 
-/* epf_e8m0_from_amax_rceil — RCEIL scale byte of a block whose largest |x| is amax (sign bit of
- *   amax ignored): E8M0 round-up of fl(amax * fl(1/448)), i.e. 127 + ceil(log2(amax / 448))
- *   clamped to [0, 254]. amax 0 -> 0x00; +Inf -> 0xFE; NaN -> 0xFF (a block's amax is never NaN:
- *   NaN elements do not enter it). Scope: any thread, host or device. */
 EPF_HD uint8_t epf_e8m0_from_amax_rceil(float amax) {
   return epf_e8m0_roundup(epf__fmul_rn(epf__fabs(amax), 1.0f / 448.0f));
 }
 
-/* epf_e8m0_from_amax_floor — FLOOR (OCP) scale byte: 127 + floor(log2(amax)) - 8 clamped to
- *   [0, 254]; amax 0 or < 2^-118 -> 0x00; +Inf -> 0xFE; NaN -> 0xFF. Scope: any thread. */
 EPF_HD uint8_t epf_e8m0_from_amax_floor(float amax) {
   const uint32_t u = epf__f32_bits(amax) & 0x7fffffffu;
   const uint32_t e = u >> 23;
@@ -261,20 +244,15 @@ EPF_HD uint8_t epf_e8m0_from_amax_floor(float amax) {
   return (uint8_t)b;
 }
 
-/* epf_e8m0_from_amax — the scale byte by `rule` (EPF_MX_FLOOR, anything else RCEIL). */
 EPF_HD uint8_t epf_e8m0_from_amax(float amax, int rule) {
   return rule == EPF_MX_FLOOR ? epf_e8m0_from_amax_floor(amax) : epf_e8m0_from_amax_rceil(amax);
 }
 
-/* epf_e8m0_to_float — the scale 2^(b - 127) of byte b: 0x00 -> 2^-127 (the f32 subnormal
- *   0x00400000), 0xFF -> NaN. The dequantization multiplier. Scope: any thread. */
 EPF_HD float epf_e8m0_to_float(uint8_t b) {
   const uint32_t u = (uint32_t)b;
   return epf__f32_from_bits(u == 0xffu ? 0x7fc00000u : u == 0u ? 0x00400000u : u << 23);
 }
 
-/* epf_e8m0_quant_multiplier — 2^(127 - b), the quantization multiplier of byte b (exact): the bit
- *   pattern (254 - b) << 23; 0xFE -> 2^-127 (0x00400000); 0xFF -> NaN. Scope: any thread. */
 EPF_HD float epf_e8m0_quant_multiplier(uint8_t b) {
   const uint32_t u = (uint32_t)b;
   return epf__f32_from_bits(u == 0xffu ? 0x7fc00000u : u == 0xfeu ? 0x00400000u : (254u - u) << 23);
@@ -284,25 +262,18 @@ EPF_HD float epf_e8m0_quant_multiplier(uint8_t b) {
 /* MXFP8 reference                                                                               */
 /* ============================================================================================ */
 
-/* epf_mxfp8_quantize_ref — one element: RNE_satfinite_e4m3(x * 2^(127 - scale)). */
 EPF_HD uint8_t epf_mxfp8_quantize_ref(float x, uint8_t scale) {
   return epf_e4m3_from_float(epf__fmul_rn(x, epf_e8m0_quant_multiplier(scale)));
 }
 
-/* epf_mxfp8_dequantize_ref — one element: e4m3(q) * 2^(scale - 127), one RN rounding (exact unless
- *   the product is an f32 subnormal or overflows). NaN byte or scale 0xFF -> NaN. */
 EPF_HD float epf_mxfp8_dequantize_ref(uint8_t q, uint8_t scale) {
   return epf__fmul_rn(epf_e4m3_to_float(q), epf_e8m0_to_float(scale));
 }
 
-/* epf_mxfp8_dequantize_accumulate_ref — fma(dequantize(q, scale), weight, acc): the combine step. */
 EPF_HD float epf_mxfp8_dequantize_accumulate_ref(uint8_t q, uint8_t scale, float weight, float acc) {
   return epf__fma_rn(epf_mxfp8_dequantize_ref(q, scale), weight, acc);
 }
 
-/* epf_mxfp8_quantize_block_ref — quantize one 32-element block: amax = fmaxf fold of |x| from 0
- *   (NaN elements ignored), scale byte by `rule`, out_q[i] = epf_mxfp8_quantize_ref(x[i], scale).
- *   Returns the scale byte. Scope: any thread, host or device. */
 EPF_HD uint8_t epf_mxfp8_quantize_block_ref(const float* x, int rule, uint8_t* out_q) {
   float amax = 0.0f;
   uint8_t scale;
@@ -317,35 +288,25 @@ EPF_HD uint8_t epf_mxfp8_quantize_block_ref(const float* x, int rule, uint8_t* o
 /* Per-128 FP8 reference (DeepSeek-V3 / DeepEP)                                                  */
 /* ============================================================================================ */
 
-/* epf_fp8_128_scale — the FP32 scale of a 128-element group whose largest |x| is amax:
- *   s = fl(max(amax, 1e-4) / 448) (division, RN); with ue8m0, s is then rounded up to a power of
- *   two: 2^(epf_e8m0_roundup(s) - 127). amax +Inf -> s = +Inf (ue8m0: 2^127); NaN amax is treated
- *   as 0 (fmaxf). Scope: any thread, host or device. */
 EPF_HD float epf_fp8_128_scale(float amax, bool ue8m0) {
   const float s = epf__fdiv_rn(epf__fmax(epf__fabs(amax), EPF_FP8_128_AMAX_MIN), 448.0f);
   return ue8m0 ? epf_e8m0_to_float(epf_e8m0_roundup(s)) : s;
 }
 
-/* epf_fp8_128_recip — RN(1 / scale), the operand epf_fp8_128_quantize8 takes. */
 EPF_HD float epf_fp8_128_recip(float scale) { return epf__frcp_rn(scale); }
 
-/* epf_fp8_128_quantize_ref — one element: RNE_satfinite_e4m3(fl(x / scale)) (IEEE division). */
 EPF_HD uint8_t epf_fp8_128_quantize_ref(float x, float scale) {
   return epf_e4m3_from_float(epf__fdiv_rn(x, scale));
 }
 
-/* epf_fp8_128_dequantize_ref — one element: e4m3(q) * scale, RN. */
 EPF_HD float epf_fp8_128_dequantize_ref(uint8_t q, float scale) {
   return epf__fmul_rn(epf_e4m3_to_float(q), scale);
 }
 
-/* epf_fp8_128_dequantize_accumulate_ref — fma(dequantize(q, scale), weight, acc). */
 EPF_HD float epf_fp8_128_dequantize_accumulate_ref(uint8_t q, float scale, float weight, float acc) {
   return epf__fma_rn(epf_fp8_128_dequantize_ref(q, scale), weight, acc);
 }
 
-/* epf_fp8_128_quantize_block_ref — quantize one 128-element group (amax = fmaxf fold of |x| from 0,
- *   scale = epf_fp8_128_scale, elements epf_fp8_128_quantize_ref). Returns the scale. */
 EPF_HD float epf_fp8_128_quantize_block_ref(const float* x, bool ue8m0, uint8_t* out_q) {
   float amax = 0.0f, s;
   int i;
@@ -376,11 +337,6 @@ EPF_HD float epf__fdiv_markstein(float x, float s, float y) {
   return epf__fma_rn(-epf__fma_rn(s, q, -x), y, q);
 }
 
-/* epf_fp8_128_scale_fast — epf_fp8_128_scale(amax, ue8m0) and its reciprocal RN(1/s), the way the
- *   device blocks compute them: amax / 448 by two Markstein steps with the constant RN(1/448)
- *   (exact for every amax in [1e-4, FLT_MAX]; amax = Inf gives Inf), the UE8M0 reciprocal from the
- *   byte (exact). amax >= 0 or NaN. Bit-identical to the reference (tests/unit/test_quant_host).
- *   Scope: any thread, host or device. */
 EPF_HD float epf_fp8_128_scale_fast(float amax, bool ue8m0, float* out_recip) {
   const float a = epf__fmax(amax, EPF_FP8_128_AMAX_MIN);
   float s = a < epf__f32_from_bits(0x7f800000u) ? epf__fdiv_markstein(a, 448.0f, 1.0f / 448.0f)
@@ -405,43 +361,26 @@ EPF_HD bool epf__fp8_128_recip_exact(float s) {
 /* Scale layouts                                                                                 */
 /* ============================================================================================ */
 
-/* epf_scale_swizzle_offset — byte offset of scale (row, col) in the swizzled 128x4 layout
- *   (Blackwell block-scaled GEMMs, cuBLASLt VEC32_UE8M0, CUTLASS SfKMajorAtom): 512-byte atoms of
- *   128 rows x 4 scale columns, K-atom index fastest, n_katoms = ceil(n_scale_cols / 4):
- *   ((row/128)*n_katoms + col/4)*512 + (row%32)*16 + ((row%128)/32)*4 + col%4.
- *   Scope: any thread, host or device. */
 EPF_HD int64_t epf_scale_swizzle_offset(int64_t row, int col, int n_scale_cols) {
   const int64_t n_katoms = ((int64_t)n_scale_cols + 3) / 4;
   return ((row / 128) * n_katoms + (int64_t)(col / 4)) * 512 + (row % 32) * 16 +
          ((row % 128) / 32) * 4 + (int64_t)(col % 4);
 }
 
-/* epf_scale_swizzle_bytes — bytes of a swizzled scale matrix: rows padded to 128, scale columns
- *   to 4 (the padding must be zero: epf_scale_swizzle_zero_padding writes it). */
 EPF_HD int64_t epf_scale_swizzle_bytes(int64_t rows, int n_scale_cols) {
   return (rows + 127) / 128 * 128 * (((int64_t)n_scale_cols + 3) / 4 * 4);
 }
 
-/* epf_scale_offset — byte offset of MXFP8 scale (row, col) in `scale_layout`:
- *   EPF_SCALE_LAYOUT_SWIZZLED_128X4 -> epf_scale_swizzle_offset; otherwise compact row-major
- *   [rows, n_scale_cols]: row * n_scale_cols + col. */
 EPF_HD int64_t epf_scale_offset(int scale_layout, int64_t row, int col, int n_scale_cols) {
   return scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 ? epf_scale_swizzle_offset(row, col, n_scale_cols)
                                                          : row * (int64_t)n_scale_cols + (int64_t)col;
 }
 
-/* epf_scale_bytes — bytes of an MXFP8 scale matrix of `rows` rows in `scale_layout`. */
 EPF_HD int64_t epf_scale_bytes(int scale_layout, int64_t rows, int n_scale_cols) {
   return scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 ? epf_scale_swizzle_bytes(rows, n_scale_cols)
                                                          : rows * (int64_t)n_scale_cols;
 }
 
-/* epf_scale_swizzle_zero_padding — write 0 to every padding byte of a swizzled scale matrix of
- *   `rows` rows (rows [rows, pad128(rows)) x all columns, and columns [n_scale_cols, pad4) of
- *   every row); never touches a real scale. Threads index, index + stride, ... together cover each
- *   padding byte exactly once: call it from any set of threads with index in [0, stride), e.g. a
- *   grid-stride loop (index = global thread id, stride = total threads), or one thread (0, 1).
- *   Scope: any thread, host or device; no ordering with the scale writers is needed (disjoint). */
 EPF_HD void epf_scale_swizzle_zero_padding(uint8_t* scales, int64_t rows, int n_scale_cols, int64_t index,
                                            int64_t stride) {
   const int64_t pcols = ((int64_t)n_scale_cols + 3) / 4 * 4;
@@ -467,14 +406,6 @@ EPF_HD void epf_scale_swizzle_zero_padding(uint8_t* scales, int64_t rows, int n_
 /* Checks and config helpers                                                                     */
 /* ============================================================================================ */
 
-/* epf_quant_check — can rows of `hidden` elements travel as `payload`?
- *   EPF_OK; EPF_ERR_PAYLOAD for an unknown payload (anything but EPF_PAYLOAD_MXFP8,
- *   EPF_PAYLOAD_FP8_128 and EPF_PAYLOAD_BF16, the unquantized one; EPF_PAYLOAD_DEFAULT included);
- *   EPF_ERR_HIDDEN unless 1 <= hidden <= EPF_MAX_HIDDEN; EPF_ERR_HIDDEN_ALIGNMENT unless hidden is
- *   a multiple of the group (32 MXFP8, 128 per-128 — so 2880 is refused for FP8_128 — and the
- *   8-element vector for BF16: epf_payload_vector_width).
- *   Call it on the host before launching anything that uses the blocks; they assume it passed.
- *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_quant_check(int hidden, int payload) {
   const int group = epf_payload_vector_width(payload);
   if (group == 0) return EPF_ERR_PAYLOAD;
@@ -483,12 +414,10 @@ EPF_HD epf_status_t epf_quant_check(int hidden, int payload) {
   return EPF_OK;
 }
 
-/* epf_mx_rule_from_flags — the MXFP8 rule a config's flags ask for (EPF_FLAG_MX_SCALE_FLOOR). */
 EPF_HD int epf_mx_rule_from_flags(uint32_t flags) {
   return (flags & EPF_FLAG_MX_SCALE_FLOOR) != 0u ? EPF_MX_FLOOR : EPF_MX_RCEIL;
 }
 
-/* epf_fp8_128_ue8m0_from_flags — whether a config's flags ask for power-of-two per-128 scales. */
 EPF_HD bool epf_fp8_128_ue8m0_from_flags(uint32_t flags) { return (flags & EPF_FLAG_SCALE_UE8M0) != 0u; }
 
 EPF_END_DECLS
