@@ -21,9 +21,7 @@
 #include "core/signal.cuh"
 #include "quant/quant.cuh"
 #include "route/route.cuh"
-#include "ht/impl/dispatch.cuh"
-#include "ht/impl/combine.cuh"
-#include "ht/impl/view.cuh"
+#include "ht/ht.cuh"
 
 #endif /* EPF_EPFUSE_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -55,10 +55,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "impl/combine.cuh"
-#include "impl/dispatch.cuh"
 #include "../host.h"
-#include "impl/view.cuh"
+#include "ht.cuh"
 #include "../route/kernels.cuh"
 #include "../quant/quant.cuh"
 #include "../core/signal.cuh"

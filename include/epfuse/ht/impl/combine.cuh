@@ -207,31 +207,11 @@ EPF_DEVICE_INLINE void epf__combine_reduce_warp(const void* my_row, float my_w, 
   }
 }
 
-/* epf_combine_reduce_rows_warp — out = BF16(fma chain over a lane-held list of rows, in order).
- *   Scope:    [collective:warp] every lane, converged; present, hidden, mxfp8, out_row uniform.
- *   Input:    lane j holds row j's address (any memory this GPU can load: local or a peer's
- *             window) and weight; `present` marks the rows to use (up to 32); they are used in
- *             ascending lane order (the caller puts copies in k order). Rows are BF16 [hidden]
- *             (mxfp8 == 0) or MXFP8 [hidden bytes E4M3][hidden / 32 E8M0 scales] (mxfp8 != 0).
- *             hidden: any multiple of 8 (of 32 with mxfp8).
- *   Does:     acc = fma(w_j, y_j, acc) from acc = 0 for j ascending, in FP32; RNE to BF16. Up to 8
- *             rows are loaded before the first fma (loads in flight, not one at a time).
- *   Memory:   plain loads; plain local stores. */
 EPF_DEVICE_INLINE void epf_combine_reduce_rows_warp(const void* my_row, float my_w, uint32_t present, int hidden,
                                                     int mxfp8, void* out_row) {
   epf__combine_reduce_warp(my_row, my_w, present, hidden, mxfp8, 0, 0, out_row);
 }
 
-/* epf_combine_pull_row_warp — reduce one token's expert outputs, loading them from the peers.
- *   Scope:    [collective:warp] every lane, converged; ncopies, out_row uniform.
- *   Input:    lane j < ncopies holds copy j in k order: the rank that received it (src_rank < 0:
- *             not routed, skipped), its receive row there (src_row; outside [0, recv_capacity):
- *             dropped at dispatch, skipped) and its weight. The outputs are combine_payload rows
- *             (BF16 or MXFP8) at epf_plan_expert_out_offset(plan, src_row) of that rank's window.
- *   Does:     out[h] = BF16_RNE(fma(w_{j_n}, y_{j_n}[h], ... fma(w_{j_0}, y_{j_0}[h], 0))) over the
- *             present copies in ascending j (epf_combine_reduce_rows_warp); a token with no present
- *             copy gets zeros.
- *   Memory:   plain loads from peers (call after epf_combine_wait_block); plain local stores. */
 EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan_t* plan, int src_rank,
                                                  int64_t src_row, float weight, int ncopies, void* out_row) {
   const int lane = epf_lane_id();
@@ -242,10 +222,6 @@ EPF_DEVICE_INLINE void epf_combine_pull_row_warp(epf_team_t team, const epf_plan
                                plan->combine_payload == EPF_PAYLOAD_MXFP8, out_row);
 }
 
-/* epf_combine_put_row_warp — write one BF16 expert output row as a combine_payload row at dst:
- *   a copy (BF16) or an MXFP8 quantization (hidden E4M3 bytes, then hidden / 32 E8M0 scales, rule
- *   from the plan's flags). Scope: [collective:warp] [uniform-args]. dst: local or a peer's
- *   window, 16-byte aligned. Memory: plain loads and stores, nothing published. */
 EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const void* src_bf16, char* dst) {
   const int nvec = plan->hidden >> 3, lane = epf_lane_id();
   const int rule = epf_mx_rule_from_flags(plan->flags);
@@ -279,11 +255,6 @@ EPF_DEVICE_INLINE void epf_combine_put_row_warp(const epf_plan_t* plan, const vo
   }
 }
 
-/* epf_combine_push_row_warp — push one expert output row into row `combine_row` of the source's
- *   COMBINE region (EXPERT_MAJOR: token * top_k + k; RANK_MAJOR: token * nranks + this rank), as
- *   epf_combine_put_row_warp writes it. dst_rank < 0 or a row outside the region: no-op.
- *   Scope: [collective:warp] [uniform-args].
- *   Memory: plain stores to the peer; publish with epf_arrive_last_block + epf_combine_signal_block. */
 EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan_t* plan, const void* expert_out_row,
                                                  int dst_rank, int64_t combine_row) {
   const uint64_t rows = plan->combine_row_bytes ? plan->region[EPF_REGION_COMBINE].bytes / plan->combine_row_bytes : 0;
@@ -291,16 +262,6 @@ EPF_DEVICE_INLINE void epf_combine_push_row_warp(epf_team_t team, const epf_plan
   epf_combine_put_row_warp(plan, expert_out_row, (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, combine_row), dst_rank));
 }
 
-/* epf_combine_expert_row_em_warp — EXPERT_MAJOR expert side, one receive row: put the expert
- *   output `y` (BF16 [hidden], local) where the row's source will read it.
- *   Push plans (EPF_FLAG_COMBINE_PUSH): into the source's COMBINE row (src_token * top_k + k), both
- *   named by the row's metadata (epf_recv_meta_em_t), which is checked before it forms an address
- *   (EPF_ERR_BAD_METADATA into w->record; nothing is pushed). Pull plans: at the row's
- *   epf_plan_expert_out_offset, as a combine_payload row — nothing to do when y already is there
- *   (outputs written in place over the received BF16 rows).
- *   Scope: [collective:warp] every lane, converged; uniform arguments.
- *   Memory: plain stores (local or to the source); publish with epf_arrive_last_block +
- *   epf_combine_signal_block. */
 EPF_DEVICE_INLINE void epf_combine_expert_row_em_warp(epf_team_t team, const epf_plan_t* plan, int64_t row, const void* y,
                                                       const epf_wait_t* w) {
   if (plan->flags & EPF_FLAG_COMBINE_PUSH) {
@@ -350,37 +311,12 @@ EPF_DEVICE_INLINE void epf__combine_prereduce_rm_row_warp(epf_team_t team, const
                            plan->combine_payload == EPF_PAYLOAD_MXFP8, epf_mx_rule_from_flags(plan->flags), out);
 }
 
-/* epf_combine_prereduce_rm_row_warp — RANK_MAJOR expert side, one receive row: the partial of this
- *   rank's entries of the row's token, fma in k order (repeats included: they name their first
- *   occurrence's view row, with their own weight) from 0 in FP32, written as one combine_payload
- *   row: into the source's COMBINE row (src_token * nranks + team.rank) for push plans, at the
- *   row's epf_plan_expert_out_offset for pull plans.
- *   Scope:    [collective:warp] every lane, converged; uniform arguments.
- *   Input:    expert_out: this rank's expert outputs in the expert-major view's row order (BF16
- *             [expert_rows][hidden]); src_offset as for epf_recv_meta_rm_read_warp.
- *   Does:     the metadata is checked before it forms an address (EPF_ERR_BAD_METADATA into
- *             w->record; a bad header writes nothing); entries whose view row is at or past
- *             expert_rows (not placed by the expand) contribute nothing.
- *   Memory:   plain loads, plain stores (local or to the source); publish as above. */
 EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
                                                          const int32_t* src_offset, const void* expert_out,
                                                          int64_t expert_rows, const epf_wait_t* w) {
   epf__combine_prereduce_rm_row_warp(team, plan, row, src_offset, expert_out, expert_rows, w, 0, NULL);
 }
 
-/* epf_combine_prereduce_rm_row_unit_warp — the backward of the RANK_MAJOR dispatch, expert side, one
- *   receive row: the partial of the row's token over this rank's entries with UNIT weights, each
- *   view row once (a repeat adds nothing: its gradient is already in its first occurrence's row),
- *   in k order from 0 in FP32 (acc = fma(1, dx_row, acc)), written where
- *   epf_combine_prereduce_rm_row_warp writes (push: the source's COMBINE row; pull: the row's
- *   epf_plan_expert_out_offset). weight_grad (this rank's [expert_rows] FP32, in view order, or
- *   NULL): each entry j's router-weight gradient — its view row's value, 0 for a row at or past
- *   expert_rows — goes into the row's metadata (epf_combine_weight_grad_ptr), where the source
- *   reads it.
- *   Scope:    [collective:warp] every lane, converged; uniform arguments.
- *   Input:    dx_rows: this rank's input gradients (BF16 [expert_rows][hidden], view order).
- *   Memory:   as epf_combine_prereduce_rm_row_warp; publish with epf_arrive_last_block_epoch +
- *             epf_combine_signal_block. */
 EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_unit_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
                                                               const int32_t* src_offset, const void* dx_rows,
                                                               int64_t expert_rows, const float* weight_grad,
@@ -388,17 +324,11 @@ EPF_DEVICE_INLINE void epf_combine_prereduce_rm_row_unit_warp(epf_team_t team, c
   epf__combine_prereduce_rm_row_warp(team, plan, row, src_offset, dx_rows, expert_rows, w, 1, weight_grad);
 }
 
-/* epf_combine_signal_block — publish combine readiness of `epoch` to every peer: thread p
- *   release-stores (epoch, 0) into SIG_COMBINE[team.rank] of peer p.
- *   Scope: [collective:block]; for push, by the block epf_arrive_last_block chose; for pull, after
- *   the expert outputs are complete (e.g. at the end of the expert kernel, or a separate launch). */
 EPF_DEVICE_INLINE void epf_combine_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
   __syncthreads();
   epf_signal_peers_block(team, plan, EPF_REGION_SIG_COMBINE, epoch);
 }
 
-/* epf_combine_wait_block — wait until every peer signalled combine `epoch`.
- *   Scope: [collective:block] [blocking]. Result: [result:all] as epf_dispatch_wait_block. */
 EPF_DEVICE_INLINE epf_status_t epf_combine_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
                                                       epf_wait_t w) {
   return epf_wait_peers_block(team, plan, EPF_REGION_SIG_COMBINE, epoch, w);

@@ -101,9 +101,6 @@ EPF_BEGIN_DECLS
 #define EPF_QSEND_RUN_MIN 1
 #endif
 
-/* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
- *   EPF_COPY_UNROLL loads per lane in flight before the first store.
- *   Scope: [collective:warp] [uniform-args]. Memory: plain loads and stores, no ordering. */
 EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t bytes) {
   const uint4* s = (const uint4*)src;
   uint4* d = (uint4*)dst;
@@ -146,32 +143,12 @@ EPF_DEVICE_INLINE char* epf__row_dst(epf_team_t team, const epf_plan_t* plan, in
   return (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, dst_row), dst_rank);
 }
 
-/* epf_topk_first_lane_warp — the DUPLICATE rule of epfuse, for a warp that holds one token's ids
- *   (lane k < top_k: expert id e_k, -1 for none; other lanes -1): the lowest lane whose id equals
- *   this lane's. A lane whose result is not itself holds a REPEAT: an expert the token already
- *   named at a lower k. A repeat gets no copy of its own (the route gives it DST_RANK = SLOT = -1
- *   and counts each (token, expert) once); in the combine it uses its first occurrence's output
- *   with its own weight, in k order. A lane with e < 0 gets itself.
- *   Scope: [collective:warp], converged. */
 EPF_DEVICE_INLINE int epf_topk_first_lane_warp(int e) {
   const int lane = epf_lane_id();
   const uint32_t same = __match_any_sync(0xffffffffu, e >= 0 ? e : -1 - lane);
   return __ffs((int)same) - 1;
 }
 
-/* epf_dispatch_send_row_warp — copy one token row into up to 32 destination slots.
- *   Scope:    [collective:warp] every lane, converged; src_row and ncopies uniform.
- *   Input:    lane j < ncopies holds copy j: (dst_rank, dst_row) = destination rank and row of the
- *             destination's RECV_TOKENS region (dst_rank < 0: no copy). Lanes >= ncopies ignored.
- *             src_row: plan->row_bytes bytes, 16-byte aligned, local memory, not written during
- *             the call.
- *   Does:     reads the row once (EPF_SEND_UNROLL 16-byte vectors per lane in flight) and stores it
- *             into every present copy. A copy whose dst_row is outside [0, recv_capacity) is
- *             dropped (never written).
- *   Result:   [result:all] the number of dropped copies (the caller counts them, e.g. with
- *             epf_error_count_add(&rec->recv_overflow, n) from lane 0).
- *   Memory:   plain stores to peers; nothing is published: signal after the copies (see
- *             epf_arrive_last_block + epf_dispatch_signal_block). */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                       int dst_rank, int64_t dst_row, int ncopies) {
   const int lane = epf_lane_id();
@@ -205,20 +182,6 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
   return dropped;
 }
 
-/* epf_recv_scale_offset — where the scale of receive row `row`, scale column `col` lives, as a
- *   byte offset in the rank's window slice: THE owner of a receive scale's position, for every
- *   scale layout (the dispatch writes through it, readers and the tests' references read through
- *   it). MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
- *   (cols = hidden / 128).
- *     COMPACT           row-major [rows][cols] from the RECV_SCALES start
- *     SWIZZLED_128X4    epf_scale_swizzle_offset(row, col, cols) from the RECV_SCALES start
- *     SEGMENT_MN_MAJOR  row's expert segment [seg_begin, seg_begin + seg_rows) (the route's
- *                       segment: begin, padded_count) holds the FP32 matrix [cols][seg_rows],
- *                       row index contiguous, at scale element seg_begin * cols:
- *                       (seg_begin * cols + col * seg_rows + (row - seg_begin)) * 4
- *   seg_begin / seg_rows are read by SEGMENT_MN_MAJOR only (pass anything, e.g. 0, otherwise);
- *   there the position is meaningful only where epf_recv_scale_seg_fits says so.
- *   Scope: any thread, host or device. Pure. */
 EPF_HD uint64_t epf_recv_scale_offset(const epf_plan_t* plan, int64_t row, int col, int64_t seg_begin, int64_t seg_rows) {
   const int ncols = plan->payload == EPF_PAYLOAD_MXFP8 ? plan->hidden / 32 : plan->hidden / 128;
   if (plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4)
@@ -230,20 +193,11 @@ EPF_HD uint64_t epf_recv_scale_offset(const epf_plan_t* plan, int64_t row, int c
          (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
 }
 
-/* epf_recv_scale_seg_fits — may row `row`'s scales be written at (read from) epf_recv_scale_offset
- *   with this segment? Always for COMPACT and SWIZZLED_128X4. SEGMENT_MN_MAJOR: the row lies in
- *   the segment and the whole segment lies below recv_capacity (a segment cut by the capacity is
- *   no GEMM operand: its rows past the capacity were dropped and counted as recv_overflow, and
- *   its scales are not written at all, so nothing lands outside RECV_SCALES).
- *   Scope: any thread, host or device. Pure. */
 EPF_HD bool epf_recv_scale_seg_fits(const epf_plan_t* plan, int64_t row, int64_t seg_begin, int64_t seg_rows) {
   if (plan->scale_layout != EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR) return true;
   return seg_begin >= 0 && row >= seg_begin && row < seg_begin + seg_rows && seg_begin + seg_rows <= plan->recv_capacity;
 }
 
-/* epf_recv_scale_col_offset — epf_recv_scale_offset for the layouts without segments (COMPACT,
- *   SWIZZLED_128X4; a SEGMENT_MN_MAJOR plan needs the segment: use epf_recv_scale_offset).
- *   Scope: any thread. Pure. */
 EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, int col) {
   return epf_recv_scale_offset(plan, row, col, 0, 0);
 }
@@ -391,19 +345,6 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
   }
 }
 
-/* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
- *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
- *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
- *   scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's destination segment
- *   seg_begin / seg_rows, read by a SEGMENT_MN_MAJOR plan only: the route's SEND_SEGMENT begin and
- *   padded_count of the copy's expert; that layout takes the general loop below, never the
- *   register-held COMPACT path). Copies are lane-held exactly as for
- *   epf_dispatch_send_row_warp (lane j < ncopies: copy j, dst_rank < 0 = none, dst_row at or past
- *   recv_capacity = dropped). Returns the dropped copies (the same value in every lane): the caller
- *   counts them (epf_error_count_add(&rec->recv_overflow, n) from lane 0). Each element is
- *   quantized once, whatever the number of copies. Memory: plain 8-byte stores of the payload and
- *   1-byte / 4-byte scale stores to the peers; the caller publishes them (epf_dispatch_signal_block).
- *   [collective:warp] Requirements: src_row 16-byte aligned, hidden % (32 | 128) == 0. */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                                 int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
                                                                 int seg_rows) {
@@ -490,20 +431,11 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
   return dropped;
 }
 
-/* epf_dispatch_send_row_quant_warp — epf_dispatch_send_row_quant_seg_warp without segments: for
- *   plans whose scale layout is COMPACT or SWIZZLED_128X4 (a SEGMENT_MN_MAJOR plan gets no scales
- *   from it: use the _seg form with each copy's segment). [collective:warp], as the _seg form. */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                             int dst_rank, int64_t dst_row, int ncopies) {
   return epf_dispatch_send_row_quant_seg_warp(team, plan, src_row, dst_rank, dst_row, ncopies, 0, 0);
 }
 
-/* epf_dispatch_send_scales_seg_warp — forward a caller-quantized row's compact scales (MXFP8:
- *   hidden / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy's scale position in
- *   the plan's scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's
- *   destination segment seg_begin / seg_rows, read by SEGMENT_MN_MAJOR only: the route's
- *   SEND_SEGMENT begin and padded_count of the copy's expert); copies as for
- *   epf_dispatch_send_row_warp (send the row itself with that). [collective:warp] */
 EPF_DEVICE_INLINE void epf_dispatch_send_scales_seg_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
                                                          int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
                                                          int seg_rows) {
@@ -529,16 +461,11 @@ EPF_DEVICE_INLINE void epf_dispatch_send_scales_seg_warp(epf_team_t team, const 
   }
 }
 
-/* epf_dispatch_send_scales_warp — epf_dispatch_send_scales_seg_warp without segments (COMPACT and
- *   SWIZZLED_128X4 plans; a SEGMENT_MN_MAJOR plan gets no scales from it). [collective:warp] */
 EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
                                                      int dst_rank, int64_t dst_row, int ncopies) {
   epf_dispatch_send_scales_seg_warp(team, plan, src_scales, dst_rank, dst_row, ncopies, 0, 0);
 }
 
-/* epf_dispatch_meta_em — write one EXPERT_MAJOR metadata row (epf_recv_meta_em_t) beside a copy.
- *   Scope: any single thread (typically lane j for copy j). Skips absent / out-of-range copies,
- *   exactly as epf_dispatch_send_row_warp does. Memory: one 16-byte plain store to the peer. */
 EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* plan, int dst_rank, int64_t dst_row,
                                             int src_token, int k, int local_expert, float weight) {
   union {
@@ -550,16 +477,6 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* p
   epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, dst_row), dst_rank), row.v);
 }
 
-/* epf_dispatch_send_token_warp — one token's payload to all its copies, whatever the payload:
- *   a BF16 plan copies the row (epf_dispatch_send_row_warp); a quantized plan either quantizes the
- *   BF16 row on the way (quantize != 0: epf_dispatch_send_row_quant_warp) or forwards a row already
- *   in plan.payload format and its compact scales (quantize == 0: epf_dispatch_send_row_warp +
- *   epf_dispatch_send_scales_warp; src_scales NULL: no scales are sent).
- *   Scope: [collective:warp] every lane, converged; src_row, src_scales, quantize, ncopies uniform.
- *   Copies lane-held as for epf_dispatch_send_row_warp; lane j also holds copy j's destination
- *   segment (seg_begin, seg_rows: the route's SEND_SEGMENT begin and padded_count of its expert),
- *   read only by a SEGMENT_MN_MAJOR plan (pass 0, 0 otherwise).
- *   Result: [result:all] the dropped copies. */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                         const uint8_t* src_scales, int quantize, int dst_rank,
                                                         int64_t dst_row, int ncopies, int seg_begin, int seg_rows) {
@@ -572,16 +489,6 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const e
   return dropped;
 }
 
-/* epf_dispatch_meta_rm_warp — write the RANK_MAJOR metadata row (epf_recv_meta_rm_*) of every
- *   copy of one token: header (src_token, team.rank, entry count), then, in k order, each of the
- *   token's top-k entries that lives on that copy's rank.
- *   Scope:    [collective:warp] every lane, converged; src_token uniform.
- *   Input:    lane j < ncopies holds copy j (dst_rank, dst_row) exactly as for
- *             epf_dispatch_send_row_warp (absent or out-of-range copies are skipped). Lane k <
- *             plan->top_k holds the token's entry k: entry_rank, the rank its expert lives on (-1:
- *             none, left out of every list), its local expert there, its weight and its
- *             expert-major slot (the route's slot; a repeated expert lists its first occurrence's).
- *   Memory:   plain 4-byte stores to the peers; published with the rows (epf_dispatch_signal_block). */
 EPF_DEVICE_INLINE void epf_dispatch_meta_rm_warp(epf_team_t team, const epf_plan_t* plan, int src_token, int dst_rank,
                                                  int64_t dst_row, int ncopies, int entry_rank, int local_expert,
                                                  float weight, int slot) {
@@ -611,18 +518,6 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_rm_warp(epf_team_t team, const epf_plan
   }
 }
 
-/* epf_expand_row_warp — RANK_MAJOR: place receive row `row` (payload and, for quantized payloads,
- *   its scales) at each of its expert-major view rows. A repeated expert lists its first
- *   occurrence's view row again: each view row is written once.
- *   Scope:    [collective:warp] every lane, converged; uniform arguments.
- *   Input:    view: this rank's [expert_rows][plan->row_bytes] rows; view_scales: their compact
- *             scales ([expert_rows][plan->scale_bytes_per_row], whatever the window's scale
- *             layout), or NULL; src_offset as for epf_recv_meta_rm_read_warp.
- *   Does:     bad metadata is reported (EPF_ERR_BAD_METADATA into w->record) and places nothing;
- *             view rows at or past expert_rows are not written.
- *   Result:   [result:all] how many view rows were past expert_rows (the caller counts them in
- *             recv_overflow: never silent).
- *   Memory:   plain local loads and stores. */
 EPF_DEVICE_INLINE uint32_t epf_expand_row_warp(epf_team_t team, const epf_plan_t* plan, int64_t row,
                                                const int32_t* src_offset, char* view, uint8_t* view_scales,
                                                int64_t expert_rows, const epf_wait_t* w) {
@@ -651,20 +546,10 @@ EPF_DEVICE_INLINE uint32_t epf_expand_row_warp(epf_team_t team, const epf_plan_t
   return over;
 }
 
-/* epf_dispatch_signal_block — publish this rank's dispatch of `epoch` to every peer: thread p
- *   release-stores (epoch, 0) into SIG_DISPATCH[team.rank] of peer p.
- *   Scope: [collective:block], called by the block that epf_arrive_last_block chose.
- *   Memory: .sys release; ordered after everything the rank's blocks wrote before arriving. */
 EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
   epf_signal_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch);
 }
 
-/* epf_dispatch_wait_block — the receive half: wait until every peer published dispatch `epoch`.
- *   Scope:    [collective:block] [blocking]; any number of blocks of a rank may call it.
- *   Result:   [result:all] EPF_OK, or the first failure by priority (TIMEOUT, ABORTED,
- *             PEER_MASKED: a masked peer sent nothing this round).
- *   Memory:   .sys acquire per peer, then __syncthreads: after OK every thread of the block may read
- *             the receive region. */
 EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
                                                        epf_wait_t w) {
   return epf_wait_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch, w);

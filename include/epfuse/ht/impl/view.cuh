@@ -64,39 +64,10 @@
 #include "../../host.h"
 #include "../../core/signal.cuh"
 #include "../../core/team.cuh"
+#include "types.cuh"
 
 EPF_BEGIN_DECLS
 
-#define EPF_HT_SEND 0x1 /* the send half of a stage */
-#define EPF_HT_RECV 0x2 /* the receive half: wait for every peer */
-#define EPF_HT_BOTH 0x3 /* both halves in one call */
-
-/* One rank's view of a step: its team, the route arrays of its route buffer and its routing
- * inputs. Build it with epf_ht_view; read-only. */
-typedef struct epf_ht_view {
-  epf_team_t team;
-  int index;        /* route buffer / packed-input index: the virtual rank, or 0 for a real rank */
-  int T, K, R, E, EL; /* tokens this step (route header), top_k, ranks, experts, experts per rank */
-  int index_type;   /* EPF_INDEX_INT32 / EPF_INDEX_INT64 of topk */
-  uint32_t epoch;   /* the route's epoch: the epoch of every signal of this step */
-  const int32_t* dst_rank;        /* [T][K] */
-  const int32_t* slot;            /* [T][K] */
-  const int32_t* rm_slot;         /* [T][R] */
-  const int32_t* send_offset;     /* [E] */
-  const int32_t* send_rm_offset;  /* [R] */
-  const epf_route_segment_t* seg; /* [EL] */
-  const epf_route_segment_t* send_seg; /* [E]: each expert's segment at its destination */
-  const int32_t* src_offset;      /* [EL][R + 1] */
-  const int32_t* rm_offset;       /* [R + 1] */
-  const void* topk;               /* this rank's topk_idx [T][K] */
-  const float* topk_weights;      /* this rank's topk_weights [T][K], or NULL */
-} epf_ht_view_t;
-
-/* epf_ht_view — the view of route buffer `index` (0 for a real rank's single buffer; the virtual
- *   rank for virtual ranks) for `team` (already the rank's team: epf_team_for_block). topk_idx and
- *   topk_weights point at this rank's own [max_tokens][top_k] arrays (NULL allowed where a block
- *   does not read them). Scope: any thread; reads the route header and epoch word (after the
- *   route update of the step, on the same stream). */
 EPF_DEVICE_INLINE epf_ht_view_t epf_ht_view(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan, int index,
                                             const void* topk_idx, const float* topk_weights) {
   epf_ht_view_t v;
@@ -123,18 +94,11 @@ EPF_DEVICE_INLINE epf_ht_view_t epf_ht_view(const epf_route_t* route, epf_team_t
   return v;
 }
 
-/* epf_ht_expert_id — entry i of topk (either index type) when it is an expert id in [0,
- *   num_experts), else -1. The ids are read again after the route update: checked here, never
- *   trusted as an index. Scope: any thread. */
 EPF_HD int epf_ht_expert_id(const void* topk, int index_type, int64_t i, int num_experts) {
   const int64_t v = index_type == EPF_INDEX_INT32 ? (int64_t)((const int32_t*)topk)[i] : ((const int64_t*)topk)[i];
   return v >= 0 && v < (int64_t)num_experts ? (int)v : -1;
 }
 
-/* epf_ht_copy_em_lane — lane k < K of token t: its expert (*out_expert; -1: not routed or out of
- *   range) and the destination rank of its own copy from the route (-1: no copy of its own — not
- *   routed, dropped, a repeat of an earlier k, or an id that no longer matches the route, which
- *   sets *out_stale). Lanes >= K: -1. Scope: any lane (no collective). */
 EPF_DEVICE_INLINE int epf_ht_copy_em_lane(const epf_ht_view_t* v, int t, int* out_expert, bool* out_stale) {
   const int lane = epf_lane_id();
   int e = -1, d = -1;
@@ -152,10 +116,6 @@ EPF_DEVICE_INLINE int epf_ht_copy_em_lane(const epf_ht_view_t* v, int t, int* ou
   return d;
 }
 
-/* epf_ht_copies_rm_warp — the RANK_MAJOR copy list of token t: lane j holds the j-th distinct
- *   destination rank among the token's top-k, in order of first occurrence in k, and its receive
- *   row there (-1 on lanes past the list); returns the number of copies.
- *   Scope: [collective:warp], converged. */
 EPF_DEVICE_INLINE int epf_ht_copies_rm_warp(const epf_ht_view_t* v, int t, int* out_rank, int64_t* out_row) {
   const int lane = epf_lane_id();
   const int d = lane < v->K ? v->dst_rank[(int64_t)t * v->K + lane] : -1;
@@ -169,14 +129,11 @@ EPF_DEVICE_INLINE int epf_ht_copies_rm_warp(const epf_ht_view_t* v, int t, int* 
   return n;
 }
 
-/* epf_ht_recv_rows — RANK_MAJOR: how many receive rows hold a row this step (the route's total,
- *   capped at the receive capacity). Scope: any thread. */
 EPF_DEVICE_INLINE int64_t epf_ht_recv_rows(const epf_ht_view_t* v, const epf_plan_t* plan) {
   const int64_t n = v->rm_offset[v->R];
   return n < plan->recv_capacity ? n : plan->recv_capacity;
 }
 
-/* epf_ht_report_stale_warp — EPF_ERR_ROUTE_STALE for token t once per warp (lane k's flag). */
 EPF_DEVICE_INLINE void epf_ht_report_stale_warp(const epf_ht_view_t* v, const epf_wait_t* w, int t, bool stale) {
   epf_error_report_warp(w, stale, EPF_ERR_ROUTE_STALE, v->dst_rank + ((int64_t)t * v->K + epf_lane_id()), 0, 0);
 }
@@ -228,39 +185,12 @@ EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, c
   return epf_dispatch_send_token_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n, seg_begin, seg_rows);
 }
 
-/* epf_ht_dispatch_token_warp — the send half for token t: its copies (EXPERT_MAJOR: one per
- *   (token, expert), repeats get none; RANK_MAJOR: one per destination rank), their metadata
- *   and payload in the final receive rows of every destination.
- *   Scope:    [collective:warp] every lane, converged; uniform arguments.
- *   Input:    x_row: the token's row — BF16 [hidden] when quantize != 0 (quantized on the way to a
- *             quantized plan.payload), else a plan.payload row with its compact scales in
- *             x_scales_row (NULL for BF16); the view's topk_weights are read.
- *   Does:     ids that no longer match the route are reported (EPF_ERR_ROUTE_STALE) and sent
- *             nowhere; copies past the receive capacity are dropped. SEGMENT_MN_MAJOR scales go
- *             to each copy's segment (the route's SEND_SEGMENT of its expert).
- *   Result:   [result:all] the dropped copies (count them: recv_overflow).
- *   Memory:   plain stores to the peers; publish as the ready-made kernel does. */
 EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* x_row,
                                                       const uint8_t* x_scales_row, int quantize, int t,
                                                       const epf_wait_t* w) {
   return epf__ht_dispatch_token_warp(v, plan, x_row, x_scales_row, quantize, t, w, 0);
 }
 
-/* epf_ht_combine_backward_token_warp — the backward of combine, send half, for token t: dy_row (BF16
- *   [hidden], the gradient of the token's combine output) to the very receive rows its forward
- *   dispatch filled (the same route: EXPERT_MAJOR one row per (token, distinct expert), RANK_MAJOR
- *   one per destination rank), unweighted. Metadata as the forward's, except the EXPERT_MAJOR
- *   weight: the row's COMBINE WEIGHT, the sum in ascending k (FP32 adds from 0) of the token's
- *   weights over every k that reads the row (its first occurrence and its repeats), so the expert
- *   stage computes d out_row = weight * dy_row. RANK_MAJOR metadata lists every k with its own
- *   weight, as the forward's (the expert stage sums the entries of a view row the same way).
- *   Scope:    [collective:warp] every lane, converged; uniform arguments. A BF16 plan
- *             (plan.payload == EPF_PAYLOAD_BF16).
- *   Does:     what epf_ht_dispatch_token_warp does: stale ids are reported and skipped, copies past
- *             the receive capacity are dropped (the same copies the forward dropped).
- *   Result:   [result:all] the dropped copies (count them: recv_overflow).
- *   Memory:   plain stores to the peers; only after every rank finished the forward's combine
- *             (the ready-made kernel's barrier, docs/high-throughput.md); publish as the dispatch. */
 EPF_DEVICE_INLINE uint32_t epf_ht_combine_backward_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan,
                                                               const void* dy_row, int t, const epf_wait_t* w) {
   return epf__ht_dispatch_token_warp(v, plan, dy_row, NULL, 0, t, w, 1);
@@ -303,34 +233,11 @@ EPF_DEVICE_INLINE void epf__ht_combine_expert_warp(const epf_ht_view_t* v, const
   }
 }
 
-/* epf_ht_combine_expert_warp — the expert side of the combine, this warp's share: `warp` of the
- *   rank's `nwarps` warps takes every nwarps-th receive row. EXPERT_MAJOR: each row's output to
- *   where its source reads it (epf_combine_expert_row_em_warp); RANK_MAJOR: each row's k-order
- *   partial (epf_combine_prereduce_rm_row_warp).
- *   Input:    expert_out: this rank's expert outputs, BF16 [expert_rows][hidden] — EXPERT_MAJOR in
- *             receive-row order (NULL: written in place over the received BF16 rows), RANK_MAJOR in
- *             the expert-major view's order.
- *   Scope:    [collective:warp] every lane, converged; uniform arguments. Call from every warp of
- *             the rank, then arrive and signal (epf_arrive_last_block_epoch, epf_combine_signal_block). */
 EPF_DEVICE_INLINE void epf_ht_combine_expert_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* expert_out,
                                                   int64_t expert_rows, int warp, int nwarps, const epf_wait_t* w) {
   epf__ht_combine_expert_warp(v, plan, expert_out, expert_rows, warp, nwarps, w, 0, NULL);
 }
 
-/* epf_ht_dispatch_backward_expert_warp — the backward of dispatch, expert side, this warp's share
- *   (`warp` of the rank's `nwarps`): the input gradients of the expert stage back toward their
- *   sources, as the forward combine moves outputs — EXPERT_MAJOR: each receive row's dx row where its
- *   source reads it (pull: at epf_plan_expert_out_offset, nothing to do in place; push: into the
- *   source's COMBINE row); RANK_MAJOR: each receive row's partial with UNIT weights over its distinct
- *   view rows in k order (epf_combine_prereduce_rm_row_unit_warp). With weight_grad, each receive
- *   row's router-weight gradient goes into its metadata (epf_combine_weight_grad_ptr).
- *   Input:    dx_rows: BF16 [expert_rows][hidden] — EXPERT_MAJOR in receive-row order (NULL: in place
- *             over the receive rows), RANK_MAJOR in the expert-major view's order.
- *             weight_grad: FP32 [expert_rows] in the same row order (d w of each row: dot(dy_row,
- *             out_row), computed by the expert stage), or NULL.
- *   Scope:    [collective:warp] every lane, converged; uniform arguments; a BF16 plan (payload and
- *             combine payload). Call from every warp of the rank, then arrive and signal
- *             (epf_arrive_last_block_epoch, epf_combine_signal_block). */
 EPF_DEVICE_INLINE void epf_ht_dispatch_backward_expert_warp(const epf_ht_view_t* v, const epf_plan_t* plan,
                                                             const void* dx_rows, int64_t expert_rows,
                                                             const float* weight_grad, int warp, int nwarps,
@@ -408,32 +315,11 @@ EPF_DEVICE_INLINE void epf__ht_combine_token_warp(const epf_ht_view_t* v, const 
                                plan->combine_payload == EPF_PAYLOAD_MXFP8, out_row);
 }
 
-/* epf_ht_combine_token_warp — the source side for token t, after epf_combine_wait_block:
- *   out_row (BF16 [hidden]) = the fma chain in FP32 from 0 over the token's expert outputs in k
- *   order (EXPERT_MAJOR: w_k * y_k, a repeat reusing its first occurrence's output with its own
- *   weight) or over the rank-major partials in ascending rank order (RANK_MAJOR, weight 1), read
- *   from the expert ranks' windows (pull) or this rank's COMBINE rows (push). Copies dropped at
- *   dispatch, and outputs of ranks masked out under fault tolerance (pull), contribute nothing; a
- *   token with none gets zeros.
- *   Scope: [collective:warp] every lane, converged; uniform arguments. */
 EPF_DEVICE_INLINE void epf_ht_combine_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, int t, void* out_row,
                                                  const epf_wait_t* w) {
   epf__ht_combine_token_warp(v, plan, t, out_row, w, 0, NULL);
 }
 
-/* epf_ht_dispatch_backward_token_warp — the backward of dispatch, source side, for token t, after
- *   epf_combine_wait_block: out_row (BF16 [hidden], dx of the token) = the fma chain in FP32 from 0
- *   with UNIT weights over the token's gradient rows — EXPERT_MAJOR: the first occurrences in
- *   ascending k (a repeat adds nothing: its gradient is already inside its first occurrence's row);
- *   RANK_MAJOR: the per-rank partials in the order the token first names each rank — read as the
- *   forward combine reads (pull: the expert ranks' windows; push: this rank's COMBINE rows), then
- *   RNE to BF16. Copies dropped at dispatch (and, under fault tolerance, rows of masked ranks)
- *   contribute nothing, as in the forward; a token with none gets zeros.
- *   wgrad_row (FP32 [top_k], or NULL): for every k with a valid id, the router-weight gradient of
- *   the row k reads (a repeat: its first occurrence's), read from that row's metadata on its rank
- *   (epf_combine_weight_grad_ptr); 0 for -1 / invalid / stale ids and for dropped (or masked)
- *   copies. Meaningful only if the expert side carried weight_grad.
- *   Scope: [collective:warp] every lane, converged; uniform arguments; a BF16 plan. */
 EPF_DEVICE_INLINE void epf_ht_dispatch_backward_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, int t,
                                                            void* out_row, float* wgrad_row, const epf_wait_t* w) {
   epf__ht_combine_token_warp(v, plan, t, out_row, w, 1, wgrad_row);
