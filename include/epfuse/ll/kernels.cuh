@@ -67,11 +67,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include "impl/combine.cuh"
-#include "impl/combine_rm.cuh"
 #include "../config.h"
-#include "impl/dispatch.cuh"
-#include "impl/dispatch_rm.cuh"
 #include "../host.h"
 #include "ll.cuh"
 #include "../core/signal.cuh"

@@ -79,7 +79,11 @@
 #include "../../core/bf16.cuh"
 #include "../../config.h"
 #include "../../host.h"
-#include "../ll.cuh"
+#include "types.cuh"
+#include "layout.cuh"
+#include "phase.cuh"
+#include "slots.cuh"
+#include "rm.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -87,25 +91,10 @@
 
 EPF_BEGIN_DECLS
 
-/* epf_ll_combine_payload_supported — what the LL combine carries back: BF16, or MXFP8 (the
- *   expert side quantizes with quant.cuh's lane8 block, rule by EPF_FLAG_MX_SCALE_FLOOR; the
- *   source dequantizes inside the k-order FP32 sum). */
 EPF_HD bool epf_ll_combine_payload_supported(int payload) {
   return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8;
 }
 
-/* epf_ll_combine_pulls — the transport of an LL combine send with this plan and y_layout: true =
- *   PULL (the sources read the outputs from this rank's window), false = PUSH (this rank stores
- *   them into the sources' COMBINE rows). BF16 combine payload: pull iff y_layout is
- *   EPF_LL_Y_IN_PLACE_PULL (the outputs are read where the experts wrote them, nothing moves on
- *   the expert side). MXFP8 combine payload: pull iff the plan has an EXPERT_OUT region
- *   (epf_plan_compute gives every LL expert-major plan one unless EPF_FLAG_COMBINE_PUSH forces
- *   push), whatever y_layout: the send quantizes y into it. RANK_MAJOR plan (combine_ll_rm.cuh,
- *   never an EXPERT_OUT region): pull iff y_layout is EPF_LL_Y_PACKED_PULL and both payloads are
- *   BF16 (the pre-reduced partials overwrite their receive rows). The send half acts on it and tells
- *   the sources in the signal word; a receive half uses it only as the hint to build its slot
- *   table early. A host call with a NULL plan gets false (EPF__HOST_CHECK). Scope: any thread,
- *   host or device. Pure. */
 EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
   if (EPF__HOST_CHECK(plan == NULL)) return false;
   if (plan->layout == EPF_LAYOUT_RANK_MAJOR) /* combine_ll_rm.cuh: no EXPERT_OUT region */
@@ -203,44 +192,11 @@ EPF_DEVICE_INLINE void epf__ll_send_chunks_load(uint4* v, const char* src, int c
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
                                             void* smem, bool bwd, bool y_before_launch);
 
-/* epf_ll_combine_send_block — the expert side: push this round's expert outputs to their sources.
- *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
- *             the rank, once per round, after the dispatch receive of the same round completed
- *             (an earlier launch) and after the experts wrote y.
- *   Input:    a->recv_counts [EL][R] as the dispatch receive wrote them; a->y and a->y_layout
- *             (epf_ll_y_layout_t; IN_PLACE needs the BF16 dispatch payload).
- *   Does:     round c = state.epoch[COMBINE_SEND] + 1 (it must equal the dispatch round: the
- *             stages run in lockstep, one combine per dispatch; otherwise EPF_ERR_INVALID_ARGUMENT
- *             is recorded, nothing is pushed and nobody is signalled: the sources time out and
- *             count this rank's experts as absent instead of reading stale rows). Sources that
- *             are masked now, or whose dispatch of this round the receive missed
- *             (state.dispatch_fail), get neither rows nor the signal, for the same reason.
- *             Metadata rows that do not name a valid (token < T, k < K, source) are skipped.
- *             Transport by epf_ll_combine_pulls(plan, a->y_layout): push (rows into the sources'
- *             COMBINE), BF16 pull (nothing moves) or MXFP8 pull (quantized rows into this rank's
- *             EXPERT_OUT at epf_plan_expert_out_offset(plan, epf_ll_recv_row(plan, c, le, src,
- *             slot))). The last block signals every other source and sets
- *             state.epoch[COMBINE_SEND] = c.
- *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   plain stores to peers (push) or to the own window (MXFP8 pull); .sys release of the
- *             signal words after every block arrived. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                  const epf_ll_combine_args_t* a, void* smem) {
   epf__ll_combine_send(plan, ctx, a, smem, false, false);
 }
 
-/* epf_ll_dispatch_backward_send_block — the expert side of the backward of the LL dispatch
- *   (training): an LL combine round of the expert-input gradients. Everything as
- *   epf_ll_combine_send_block (same scope, layouts, push / pull, signals, epochs: it IS a combine
- *   round of the rank, and it follows a dispatch round, normally epf_ll_combine_backward's), with
- *   a->y = dx rows (one per receive row, in y_layout's order; IN_PLACE / IN_PLACE_PULL: over the
- *   receive rows), plus, when a->weight_grad is not NULL, one FP32 per row in the same order (the
- *   router-weight gradient the expert stage computed for the row) carried to the source:
- *   pushed into the first 4 bytes of the source's landing row epf_ll_weight_grad_row(plan, c, t, k)
- *   (the other parity's landing row of the row's (t, k)); pulled (EPF_LL_Y_IN_PLACE_PULL): stored
- *   into the weight field of the row's own metadata row, where the source reads it. The signal
- *   word says so (EPF__LL_COMBINE_WGRAD).
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
 EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                            const epf_ll_combine_args_t* a, void* smem) {
   epf__ll_combine_send(plan, ctx, a, smem, true, false);
@@ -375,43 +331,11 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
 EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                     const epf_ll_combine_args_t* a, void* smem, bool bwd);
 
-/* epf_ll_combine_recv_block — the source side: wait for every rank, then reduce in k order.
- *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
- *             ctx.nblocks blocks of the rank, once per round.
- *   Input:    a->topk_idx / a->topk_weights / a->num_tokens: exactly what this rank dispatched
- *             with in this round; a->out [num_tokens][hidden] BF16; a->y_layout only as a hint
- *             (EPF_LL_Y_IN_PLACE_PULL: the peers will likely let this rank pull, so the slot table
- *             is built while the signals are still on their way).
- *   Does:     round c = state.epoch[COMBINE_RECV] + 1; waits (bounded; masked ranks skipped) for
- *             SIG_LL_COMBINE[c & 1][d] of every rank d; writes out (see the file manual); the last
- *             block sets state.epoch[COMBINE_RECV] = c. The outputs of rank d come from this
- *             rank's COMBINE rows (d pushed: signal value 0) or straight from d's window (d
- *             signalled EPF__LL_COMBINE_PULL): row epf_ll_recv_row(plan, c, le, rank, slot) of its
- *             receive rows (BF16) or of its EXPERT_OUT (MXFP8), slot rebuilt from topk_idx exactly
- *             as the dispatch send computed it.
- *   Result:   [result:all] EPF_OK, or the block's first failure by priority (TIMEOUT, ABORTED,
- *             PEER_MASKED). A rank that failed contributes zero to this block's tokens.
- *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   .sys acquire per rank, __syncthreads, then plain loads of the own COMBINE region
- *             and (pull) of the peers' receive rows or EXPERT_OUT rows.
- *   Co-residency: waits on the combine send halves of every rank; in one launch with them
- *             [needs-co-residency]. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                          const epf_ll_combine_args_t* a, void* smem) {
   return epf__ll_combine_recv(plan, ctx, a, smem, false);
 }
 
-/* epf_ll_dispatch_backward_recv_block — the source side of the backward of the LL dispatch
- *   (training). Everything as epf_ll_combine_recv_block (scope, waits, push / pull, masked ranks,
- *   epochs), except the sum: UNIT weights over the FIRST OCCURRENCES only (a repeated expert of a
- *   token contributes nothing: its gradient is already inside its first occurrence's row):
- *     out[t][h] = BF16_RNE( fma(1.0f, dx_{k_n}[h], ... fma(1.0f, dx_{k_0}[h], 0.0f)) )
- *   over the token's present first-occurrence entries k_0 < k_1 < ...; a->topk_weights is not read.
- *   With a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of
- *   the row k read in the forward (a repeat: its first occurrence's row), or 0 when the id is -1
- *   or dropped, its rank is absent this round, or the rank did not carry gradients (no weight_grad
- *   on its side). Written by the blocks that own chunk 0 of each token.
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
 EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                                    const epf_ll_combine_args_t* a, void* smem) {
   return epf__ll_combine_recv(plan, ctx, a, smem, true);

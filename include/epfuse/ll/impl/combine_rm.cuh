@@ -64,7 +64,11 @@
 #include "../../config.h"
 #include "dispatch_rm.cuh"
 #include "../../host.h"
-#include "../ll.cuh"
+#include "types.cuh"
+#include "layout.cuh"
+#include "phase.cuh"
+#include "slots.cuh"
+#include "rm.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -119,46 +123,11 @@ EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ct
 EPF_DEVICE_INLINE epf_status_t epf__ll_rm_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                        const epf_ll_combine_args_t* a, void* smem, bool bwd);
 
-/* epf_ll_rm_combine_send_block — the expert side of a RANK_MAJOR LL combine: pre-reduce and send.
- *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
- *             the rank, once per round, after the dispatch receive of the same round (and the
- *             expand) completed and the experts wrote y.
- *   Input:    a->y: BF16 expert outputs [EL * R * T][hidden] in the order of the expert-major view
- *             (a->y_layout EPF_LL_Y_PACKED or EPF_LL_Y_PACKED_PULL: row epf_ll_packed_row, as the
- *             expand placed the inputs; EPF_LL_Y_FIXED: row epf_ll_fixed_row(plan, le, src,
- *             slot)); a->recv_counts [EL][R] as the dispatch receive wrote them.
- *   Does:     round c = state.epoch[COMBINE_SEND] + 1, which must equal the dispatch round
- *             (otherwise EPF_ERR_INVALID_ARGUMENT is recorded, nothing is sent, nobody is
- *             signalled, as epf_ll_combine_send_block; also for a y_layout other than FIXED,
- *             PACKED, PACKED_PULL or a NULL y / recv_counts). See the file manual. Sources that
- *             are masked now or whose dispatch of this round the receive missed get neither rows
- *             nor the signal. Rows whose metadata fails its checks are reported
- *             (EPF_ERR_BAD_METADATA) and send nothing; an entry past its (expert, source) group
- *             contributes nothing (reported). The last block sets state.epoch[COMBINE_SEND] = c.
- *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   plain loads of y (local) and stores to the sources' COMBINE rows (push) or this
- *             rank's receive rows (pull); .sys release of the signal words after every block
- *             arrived. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_rm_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                     const epf_ll_combine_args_t* a, void* smem) {
   epf__ll_rm_combine_send(plan, ctx, a, smem, false);
 }
 
-/* epf_ll_rm_dispatch_backward_send_block — the expert side of the backward of a RANK_MAJOR LL
- *   dispatch (training): an LL rank-major combine round of the expert-input gradients.
- *   Everything as epf_ll_rm_combine_send_block (scope, y layouts FIXED / PACKED / PACKED_PULL,
- *   push / pull, signals, epochs: it IS a combine round of the rank, and it follows a dispatch
- *   round, normally epf_ll_combine_backward's), with a->y = dx rows (one per view row, in
- *   y_layout's order), except the pre-reduce: per rank-major row, UNIT weights over the row's
- *   DISTINCT view rows, each once at its first entry in k (a repeated expert adds nothing: its
- *   gradient is already in its first occurrence's row): p = fma(1, dx_{j_n}, ... fma(1, dx_{j_0},
- *   0.0f)), rounded to BF16. With a->weight_grad (not NULL: one FP32 per view row, y's order), each
- *   entry j of the row carries its view row's value (0 for an entry that fails its checks) to the
- *   source: pushed into float j of the source's row epf_ll_rm_weight_grad_row(plan, c, token,
- *   rank) (the other parity's landing row of (token, rank)); pulled (EPF_LL_Y_PACKED_PULL): into
- *   entry j's weight field of the row's own metadata (epf_combine_weight_grad_ptr). The signal
- *   word says so (EPF__LL_COMBINE_WGRAD).
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
 EPF_DEVICE_INLINE void epf_ll_rm_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                               const epf_ll_combine_args_t* a, void* smem) {
   epf__ll_rm_combine_send(plan, ctx, a, smem, true);
@@ -261,40 +230,11 @@ EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ct
                                 (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u), true);
 }
 
-/* epf_ll_rm_combine_recv_block — the source side of a RANK_MAJOR LL combine: wait for every rank,
- *   then sum the partials.
- *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
- *             ctx.nblocks blocks of the rank, once per round.
- *   Input:    a->topk_idx / a->topk_weights / a->num_tokens / a->index_type: exactly what this rank
- *             dispatched with in this round (the weights are not read: the expert side applied
- *             them); a->out [num_tokens][hidden] BF16; a->y_layout only as a hint
- *             (EPF_LL_Y_PACKED_PULL: build the per-rank slot table before waiting).
- *   Does:     round c = state.epoch[COMBINE_RECV] + 1; waits (bounded; masked ranks skipped) for
- *             SIG_LL_COMBINE[c & 1][d] of every rank d; writes out (see the file manual): the
- *             partial of (t, d) comes from this rank's COMBINE row epf_ll_rm_combine_row(plan, c, t,
- *             d) (d pushed) or from d's receive row epf_ll_rm_recv_row(plan, c, rank, slot) (d
- *             signalled EPF__LL_COMBINE_PULL; slot rebuilt from topk_idx exactly as the dispatch
- *             send computed it). The last block sets state.epoch[COMBINE_RECV] = c.
- *   Result:   [result:all] EPF_OK, or the block's first failure by priority (TIMEOUT, ABORTED,
- *             PEER_MASKED). A rank that failed contributes zero to this block's tokens.
- *   Scratch:  smem of epf_ll_combine_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   .sys acquire per rank, __syncthreads, then plain loads of the own COMBINE region and
- *             (pull) of the peers' receive rows. Co-residency: as epf_ll_combine_recv_block. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                             const epf_ll_combine_args_t* a, void* smem) {
   return epf__ll_rm_combine_recv(plan, ctx, a, smem, false);
 }
 
-/* epf_ll_rm_dispatch_backward_recv_block — the source side of the backward of a RANK_MAJOR LL
- *   dispatch (training). Everything as epf_ll_rm_combine_recv_block (scope, waits, push / pull,
- *   masked ranks, epochs, the sum: weight 1 per rank's partial in the order of each rank's first
- *   occurrence in k, FP32 from +0.0f, BF16 out): out = dx [num_tokens][hidden]. With
- *   a->topk_weights_grad (not NULL): [num_tokens][top_k] FP32, for every k the gradient of the
- *   view row k read in the forward (a repeat: its first occurrence's row, the same value), or 0
- *   when the id is -1 or dropped, its rank is absent this round or did not carry gradients (no
- *   weight_grad on its side). Entry j of (t, rank d) = the j-th k of the token on d, in k order.
- *   Written by the warps that own chunk 0 of each token. a->topk_weights is not read.
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
 EPF_DEVICE_INLINE epf_status_t epf_ll_rm_dispatch_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                                       const epf_ll_combine_args_t* a, void* smem) {
   return epf__ll_rm_combine_recv(plan, ctx, a, smem, true);

@@ -63,7 +63,11 @@
 
 #include "../../config.h"
 #include "../../host.h"
-#include "../ll.cuh"
+#include "types.cuh"
+#include "layout.cuh"
+#include "phase.cuh"
+#include "slots.cuh"
+#include "rm.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -71,9 +75,6 @@
 
 EPF_BEGIN_DECLS
 
-/* epf_ll_payload_supported — payloads the LL dispatch moves: BF16, and MXFP8 / per-128 FP8
- *   quantized on the fly by the sender (quant.cuh lane8 blocks: once per token, then stored into
- *   every copy). */
 EPF_HD bool epf_ll_payload_supported(int payload) {
   return payload == EPF_PAYLOAD_BF16 || payload == EPF_PAYLOAD_MXFP8 || payload == EPF_PAYLOAD_FP8_128;
 }
@@ -163,41 +164,11 @@ EPF_DEVICE_INLINE uint4 epf__ll_send_chunk_load(const void* x, int64_t u, int64_
 EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
                                              void* smem, bool bwd);
 
-/* epf_ll_dispatch_send_block — the send half of LL dispatch for one rank.
- *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
- *             the rank calls it once per round, converged, with the same plan and args.
- *   Input:    a->x [num_tokens][hidden] BF16 (16-byte aligned), a->topk_idx [num_tokens][K],
- *             a->topk_weights (or NULL: 1.0f), a->num_tokens in [0, plan->max_tokens_per_rank]
- *             (checked on the host: epf_ll_tokens_check). Local memory, not written during the call.
- *   Does:     see the file manual; round epoch e = state.epoch[DISPATCH_SEND] + 1, parity e & 1.
- *             Rows land at epf_ll_recv_row(plan, e, le, rank, slot) in the destination's window
- *             with their metadata row (epf_recv_meta_em_t, k = the first k naming the expert).
- *   Result:   none. The last block to finish publishes (epoch e, rows) for every (destination,
- *             local expert) that is active in the rank's mask (all of them without fault
- *             tolerance), rows = copies sent there, and sets state.epoch[DISPATCH_SEND] = e.
- *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes, 16-byte aligned.
- *             [smem-reuse]
- *   Memory:   plain 16-byte stores to peers; .sys release of the signal words after every block
- *             arrived (epf_arrive_last_block). Never waits: no co-residency needed.
- *   Limits:   plan checked with epf_ll_plan_check; payload epf_ll_payload_supported.
- *             Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                   const epf_ll_dispatch_args_t* a, void* smem) {
   epf__ll_dispatch_send(plan, ctx, a, smem, false);
 }
 
-/* epf_ll_combine_backward_send_block — the send half of the backward of the LL combine (training):
- *   an LL dispatch round of the output gradients. Everything as epf_ll_dispatch_send_block (same
- *   scope, slots, rows, signals, epochs: it IS a dispatch round of the rank; the receive half is
- *   epf_ll_dispatch_recv_block itself), with a->x = dy [num_tokens][hidden] BF16 and the same
- *   topk_idx / topk_weights / num_tokens as the forward round, except the metadata weight of each
- *   row: the row's COMBINE WEIGHT, the sum over the k of the token that read the row in the forward
- *   combine (its first occurrence and every repeat of the expert) of topk_weights[t][k], FP32 adds
- *   in ascending k from +0.0f (1.0f per k when topk_weights is NULL). The rows carry dy exactly, so
- *   the expert stage computes d out_row = weight * dy_row.
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it).
- *   Rows:     the same (local expert, source, slot) as the forward round with the same routing, i.e.
- *             the same epf_ll_fixed_row / epf_ll_packed_row; the parity is this round's (*round). */
 EPF_DEVICE_INLINE void epf_ll_combine_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                           const epf_ll_dispatch_args_t* a, void* smem) {
   epf__ll_dispatch_send(plan, ctx, a, smem, true);
@@ -295,27 +266,6 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
   }
 }
 
-/* epf_ll_dispatch_recv_block — the receive half of LL dispatch for one rank.
- *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
- *             ctx.nblocks blocks of the rank, once per round. Block b serves local experts
- *             b, b + nblocks, ... (blocks beyond E_local only take part in the completion).
- *   Does:     waits (bounded; masked sources skipped) for (epoch e, rows) of every (local expert,
- *             source), e = state.epoch[DISPATCH_RECV] + 1; writes a->recv_counts[le * R + src]
- *             (0 for a masked, late or aborted source), a->expert_counts[le] (if not NULL), and
- *             with a->packed_x / packed_meta / packed_scales (each optional) copies the rows to
- *             row epf_ll_packed_row(plan, le, pos) of those buffers, pos = rows of sources < src
- *             + slot. The last block to finish writes *a->round = e (if not NULL) and sets
- *             state.epoch[DISPATCH_RECV] = e.
- *   Result:   [result:all] EPF_OK, or the block's first failure by priority (EPF_ERR_TIMEOUT,
- *             EPF_ERR_ABORTED, EPF_ERR_PEER_MASKED); every failure is also in the error record
- *             except PEER_MASKED (a known-absent peer is not an error).
- *   After:    the rows of round e are valid until this rank's combine send of round e returns
- *             (or, without a combine, until its dispatch receive of round e + 1 returns).
- *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   .sys acquire per signal word, then __syncthreads before any row is read.
- *   Co-residency: waits only on the send halves of the peers (and of this rank). In one launch
- *             with the send half, every block of the grid must be resident [needs-co-residency];
- *             in a later launch, nothing is needed. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                           const epf_ll_dispatch_args_t* a, void* smem) {
   const epf_team_t team = ctx.team;

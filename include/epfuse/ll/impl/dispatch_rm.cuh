@@ -71,7 +71,11 @@
 #include "../../core/rows.cuh"
 #include "dispatch.cuh"
 #include "../../host.h"
-#include "../ll.cuh"
+#include "types.cuh"
+#include "layout.cuh"
+#include "phase.cuh"
+#include "slots.cuh"
+#include "rm.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -79,19 +83,6 @@
 
 EPF_BEGIN_DECLS
 
-/* epf_ll_rm_dispatch_send_block — the send half of RANK_MAJOR LL dispatch for one rank.
- *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
- *             the rank calls it once per round, converged, with the same plan and args.
- *   Input:    as epf_ll_dispatch_send_block (a->x, a->topk_idx, a->topk_weights or NULL = 1.0f,
- *             a->num_tokens in [0, T], a->index_type); plan: a RANK_MAJOR LL plan.
- *   Does:     see the file manual; round e = state.epoch[DISPATCH_SEND] + 1, parity e & 1.
- *   Result:   none. The last block publishes, for every destination active in the rank's mask,
- *             its count words and then (epoch e, rows), and sets state.epoch[DISPATCH_SEND] = e.
- *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes (the expert and the
- *             per-rank slot tables), 16-byte aligned. [smem-reuse]
- *   Memory:   plain stores to peers (payload, scales, metadata, count words); .sys release of the
- *             signal words after every block arrived. Never waits: no co-residency needed.
- *   Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                      const epf_ll_dispatch_args_t* a, void* smem) {
   const epf_team_t team = ctx.team;
@@ -322,43 +313,11 @@ EPF_DEVICE_INLINE void epf__ll_rm_expand_rows_block(const epf_plan_t* plan, epf_
 EPF_DEVICE_INLINE epf_status_t epf__ll_rm_dispatch_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                         const epf_ll_dispatch_args_t* a, void* smem, bool bwd);
 
-/* epf_ll_rm_dispatch_recv_block — the receive half of RANK_MAJOR LL dispatch for one rank.
- *   Scope:    [collective:block] [uniform-args] [blocking]: every thread of each of the
- *             ctx.nblocks blocks of the rank, once per round. Every block waits for every source.
- *   Does:     round e = state.epoch[DISPATCH_RECV] + 1; waits (bounded; masked sources skipped)
- *             for (epoch e, rows) of every source, reads its count words (one per local expert);
- *             block 0 writes a->recv_counts[le * R + src] (0 for a masked, late or aborted
- *             source; state.dispatch_fail[src] = e) and a->expert_counts[le] (if not NULL), the
- *             counts of the expert-major view; with a->packed_x / packed_scales / packed_meta
- *             (each optional) the rank's blocks expand the rows into that view (see the file
- *             manual). The last block to finish writes *a->round = e (if not NULL) and sets
- *             state.epoch[DISPATCH_RECV] = e.
- *   Result:   [result:all] EPF_OK, or the block's first failure by priority (EPF_ERR_TIMEOUT,
- *             EPF_ERR_ABORTED, EPF_ERR_PEER_MASKED), as epf_ll_dispatch_recv_block. Count words
- *             and metadata that fail their checks are recorded (EPF_ERR_BAD_METADATA) and skipped.
- *   After:    the rank-major rows of round e stay valid until this rank's combine send of round
- *             e (which, pulling, writes the partials over them): expand them before.
- *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   .sys acquire per signal word, __syncthreads, then plain loads of the count words and
- *             rows. Co-residency: as epf_ll_dispatch_recv_block. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_rm_dispatch_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                              const epf_ll_dispatch_args_t* a, void* smem) {
   return epf__ll_rm_dispatch_recv(plan, ctx, a, smem, false);
 }
 
-/* epf_ll_rm_combine_backward_recv_block — the receive half of the backward of a RANK_MAJOR LL
- *   combine (training). The send half is epf_ll_rm_dispatch_send_block itself, with a->x = dy
- *   [num_tokens][hidden] BF16 and the same topk_idx / topk_weights / num_tokens as the forward
- *   round: the rows land in the same (source, slot) receive rows with the same rank-major metadata
- *   (the entries of the token on this rank in k order, each with its forward weight, local expert
- *   and expert slot). Everything here as epf_ll_rm_dispatch_recv_block (scope, waits, counts,
- *   expand, epochs), except the packed_meta weight of each view row the expand writes: the row's
- *   COMBINE WEIGHT, the sum over the entries naming that view row (its first occurrence and every
- *   repeat of the expert) of their weights, FP32 adds in ascending k from +0.0f — the expert
- *   stage computes d out_row = weight * dy_row. (epf_ll_rm_expand_block, the separate expand,
- *   keeps the forward's rule, the first entry's weight: expand in this receive half, or derive
- *   the combine weight from the rank-major rows' entries.)
- *   Limits:   epf_ll_backward_check(plan) == EPF_OK (BF16 both ways; the launcher checks it). */
 EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_backward_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                                      const epf_ll_dispatch_args_t* a, void* smem) {
   return epf__ll_rm_dispatch_recv(plan, ctx, a, smem, true);
@@ -456,18 +415,6 @@ EPF_DEVICE_INLINE void epf__ll_rm_rows_block(const epf_plan_t* plan, epf_ll_ctx_
   __syncthreads();
 }
 
-/* epf_ll_rm_expand_block — the expand of a RANK_MAJOR LL round as a separate step: the rank-major
- *   rows of the last dispatch round this rank received (state.epoch[DISPATCH_RECV]) into the
- *   expert-major view (a->packed_x / packed_scales / packed_meta, each optional; see the file
- *   manual), with the counts a->recv_counts [EL][R] that the receive half of the round wrote.
- *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of
- *             the rank, after the receive half of the round (a later launch; stream order) and
- *             before the combine send of the round. Any number of blocks.
- *   Does:     sources the receive half missed (state.dispatch_fail) expand nothing; metadata that
- *             fails its checks is reported (EPF_ERR_BAD_METADATA) and places nothing. Advances no
- *             epoch (it may run again, e.g. into another buffer).
- *   Scratch:  smem of epf_ll_dispatch_smem_bytes(plan, blockDim.x) bytes. [smem-reuse]
- *   Memory:   plain local loads and stores. Blocking: no. */
 EPF_DEVICE_INLINE void epf_ll_rm_expand_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
                                               void* smem) {
   const int R = plan->nranks, EL = plan->experts_per_rank, Tmax = plan->max_tokens_per_rank;

@@ -25,10 +25,6 @@ EPF_BEGIN_DECLS
 /* Host-and-device helpers: state, checks, layout                                                */
 /* ============================================================================================ */
 
-/* epf_ll_state_init — a fresh state: epochs 0, counters 0, every rank of [0, nranks) active.
- *   Scope: any single thread, host or device. Copy the result into the device state before the
- *   first LL call (or use epf_ll_state_reset from kernels_ll.cuh, stream-ordered). A host call
- *   with out NULL or nranks outside [1, EPF_MAX_RANKS] writes nothing. */
 EPF_HD void epf_ll_state_init(epf_ll_state_t* out, int nranks) {
   int i;
   if (EPF__HOST_CHECK(out == NULL || nranks < 1 || nranks > EPF_MAX_RANKS)) return;
@@ -44,15 +40,6 @@ EPF_HD void epf_ll_state_init(epf_ll_state_t* out, int nranks) {
   for (i = 0; i < EPF_MAX_RANKS; ++i) out->dispatch_fail[i] = 0u;
 }
 
-/* epf_ll_plan_check — may this plan run the LL blocks? EPF_OK, or the reason:
- *   prefix (EPF_ERR_STRUCT_VERSION), mode not LL (EPF_ERR_MODE), a layout other than EXPERT_MAJOR
- *   and RANK_MAJOR (EPF_ERR_LAYOUT), a plan whose LL regions are missing or whose receive rows
- *   are not the layout's (EPF_ERR_INVALID_ARGUMENT: EXPERT_MAJOR [EL][R][T] rows per parity,
- *   RANK_MAJOR [R][T] rows with rank-major metadata rows and the COUNTS region that carries the
- *   per-expert counts). Hidden-size rules (per-128 FP8 with hidden 2880 ->
- *   EPF_ERR_HIDDEN_ALIGNMENT) are refused earlier, by epf_plan_compute. The ready-made launchers
- *   (kernels_ll.cuh) run the rank-major blocks (dispatch_ll_rm.cuh, combine_ll_rm.cuh) for a
- *   RANK_MAJOR plan. Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_ll_plan_check(const epf_plan_t* plan) {
   epf_status_t st = epf_plan_check(plan);
   int64_t rows;
@@ -71,21 +58,12 @@ EPF_HD epf_status_t epf_ll_plan_check(const epf_plan_t* plan) {
   return EPF_OK;
 }
 
-/* epf_ll_tokens_check — num_tokens in [0, plan.max_tokens_per_rank], else EPF_ERR_TOKENS;
- *   EPF_ERR_INVALID_ARGUMENT for a NULL plan. */
 EPF_HD epf_status_t epf_ll_tokens_check(const epf_plan_t* plan, int num_tokens) {
   if (plan == NULL) return EPF_ERR_INVALID_ARGUMENT;
   if (num_tokens < 0 || num_tokens > plan->max_tokens_per_rank) return EPF_ERR_TOKENS;
   return EPF_OK;
 }
 
-/* epf_ll_backward_check — may this LL plan run the training direction (epf_ll_combine_backward,
- *   epf_ll_dispatch_backward and their blocks)? EXPERT_MAJOR and RANK_MAJOR plans both may.
- *   EPF_OK, or epf_ll_plan_check's status, or EPF_ERR_NOT_SUPPORTED unless the payload and the
- *   combine payload are both BF16 (gradients travel unquantized: the rows carry dy and dx exactly)
- *   and, RANK_MAJOR, a combine landing row holds top_k FP32 (the pushed router-weight gradients of
- *   one (token, rank): combine_row_bytes >= 4 * top_k, i.e. hidden >= 2 * top_k). Scope: any
- *   thread. Pure. */
 EPF_HD epf_status_t epf_ll_backward_check(const epf_plan_t* plan) {
   const epf_status_t st = epf_ll_plan_check(plan);
   if (st != EPF_OK) return st;
@@ -101,10 +79,6 @@ EPF_HD epf_status_t epf_ll_backward_check(const epf_plan_t* plan) {
  * id outside its range gets EPF_ROW_INVALID (-1); device code is not checked. */
 EPF_HD bool epf__ll_id_bad(int id, int32_t n) { return id < 0 || id >= n; }
 
-/* epf_ll_fixed_row — the FIXED ORDER of one parity's receive rows, the one owner of the LL
- *   receive-row formula: slot `slot` of (local_expert, src) is row
- *   (local_expert * R + src) * T + slot of [EL][R][T] (= recv_capacity rows). epf_ll_recv_row adds
- *   the parity; a y in EPF_LL_Y_FIXED order uses it as is. Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_fixed_row(const epf_plan_t* plan, int local_expert, int src, int slot) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(local_expert, plan->experts_per_rank) ||
                       epf__ll_id_bad(src, plan->nranks) || epf__ll_id_bad(slot, plan->max_tokens_per_rank)))
@@ -112,10 +86,6 @@ EPF_HD int64_t epf_ll_fixed_row(const epf_plan_t* plan, int local_expert, int sr
   return ((int64_t)local_expert * plan->nranks + src) * plan->max_tokens_per_rank + slot;
 }
 
-/* epf_ll_fixed_row_split — the inverse: (local_expert, src, slot) of fixed row `row` in
- *   [0, recv_capacity), for loops over the fixed order. A host call with a NULL plan or row outside
- *   [0, recv_capacity) sets every non-NULL output to -1; NULL outputs are never written.
- *   Scope: any thread. Pure. */
 EPF_HD void epf_ll_fixed_row_split(const epf_plan_t* plan, int64_t row, int* out_local_expert, int* out_src,
                                    int* out_slot) {
   int64_t T, g;
@@ -133,17 +103,11 @@ EPF_HD void epf_ll_fixed_row_split(const epf_plan_t* plan, int64_t row, int* out
   *out_slot = (int)(row - g * T);
 }
 
-/* epf_ll_recv_row — row of RECV_TOKENS / RECV_SCALES / RECV_META (pass it to
- *   epf_plan_recv_token_offset & co.) that holds slot `slot` of (local_expert, src) in the round
- *   of `epoch`: (epoch & 1) * recv_capacity + epf_ll_fixed_row(plan, local_expert, src, slot). */
 EPF_HD int64_t epf_ll_recv_row(const epf_plan_t* plan, uint32_t epoch, int local_expert, int src, int slot) {
   if (EPF__HOST_CHECK(plan == NULL || epf_ll_fixed_row(plan, local_expert, src, slot) < 0)) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->recv_capacity + epf_ll_fixed_row(plan, local_expert, src, slot);
 }
 
-/* epf_ll_packed_row — row of the packed per-expert output: local_expert * (R * T) + pos, where pos
- *   (in [0, R * T)) counts the expert's rows from sources < src first (source order, then slot =
- *   token order). */
 EPF_HD int64_t epf_ll_packed_row(const epf_plan_t* plan, int local_expert, int pos_in_expert) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(local_expert, plan->experts_per_rank) || pos_in_expert < 0 ||
                       (int64_t)pos_in_expert >= (int64_t)plan->nranks * plan->max_tokens_per_rank))
@@ -151,26 +115,16 @@ EPF_HD int64_t epf_ll_packed_row(const epf_plan_t* plan, int local_expert, int p
   return (int64_t)local_expert * plan->nranks * plan->max_tokens_per_rank + pos_in_expert;
 }
 
-/* epf_ll_combine_row — row of the source's COMBINE region (epf_plan_combine_offset) where the
- *   output for (token, k) of the round of `epoch` lands: ((epoch & 1) * T + token) * K + k. */
 EPF_HD int64_t epf_ll_combine_row(const epf_plan_t* plan, uint32_t epoch, int token, int k) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(token, plan->max_tokens_per_rank) || epf__ll_id_bad(k, plan->top_k)))
     return EPF_ROW_INVALID;
   return ((int64_t)(epoch & 1u) * plan->max_tokens_per_rank + token) * plan->top_k + k;
 }
 
-/* epf_ll_weight_grad_row — row of the source's COMBINE region whose first 4 bytes receive the
- *   router-weight gradient of (token, k) pushed in the backward-of-dispatch round of `epoch`
- *   (epf_ll_dispatch_backward): the landing row of (token, k) of the OTHER parity,
- *   epf_ll_combine_row(plan, epoch + 1, token, k). Nobody reads or writes that row between the
- *   push and the source's receive of the round (docs/low-latency.md, "Training: the backward
- *   direction"). Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_weight_grad_row(const epf_plan_t* plan, uint32_t epoch, int token, int k) {
   return epf_ll_combine_row(plan, epoch + 1u, token, k);
 }
 
-/* epf_ll_dispatch_signal_index — word of SIG_LL_DISPATCH (epf_plan_signal_offset) in which `src`
- *   publishes (epoch, rows) for `local_expert` of the window's owner: ((epoch & 1) * EL + le) * R + src. */
 EPF_HD int64_t epf_ll_dispatch_signal_index(const epf_plan_t* plan, uint32_t epoch, int local_expert, int src) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(local_expert, plan->experts_per_rank) ||
                       epf__ll_id_bad(src, plan->nranks)))
@@ -178,31 +132,16 @@ EPF_HD int64_t epf_ll_dispatch_signal_index(const epf_plan_t* plan, uint32_t epo
   return ((int64_t)(epoch & 1u) * plan->experts_per_rank + local_expert) * plan->nranks + src;
 }
 
-/* epf_ll_combine_signal_index — word of SIG_LL_COMBINE in which `peer` publishes the combine
- *   round of `epoch` to the window's owner: (epoch & 1) * R + peer. */
 EPF_HD int64_t epf_ll_combine_signal_index(const epf_plan_t* plan, uint32_t epoch, int peer) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(peer, plan->nranks))) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->nranks + peer;
 }
 
-/* epf_ll_index_type_ok — index_type is DEFAULT (0, means INT64), INT32 or INT64. The launchers
- *   refuse anything else with EPF_ERR_INVALID_ARGUMENT. epf_ll_index_is64 — its storage is int64. */
 EPF_HD bool epf_ll_index_type_ok(int index_type) {
   return index_type == EPF_INDEX_DEFAULT || index_type == EPF_INDEX_INT32 || index_type == EPF_INDEX_INT64;
 }
 EPF_HD int epf_ll_index_is64(int index_type) { return index_type != EPF_INDEX_INT32; }
 
-/* epf_ll_buffer_bytes — bytes of one rank's buffer `which` (see epf_ll_buffer_t), sized for
- *   plan.max_tokens_per_rank; the per-rank stride of virtual-rank operand arrays. index_type: the
- *   ids' epf_index_type_t (EPF_INDEX_DEFAULT = INT64, INT32, INT64), the same meaning as
- *   epf_ll_dispatch_args_t.index_type; only EPF_LL_BUF_TOPK_IDX depends on it (pass
- *   EPF_INDEX_DEFAULT for the others). 0 (the size sentinel; also the size of a buffer the plan
- *   does not use, e.g. PACKED_SCALES of BF16) for a NULL plan, `which` outside epf_ll_buffer_t or
- *   an index_type outside epf_index_type_t (host calls; EPF__HOST_CHECK).
- *   (It replaces epf_ll_rank_bytes, whose third argument once meant "ids are int64": 1 was int64
- *   there and is INT32 here. The name changed so that old callers stop compiling; libepfuse.so
- *   keeps the old symbol for old binaries, refusing the ambiguous id sizes: CHANGELOG.md.)
- *   Scope: any thread, host or device. Pure. */
 EPF_HD uint64_t epf_ll_buffer_bytes(const epf_plan_t* plan, epf_ll_buffer_t which, epf_index_type_t index_type) {
   uint64_t T, K, H, rows;
   if (EPF__HOST_CHECK(plan == NULL || !epf_ll_index_type_ok((int)index_type))) return 0u;
@@ -239,10 +178,6 @@ EPF_HD const void* epf__ll_cadv(const void* p, uint64_t bytes) {
 }
 EPF_HD void* epf__ll_adv(void* p, uint64_t bytes) { return p == NULL ? NULL : (void*)((char*)p + bytes); }
 
-/* epf_ll_dispatch_args_for_rank — virtual ranks: the operands of `rank` when every pointer of `a`
- *   is the base of R consecutive per-rank buffers (stride epf_ll_buffer_bytes). NULL stays NULL.
- *   A host call with a or plan NULL, or rank outside [0, plan.nranks), gets an all-zero struct
- *   (no operands: every launcher refuses it). */
 EPF_HD epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatch_args_t* a, const epf_plan_t* plan,
                                                             int rank) {
   epf_ll_dispatch_args_t r;
@@ -267,7 +202,6 @@ EPF_HD epf_ll_dispatch_args_t epf_ll_dispatch_args_for_rank(const epf_ll_dispatc
   return r;
 }
 
-/* epf_ll_combine_args_for_rank — the same for combine operands (all zero for bad arguments). */
 EPF_HD epf_ll_combine_args_t epf_ll_combine_args_for_rank(const epf_ll_combine_args_t* a, const epf_plan_t* plan,
                                                           int rank) {
   epf_ll_combine_args_t r;
@@ -296,21 +230,6 @@ EPF_HD int epf__ll_segments(int threads) {
   return w < 1 ? 1 : (w > EPF_LL_SCAN_SEGMENTS ? EPF_LL_SCAN_SEGMENTS : w);
 }
 
-/* epf_ll_smem_layout — the one owner of the LL blocks' shared memory at `threads` threads per
- *   block (epf_ll_smem_layout_t). After the common header (mask snapshot, scan storage):
- *     dispatch send:    the slot table: T * K codes, per-segment expert histograms
- *                       (min(warps, EPF_LL_SCAN_SEGMENTS) * E words), per-expert counts (E words);
- *     dispatch receive: per-group counts, scanned in place (2 * (E + 1) words reserved);
- *     combine send:     the per-group prefix (E + 1 words), then 16 * EPF_MASK_WORDS spare bytes;
- *     combine receive:  present / pulled rank bits, then the dispatch's slot table (pull), then
- *                       the bits of the ranks that carried weight gradients (backward), then
- *                       one 16-byte route per thread (the token its warp reduces);
- *     RANK_MAJOR plans (rm_* fields): the send's per-rank table after its expert table; the
- *     receive / expand / combine send's source presence, rows (+ prefix), [EL][R] counts and
- *     [EL][R + 1] view offsets; the combine receive's per-rank table (pull; it fits in
- *     reduce_slots' bytes, R <= E, so reduce_wgrad serves the rank-major backward too).
- *   The halves of a stage reuse the memory: each stage needs the larger of its halves.
- *   Scope: any thread, host or device. Pure. */
 EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threads) {
   const size_t TK = (size_t)plan->max_tokens_per_rank * (size_t)plan->top_k;
   const size_t E = (size_t)plan->num_experts;
@@ -364,24 +283,16 @@ EPF_HD epf_ll_smem_layout_t epf_ll_smem_layout(const epf_plan_t* plan, int threa
   return l;
 }
 
-/* epf_ll_dispatch_smem_bytes — dynamic shared memory the dispatch blocks need at `threads`
- *   threads per block (epf_ll_smem_layout's dispatch_bytes). */
 EPF_HD size_t epf_ll_dispatch_smem_bytes(const epf_plan_t* plan, int threads) {
   return epf_ll_smem_layout(plan, threads).dispatch_bytes;
 }
 
-/* epf_ll_combine_smem_bytes — the combine blocks' scratch (epf_ll_smem_layout's combine_bytes). */
 EPF_HD size_t epf_ll_combine_smem_bytes(const epf_plan_t* plan, int threads) {
   return epf_ll_smem_layout(plan, threads).combine_bytes;
 }
 
-/* epf_ll_smem_bytes — enough for every LL block and for epf_ll_mask_clean_block. */
 EPF_HD size_t epf_ll_smem_bytes(const epf_plan_t* plan, int threads) { return epf_ll_smem_layout(plan, threads).bytes; }
 
-/* epf_ll_slots_at — the slot table that starts `offset` bytes into `smem` (a slot table of
- *   epf_ll_smem_layout: send_slots or reduce_slots, at the same `threads`), split for num_tokens
- *   tokens over at most min(threads / 32, EPF_LL_SCAN_SEGMENTS) segments of a multiple of 32
- *   pairs. Scope: any thread (device: every thread of the block gets the same). Pure. */
 EPF_HD epf_ll_slots_t epf_ll_slots_at(const epf_plan_t* plan, void* smem, size_t offset, int num_tokens,
                                       int threads) {
   const int TK = num_tokens * plan->top_k;
@@ -395,7 +306,6 @@ EPF_HD epf_ll_slots_t epf_ll_slots_at(const epf_plan_t* plan, void* smem, size_t
   return s;
 }
 
-/* epf_ll_ctx_make — fill an epf_ll_ctx_t. Scope: any thread. */
 EPF_HD epf_ll_ctx_t epf_ll_ctx_make(epf_team_t team, epf_ll_state_t* state, epf_error_record_t* record,
                                     const uint32_t* abort_word, int block, int nblocks) {
   const epf_ll_ctx_t c = {team, state, record, abort_word, block, nblocks};

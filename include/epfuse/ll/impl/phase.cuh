@@ -26,40 +26,20 @@ EPF_BEGIN_DECLS
 /* Device: epochs, phase completion, waits                                                       */
 /* ============================================================================================ */
 
-/* epf_ll_wait — the wait context of an LL call: plan.timeout_ns, the record, the abort word, and
- *   (EPF_FLAG_FAULT_TOLERANT only) the rank's active mask. Scope: any thread. */
 EPF_DEVICE_INLINE epf_wait_t epf_ll_wait(const epf_plan_t* plan, epf_ll_ctx_t ctx) {
   epf_wait_t w = epf_wait_make(plan->timeout_ns, ctx.record, ctx.abort_word, ctx.team.rank);
   if ((plan->flags & EPF_FLAG_FAULT_TOLERANT) != 0u) w.mask = ctx.state->mask;
   return w;
 }
 
-/* epf_ll_epoch_next — the epoch of the round a phase is about to run: state.epoch[phase] + 1.
- *   Scope: any thread. The value is stable while the phase runs (only its last block advances it,
- *   after every block arrived), so every thread of every block of the rank reads the same. */
 EPF_DEVICE_INLINE uint32_t epf_ll_epoch_next(const epf_ll_state_t* state, epf_ll_phase_t phase) {
   return epf_ld_relaxed_gpu_u32(&state->epoch[phase]) + 1u;
 }
 
-/* epf_ll_phase_end_block — a phase's completion: every one of the ctx.nblocks blocks of the rank
- *   arrives (epf_arrive_last_block: one .sys atomic add per block); the last one gets true. The
- *   caller publishes the rank's work from that block, then calls epf_ll_phase_commit_block to
- *   advance the epoch and reset the counter.
- *   The counter carries no epoch tag (the HT kernels' epf_arrive_last_block_epoch does): on the
- *   LL path its compare-and-swap cost 3 to 26 us per call at T = 1 (H100, bench_ll), and a tag
- *   could not tell a rerun from the round it repeats anyway (a round whose blocks did not all
- *   arrive never advances the epoch). A launch that cannot be whole is refused instead (the
- *   launchers' checks, EPF_LL_MAX_BLOCKS_PER_RANK); after a kernel that died part-way, reset the
- *   state (epf_ll_state_reset with a zeroed window, or epf_ll_mask_clean on every rank).
- *   Scope: [collective:block] [uniform-args]. Memory: what every block wrote before arriving
- *   happens before what the last block does after (release/acquire at .sys, cumulative). */
 EPF_DEVICE_INLINE bool epf_ll_phase_end_block(epf_ll_ctx_t ctx, epf_ll_phase_t phase) {
   return epf_arrive_last_block(&ctx.state->arrive[phase], (uint32_t)ctx.nblocks, 1u);
 }
 
-/* epf_ll_phase_commit_block — in the last block only: reset the arrival counter and record
- *   `epoch` as the phase's last completed round (the next launch of the phase runs epoch + 1).
- *   Scope: [collective:block] (thread 0 stores). */
 EPF_DEVICE_INLINE void epf_ll_phase_commit_block(epf_ll_ctx_t ctx, epf_ll_phase_t phase, uint32_t epoch) {
   if (threadIdx.x == 0) {
     epf_st_relaxed_gpu_u32(&ctx.state->arrive[phase], 0u);
@@ -85,38 +65,16 @@ EPF_DEVICE_INLINE bool epf__ll_active(const uint32_t* smem_mask, int rank) {
 /* Device: active mask query / set, mask clean                                                   */
 /* ============================================================================================ */
 
-/* epf_ll_mask_query — copy the rank's active mask (EPF_MASK_WORDS words) into out_mask.
- *   Scope: any single thread. Memory: .sys relaxed loads. No allocation, no sync: capturable. */
 EPF_DEVICE_INLINE void epf_ll_mask_query(const epf_ll_state_t* state, uint32_t* out_mask) {
   int i;
   for (i = 0; i < EPF_MASK_WORDS; ++i) out_mask[i] = epf_ld_relaxed_sys_u32(state->mask + i);
 }
 
-/* epf_ll_mask_set — replace the rank's active mask. Scope: any single thread, while no LL phase of
- *   the rank runs (stream-ordered between calls). Memory: .sys relaxed stores. */
 EPF_DEVICE_INLINE void epf_ll_mask_set(epf_ll_state_t* state, const uint32_t* mask) {
   int i;
   for (i = 0; i < EPF_MASK_WORDS; ++i) epf_st_relaxed_sys_u32(state->mask + i, mask[i]);
 }
 
-/* epf_ll_mask_clean_block — re-admit delayed ranks and re-synchronise the LL epochs.
- *   Scope:    [collective:block] [uniform-args] [blocking] [needs-co-residency]: exactly one block
- *             per rank, every rank that should (re)join calls it, after all of its earlier LL
- *             phases completed (stream order). Ranks that do not call it stay masked.
- *   Does:     1. zeroes the rank's own SIG_LL_DISPATCH / SIG_LL_COMBINE words (nobody writes them:
- *                every participant is quiescent until it sees this rank's arrival);
- *             2. publishes (generation g = state.clean_gen + 1, M_r = the largest epoch this rank
- *                used) into slot `rank` of every peer's SIG_COUNT words (unused in LL mode);
- *             3. waits (bounded, without the mask) for every peer's slot to reach g;
- *             4. sets every phase's epoch to M = the largest M_p among the ranks that arrived (so
- *                the next round, M + 1, exceeds every epoch any signal word may hold), resets the
- *                arrival counters, sets the active mask to {ranks that arrived} plus itself, and
- *                stores g.
- *   Result:   [result:all] EPF_OK if every rank arrived; EPF_ERR_TIMEOUT (recorded) if some did
- *             not (they stay masked); EPF_ERR_ABORTED.
- *   Scratch:  smem: EPF__LL_HDR_BYTES bytes (epf_ll_smem_bytes covers it). [smem-reuse]
- *   Limits:   every participant must have taken part in the same number of cleans (generation
- *             numbers are compared); epochs of the ranks less than 2^31 apart. */
 EPF_DEVICE_INLINE epf_status_t epf_ll_mask_clean_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, void* smem) {
   uint32_t* arrived = (uint32_t*)smem;                      /* [EPF_MASK_WORDS] */
   int32_t* max_delta = (int32_t*)smem + EPF_MASK_WORDS;     /* one word */

@@ -46,63 +46,37 @@ EPF_BEGIN_DECLS
  * EPF_ROW_INVALID (-1), or EPF_OFFSET_INVALID from epf_ll_rm_count_offset; device code is not
  * checked. */
 
-/* epf_ll_rm_fixed_row — RANK_MAJOR: the fixed order of one parity's receive rows, the one owner
- *   of the formula: slot `slot` of source `src` is row src * T + slot of [R][T] (= recv_capacity
- *   rows). Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_fixed_row(const epf_plan_t* plan, int src, int slot) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(src, plan->nranks) || epf__ll_id_bad(slot, plan->max_tokens_per_rank)))
     return EPF_ROW_INVALID;
   return (int64_t)src * plan->max_tokens_per_rank + slot;
 }
 
-/* epf_ll_rm_recv_row — RANK_MAJOR: row of RECV_TOKENS / RECV_SCALES / RECV_META (pass it to
- *   epf_plan_recv_token_offset & co.) that holds slot `slot` of `src` in the round of `epoch`:
- *   (epoch & 1) * recv_capacity + epf_ll_rm_fixed_row(plan, src, slot). Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_recv_row(const epf_plan_t* plan, uint32_t epoch, int src, int slot) {
   if (EPF__HOST_CHECK(plan == NULL || epf_ll_rm_fixed_row(plan, src, slot) < 0)) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->recv_capacity + epf_ll_rm_fixed_row(plan, src, slot);
 }
 
-/* epf_ll_rm_dispatch_signal_index — RANK_MAJOR: word of SIG_LL_DISPATCH in which `src` publishes
- *   (epoch, rows) to the window's owner: (epoch & 1) * R + src. Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_dispatch_signal_index(const epf_plan_t* plan, uint32_t epoch, int src) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(src, plan->nranks))) return EPF_ROW_INVALID;
   return (int64_t)(epoch & 1u) * plan->nranks + src;
 }
 
-/* epf_ll_rm_count_offset — RANK_MAJOR: byte offset (in the window of expert / EL) of the count
- *   word in which `src` publishes its copies to global expert `expert` in the round of `epoch`:
- *   COUNTS word (epoch & 1, src, expert) of epf_plan_counts_offset (HT uses the same words for its
- *   count exchange; an LL plan has no other use for them). Scope: any thread. Pure. */
 EPF_HD uint64_t epf_ll_rm_count_offset(const epf_plan_t* plan, uint32_t epoch, int src, int expert) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(expert, plan->num_experts))) return EPF_OFFSET_INVALID;
   return epf_plan_counts_offset(plan, (int)(epoch & 1u), src, expert);
 }
 
-/* epf_ll_rm_combine_row — RANK_MAJOR: row of the source's COMBINE region where the partial of
- *   (token, expert rank `rank`) of the round of `epoch` lands: ((epoch & 1) * T + token) * R + rank.
- *   Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_combine_row(const epf_plan_t* plan, uint32_t epoch, int token, int rank) {
   if (EPF__HOST_CHECK(plan == NULL || epf__ll_id_bad(token, plan->max_tokens_per_rank) || epf__ll_id_bad(rank, plan->nranks)))
     return EPF_ROW_INVALID;
   return ((int64_t)(epoch & 1u) * plan->max_tokens_per_rank + token) * plan->nranks + rank;
 }
 
-/* epf_ll_rm_weight_grad_row — RANK_MAJOR: row of the source's COMBINE region whose first 4 * top_k
- *   bytes receive the router-weight gradients of the entries of (token, rank `rank`) pushed in
- *   the backward-of-dispatch round of `epoch` (epf_ll_dispatch_backward; float j = the token's
- *   j-th entry on that rank in k order): the landing row of (token, rank) of the OTHER parity,
- *   epf_ll_rm_combine_row(plan, epoch + 1, token, rank). Nobody reads or writes that row between
- *   the push and the source's receive of the round (as epf_ll_weight_grad_row; docs/low-latency.md,
- *   "Training: the backward direction"); epf_ll_backward_check makes sure a row holds top_k FP32.
- *   Scope: any thread. Pure. */
 EPF_HD int64_t epf_ll_rm_weight_grad_row(const epf_plan_t* plan, uint32_t epoch, int token, int rank) {
   return epf_ll_rm_combine_row(plan, epoch + 1u, token, rank);
 }
 
-/* epf_ll_rm_slots_at — the per-rank slot table that starts `offset` bytes into `smem`
- *   (epf_ll_smem_layout's rm_send_slots or rm_reduce_slots, at the same `threads`): T * K codes,
- *   then [nseg][R] histograms, then [R] counts; segments as epf_ll_slots_at. Scope: any thread. */
 EPF_HD epf_ll_slots_t epf_ll_rm_slots_at(const epf_plan_t* plan, void* smem, size_t offset, int num_tokens, int threads) {
   const int TK = num_tokens * plan->top_k;
   const int nseg_max = epf__ll_segments(threads);
@@ -119,29 +93,11 @@ EPF_HD epf_ll_slots_t epf_ll_rm_slots_at(const epf_plan_t* plan, void* smem, siz
 /* Device: the per-rank slot pass                                                                */
 /* ============================================================================================ */
 
-/* epf_ll_rm_slots_block — the per-rank slot pass of one source's round (RANK_MAJOR): for each
- *   token, its copy to each destination rank that one of its valid expert ids lives on.
- *   Scope:    [collective:block] [uniform-args], as epf_ll_slots_block (same inputs; table from
- *             epf_ll_rm_slots_at).
- *   Does:     pair (t, k) carries the copy of token t to rank d = topk_idx[t][k] / EL when its id
- *             is valid and no earlier k' < k of the token names an expert on d (the FIRST
- *             OCCURRENCE of d in k); its slot is its rank among this source's copies to d, in
- *             token order. Every other pair (id -1, ids outside [-1, E), a later entry on the same
- *             rank) has no slot (EPF_LL_SLOT_NONE). Not counted here: the dropped ids (the expert
- *             pass, epf_ll_slots_block, counts them).
- *   Result:   [result:all] the table: epf_ll_rm_slot gives every pair's slot and rank;
- *             s.count[d] = this source's copies to rank d (<= num_tokens).
- *   Scratch:  the table s in shared memory; __syncthreads inside, before and after. [smem-reuse]
- *   Memory:   reads topk_idx; no peer access, no fence. Blocking: no. Arch: sm_70+. */
 EPF_DEVICE_INLINE void epf_ll_rm_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type,
                                              int num_tokens, epf_ll_slots_t s) {
   epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, NULL, 1, 0);
 }
 
-/* epf_ll_rm_slot — the slot of pair `pair` = t * K + k in a table that epf_ll_rm_slots_block
- *   filled, and its destination rank in *out_rank; EPF_LL_SLOT_NONE (and -1) when the pair
- *   carries no copy (it is not the first entry of its token on that rank, or its id is invalid).
- *   Scope: any thread, after the pass returned. */
 EPF_DEVICE_INLINE uint32_t epf_ll_rm_slot(const epf_plan_t* plan, epf_ll_slots_t s, int pair, int* out_rank) {
   const uint32_t cd = s.code[pair];
   int d;

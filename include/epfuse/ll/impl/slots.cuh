@@ -278,36 +278,11 @@ EPF_DEVICE_INLINE void epf__ll_slot_pass_block(const epf_plan_t* plan, const voi
   epf__ll_slot_hist_scan_block(s.hist, nseg, nkeys, s.count);
 }
 
-/* epf_ll_slots_block — the slot pass of one source's round: where each (token, k) pair of
- *   topk_idx lands in its expert rank's receive rows (row epf_ll_recv_row(plan, round, le, source,
- *   slot)). The dispatch send runs it; the combine receive runs it again, on the same operands,
- *   for peers that let it pull. Its result is the same on every run and for any block size.
- *   Scope:    [collective:block] [uniform-args]: every thread of the block, converged.
- *   Input:    topk_idx [num_tokens][K] of index_type (epf_index_type_t; 0 = INT64), num_tokens in
- *             [0, plan.max_tokens_per_rank]; s = epf_ll_slots_at(plan, smem, offset, num_tokens,
- *             blockDim.x). Local memory, not written during the call.
- *   Does:     the slot of pair (t, k) is its rank among this source's pairs with the same expert,
- *             in (t, k) order, counting first occurrences only: id -1, ids outside [-1, E)
- *             (dropped) and a repeated expert of a token (any k after the first k naming it) get
- *             no slot (EPF_LL_SLOT_NONE) and are not counted. The same rule as the route's SLOT
- *             (route.cuh): docs/concepts.md, "Slots in HT and LL".
- *   Result:   [result:all] the table in s: epf_ll_slot gives every pair's slot and expert, and
- *             epf__ll_slot_route a repeat's first occurrence; s.count[e] = this source's copies
- *             to expert e (<= num_tokens).
- *             dropped_routes: NULL, or a counter (the error record's dropped_routes) to which the
- *             block adds the ids outside [-1, E) (pass it from one block of the rank only).
- *   Scratch:  the table s in shared memory; __syncthreads inside, before and after. [smem-reuse]
- *   Memory:   reads topk_idx (each id once, EPF__LL_SLOT_PREFETCH steps of a warp in flight);
- *             no peer access, no fence. Blocking: no.
- *   Arch:     sm_70+ (__match_any_sync). */
 EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type, int num_tokens,
                                           epf_ll_slots_t s, uint32_t* dropped_routes) {
   epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, dropped_routes, 0, 0);
 }
 
-/* epf_ll_slot — the slot of pair `pair` = t * K + k (t < the pass's num_tokens) in a table that
- *   epf_ll_slots_block filled, and its expert in *out_expert; EPF_LL_SLOT_NONE (and *out_expert
- *   = -1) when the pair has no copy of its own. Scope: any thread, after the pass returned. */
 EPF_DEVICE_INLINE uint32_t epf_ll_slot(const epf_plan_t* plan, epf_ll_slots_t s, int pair, int* out_expert) {
   const uint32_t cd = s.code[pair];
   int e;
