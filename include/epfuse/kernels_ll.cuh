@@ -8,5 +8,6 @@
 #define EPF_KERNELS_LL_CUH
 
 #include "ll/kernels.cuh"
+#include "ht/impl/combine.cuh" /* the HT dispatch and combine blocks, which it used to pull in too */
 
 #endif /* EPF_KERNELS_LL_CUH */

@@ -8,5 +8,6 @@
 #define EPF_LL_CUH
 
 #include "ll/ll.cuh"
+#include "ht/impl/dispatch.cuh" /* the HT dispatch blocks, which it used to pull in too */
 
 #endif /* EPF_LL_CUH */

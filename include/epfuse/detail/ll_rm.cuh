@@ -1,12 +1,14 @@
 /* epfuse/detail/ll_rm.cuh — forwarding header: moved to epfuse/ll/impl/rm.cuh — part of epfuse v0.1
  *
- * Kept for one release so that existing includes keep compiling; include epfuse/ll/impl/rm.cuh instead
- * (CHANGELOG.md, "Headers in folders by module").
+ * Kept for one release so that existing includes keep compiling (it includes the file that
+ * holds the same code); include the module's header epfuse/ll/ll.cuh instead (CHANGELOG.md,
+ * "Headers in folders by module").
  */
 /* SPDX-License-Identifier: Apache-2.0 */
 #ifndef EPF_DETAIL_LL_RM_CUH
 #define EPF_DETAIL_LL_RM_CUH
 
 #include "../ll/impl/rm.cuh"
+#include "../ht/impl/dispatch.cuh" /* the HT dispatch blocks, which it used to pull in too */
 
 #endif /* EPF_DETAIL_LL_RM_CUH */

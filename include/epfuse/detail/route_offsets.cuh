@@ -1,7 +1,8 @@
 /* epfuse/detail/route_offsets.cuh — forwarding header: moved to epfuse/route/impl/offsets.cuh — part of epfuse v0.1
  *
- * Kept for one release so that existing includes keep compiling; include epfuse/route/impl/offsets.cuh instead
- * (CHANGELOG.md, "Headers in folders by module").
+ * Kept for one release so that existing includes keep compiling (it includes the file that
+ * holds the same code); include the module's header epfuse/route/route.cuh instead (CHANGELOG.md,
+ * "Headers in folders by module").
  */
 /* SPDX-License-Identifier: Apache-2.0 */
 #ifndef EPF_DETAIL_ROUTE_OFFSETS_CUH
