@@ -64,7 +64,7 @@ EPF_DEVICE_INLINE epf_team_t epf_team_from_devcomm(const ncclDevComm_t* comm, nc
  *   acquire-release order) behind a plain function.
  *   Scope: [collective:block] every thread; one block per `index` per rank, index <
  *   lsa_barrier_count given to epf_nccl_devcomm_create. Blocking: yes (NCCL 2.28 has no timeout;
- *   use epf_barrier_block from signal.cuh where a bounded wait is needed). */
+ *   use epf_barrier_block from core/signal.cuh where a bounded wait is needed). */
 EPF_DEVICE_INLINE void epf_lsa_barrier_sync_block(const ncclDevComm_t* comm, uint32_t index) {
   ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), *comm, ncclTeamLsa(*comm), comm->lsaBarrier,
                                          index);

@@ -7,7 +7,7 @@
  *   scope  gpu (other threads of this GPU) | sys (peer GPUs over NVLink/LSA, and the host)
  * Cross-GPU flags use _sys, intra-GPU flags _gpu: a reviewer checks each use by its name.
  *
- * What it does NOT do: spin (signal.cuh has the one wait helper), or use ld.global.nc on memory a
+ * What it does NOT do: spin (core/signal.cuh has the one wait helper), or use ld.global.nc on memory a
  * peer may write during the kernel unless EPF_ENABLE_NC_LOADS=1 (epf_ld_nc_v4_u32).
  *
  * Usage:
@@ -15,7 +15,7 @@
  *   __syncwarp();
  *   if (lane == 0) epf_st_release_sys_u64(flag, epoch);   // publish
  *   ...
- *   while (epf_ld_acquire_sys_u64(flag) < epoch) {}       // (use epf_wait_*, signal.cuh)
+ *   while (epf_ld_acquire_sys_u64(flag) < epoch) {}       // (use epf_wait_*, core/signal.cuh)
  *
  * Contents (each for u32 and u64 unless noted):
  *   epf_ld_relaxed_{gpu,sys}_*   epf_ld_acquire_{gpu,sys}_*   epf_ld_volatile_*

@@ -9,7 +9,7 @@
  * The metadata layouts themselves (epf_recv_meta_em_t, epf_recv_meta_rm_*) are plan.h's; the BF16
  * vector steps of the k-order sum, which both combines use too, are bf16.cuh's.
  *
- * What it does NOT do: move rows between ranks, wait, or signal (ht/, ll/ and signal.cuh do).
+ * What it does NOT do: move rows between ranks, wait, or signal (ht/, ll/ and core/signal.cuh do).
  *
  * Contents:
  *   epf_recv_meta_rm_lane_t                                   a received RANK_MAJOR metadata row, per lane

@@ -7,12 +7,12 @@
  *                          slice starts at base + p * stride. R ranks run as block groups of one
  *                          grid on one GPU (all blocks must be co-resident: check with
  *                          epf_virtual_grid_check before the launch).
- *   - epf_team_affine:     an NCCL LSA window (nccl.cuh fills it from ncclGetLsaPointer: NCCL's LSA
+ *   - epf_team_affine:     an NCCL LSA window (core/nccl.cuh fills it from ncclGetLsaPointer: NCCL's LSA
  *                          mapping is affine, peer p at lsaFlatBase + p * stride).
  *   - epf_team_from_table: the caller's own table of peer pointers (CUDA IPC, torch symmetric
  *                          memory, ...); the table lives in device memory.
  *
- * What it does NOT do: allocate, map or register memory, or include nccl_device.h (nccl.cuh
+ * What it does NOT do: allocate, map or register memory, or include nccl_device.h (core/nccl.cuh
  * does), so every block works with virtual ranks and with foreign transports alike.
  *
  * Usage:

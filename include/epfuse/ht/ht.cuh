@@ -124,7 +124,7 @@ EPF_HD bool epf_recv_scale_seg_fits(const epf_plan_t* plan, int64_t row, int64_t
 EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, int col);
 
 /* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
- *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant.cuh documents),
+ *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant/quant.cuh documents),
  *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
  *   scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's destination segment
  *   seg_begin / seg_rows, read by a SEGMENT_MN_MAJOR plan only: the route's SEND_SEGMENT begin and

@@ -1,12 +1,12 @@
 /* epfuse/ht/kernels.cuh — ready-made high-throughput dispatch, expand and combine kernels — part of epfuse v0.1
  *
  * What it is: the easy path and the benchmark path of high-throughput (HT) EP, with host
- * launchers. Each kernel is a short loop over the public blocks of ht.cuh (which compose
- * dispatch.cuh, combine.cuh and quant.cuh): a fused kernel is written the same way. One kernel serves a real rank (team from epf_nccl_team_query, one route buffer) and
+ * launchers. Each kernel is a short loop over the public blocks of ht/ht.cuh (which compose
+ * ht/impl/dispatch.cuh, ht/impl/combine.cuh and quant/quant.cuh): a fused kernel is written the same way. One kernel serves a real rank (team from epf_nccl_team_query, one route buffer) and
  * VIRTUAL RANKS (R ranks in one grid on one GPU: route.count == plan.nranks, block b plays rank
  * b / blocks_per_rank; the grid must be co-resident, checked, else EPF_ERR_CO_RESIDENCY).
  * One HT round on every rank:
- *     epf_route_update            count exchange, slots and offsets (kernels_route.cuh)
+ *     epf_route_update            count exchange, slots and offsets (route/kernels.cuh)
  *     epf_ht_dispatch             rows into their final slots (+ quantize on the way), wait for peers
  *     [epf_ht_expand]             RANK_MAJOR only: the expert-major view, locally
  *     ... experts (the caller's kernels) ...
@@ -28,7 +28,7 @@
  *
  * Contents:
  *   epf_ht_state_t, epf_ht_step_t + EPF_HT_STEP_INIT (versioned: size / magic / version first),
- *   EPF_HT_THREADS (EPF_HT_SEND / _RECV / _BOTH: ht.cuh)
+ *   EPF_HT_THREADS (EPF_HT_SEND / _RECV / _BOTH: ht/ht.cuh)
  *   epf_ht_dispatch_kernel, epf_ht_expand_kernel, epf_ht_combine_kernel   the kernels the launchers run
  *   epf_status_t epf_ht_check(const epf_plan_t*, const epf_route_t*, const epf_ht_step_t*)       [host]
  *   epf_status_t epf_ht_dispatch(const epf_route_t*, epf_team_t, const epf_plan_t*, const epf_ht_step_t*,
@@ -66,8 +66,8 @@ EPF_BEGIN_DECLS
 
 #define EPF_HT_THREADS 512 /* threads of every ready-made HT block */
 /* Blocks per SM the dispatch kernel is compiled for (its register budget). 1: up to 128 registers,
- * no spill (106 on sm_90); 2 spilled 96 / 160 bytes per thread and the quantizing dispatch ran at
- * 60 % of the copy ceiling instead of 70 % (docs/performance.md, HT v6). */
+ * no spill (106 on sm_90); 2 blocks per SM spill 96 / 160 bytes per thread, and the quantizing
+ * dispatch then runs at 60 % of the copy ceiling instead of 70 %. */
 #ifndef EPF_HT_DISPATCH_MIN_BLOCKS
 #define EPF_HT_DISPATCH_MIN_BLOCKS 1
 #endif

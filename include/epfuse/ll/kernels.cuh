@@ -1,7 +1,7 @@
 /* epfuse/ll/kernels.cuh — ready-made low-latency kernels and their host launchers — part of epfuse v0.1
  *
  * What it is: the easy path (and the benchmark path) of LL EP, composed only from the blocks of
- * dispatch_ll.cuh, combine_ll.cuh and ll.cuh. One kernel per operation serves both launch kinds:
+ * ll/impl/dispatch.cuh, ll/impl/combine.cuh and ll/ll.cuh. One kernel per operation serves both launch kinds:
  *   - a REAL rank (virtual_ranks = 0): `team` from epf_nccl_team_query (or a table / IPC view), the
  *     grid is this rank's blocks;
  *   - VIRTUAL RANKS (virtual_ranks != 0): `team` is epf_team_virtual(base, plan.total_bytes, 0, R)
@@ -16,13 +16,13 @@
  * needed). The epochs live in the device state, so a captured graph replays with no host work;
  * write new routing into the captured buffers between replays and launch the graph again.
  *
- * Layouts: an EXPERT_MAJOR plan runs dispatch_ll.cuh / combine_ll.cuh, a RANK_MAJOR plan
- * dispatch_ll_rm.cuh / combine_ll_rm.cuh (one copy per (token, rank); its receive half with packed
+ * Layouts: an EXPERT_MAJOR plan runs ll/impl/dispatch.cuh / ll/impl/combine.cuh, a RANK_MAJOR plan
+ * ll/impl/dispatch_rm.cuh / ll/impl/combine_rm.cuh (one copy per (token, rank); its receive half with packed
  * outputs, or epf_ll_expand, writes the same expert-major view as an EXPERT_MAJOR packed receive);
  * the launchers pick the kernels by plan.layout (separate kernels: neither carries the other's
  * code).
  *
- * What it does NOT do: allocate, synchronise, or create NCCL objects (host_nccl.h, nccl.cuh).
+ * What it does NOT do: allocate, synchronise, or create NCCL objects (host_nccl.h, core/nccl.cuh).
  *
  * Usage (8 virtual ranks on one GPU; tests/gpu/test_ll.cu has it whole):
  *   epf_plan_t plan;  epf_plan_compute(&cfg, &plan);          // cfg.mode = EPF_MODE_LL
@@ -205,7 +205,7 @@ static __global__ void __launch_bounds__(1024, 1) epf_ll_combine_kernel(epf_plan
 }
 
 /* epf_ll_rm_dispatch_kernel / epf_ll_rm_combine_kernel — the same kernels for a RANK_MAJOR plan
- * (dispatch_ll_rm.cuh, combine_ll_rm.cuh): kept apart from the EXPERT_MAJOR kernels so that neither
+ * (ll/impl/dispatch_rm.cuh, ll/impl/combine_rm.cuh): kept apart from the EXPERT_MAJOR kernels so that neither
  * carries the other's code (registers, occupancy). The launchers pick by plan.layout. */
 static __global__ void __launch_bounds__(1024, 1) epf_ll_rm_dispatch_kernel(epf_plan_t plan, epf_team_t team, epf_ll_state_t* state,
                                                  epf_error_record_t* record, const uint32_t* abort_word,

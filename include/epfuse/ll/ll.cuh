@@ -24,7 +24,7 @@
  *     parity) but never two: every receive waits for every active peer, so round e + 2 cannot
  *     start anywhere before every rank finished reading round e.
  *   - Active-mask fault tolerance (opt-in, EPF_FLAG_FAULT_TOLERANT): a peer that misses a bounded
- *     wait (plan.timeout_ns) is removed from the waiter's mask (signal.cuh), the host-mapped error
+ *     wait (plan.timeout_ns) is removed from the waiter's mask (core/signal.cuh), the host-mapped error
  *     record gets the diagnostic, and the call completes. A masked peer is treated as absent in
  *     both directions: nothing is sent to it, nothing is awaited from it. Mask query / set
  *     (device, graph-capturable), and epf_ll_mask_clean_block: the collective that re-admits
@@ -33,7 +33,7 @@
  *   - Host-side checks of an LL plan and a call (epf_ll_plan_check, epf_ll_tokens_check) and the
  *     shared-memory carve-up of the blocks (epf_ll_smem_layout: sizes and offsets from one function).
  *
-   - The RANK_MAJOR LL layout (plan.layout == EPF_LAYOUT_RANK_MAJOR; detail/ll_rm.cuh): one copy
+   - The RANK_MAJOR LL layout (plan.layout == EPF_LAYOUT_RANK_MAJOR; ll/impl/rm.cuh): one copy
  *     of a token per destination rank, receive rows RECV_TOKENS[2 parity][R source][T] with
  *     rank-major metadata rows (plan.h's epf_recv_meta_rm_*), one signal word per (parity,
  *     source) carrying (epoch << 32 | rows), the per-(expert, source) counts as count words in
@@ -92,7 +92,7 @@
  *   void     epf_ll_slots_block(plan, const void* topk_idx, int index_type, int num_tokens,
  *                               epf_ll_slots_t, uint32_t* dropped_routes)           [collective:block]
  *   uint32_t epf_ll_slot(plan, epf_ll_slots_t, int pair, int* out_expert)             [device]
- *   RANK_MAJOR (detail/ll_rm.cuh):
+ *   RANK_MAJOR (ll/impl/rm.cuh):
  *   int64_t  epf_ll_rm_fixed_row(plan, int src, int slot)                              [EPF_HD]
  *   int64_t  epf_ll_rm_recv_row(plan, uint32_t epoch, int src, int slot)               [EPF_HD]
  *   int64_t  epf_ll_rm_dispatch_signal_index(plan, uint32_t epoch, int src)            [EPF_HD]
@@ -107,14 +107,14 @@
  * The training direction (docs/low-latency.md, "Training: the backward direction"), the same
  * rounds with other weights, as blocks for fused kernels (same args, scope and epochs as the
  * forward blocks they share their bodies with):
- *   epf_ll_combine_backward_send_block(plan, ctx, const epf_ll_dispatch_args_t*, smem)  dispatch_ll.cuh
+ *   epf_ll_combine_backward_send_block(plan, ctx, const epf_ll_dispatch_args_t*, smem)  ll/impl/dispatch.cuh
  *       a dispatch send of dy, metadata weight = the row's combine weight; receive half:
  *       epf_ll_dispatch_recv_block
- *   epf_ll_dispatch_backward_send_block(plan, ctx, const epf_ll_combine_args_t*, smem)  combine_ll.cuh
- *   epf_ll_dispatch_backward_recv_block(plan, ctx, const epf_ll_combine_args_t*, smem)  combine_ll.cuh
+ *   epf_ll_dispatch_backward_send_block(plan, ctx, const epf_ll_combine_args_t*, smem)  ll/impl/combine.cuh
+ *   epf_ll_dispatch_backward_recv_block(plan, ctx, const epf_ll_combine_args_t*, smem)  ll/impl/combine.cuh
  *       a combine of dx with unit weights over first occurrences, plus the router-weight gradient
  *       (weight_grad -> topk_weights_grad)
- *   launchers (kernels_ll.cuh): epf_ll_combine_backward, epf_ll_dispatch_backward
+ *   launchers (ll/kernels.cuh): epf_ll_combine_backward, epf_ll_dispatch_backward
  *
  * Requirements: CUDA, sm_70+ (sm_90 / sm_100 compiled (-Werror); tested on an H200), CUB from the toolkit (cub::WarpScan).
  */
@@ -136,7 +136,7 @@ EPF_BEGIN_DECLS
 
 /* epf_ll_state_init — a fresh state: epochs 0, counters 0, every rank of [0, nranks) active.
  *   Scope: any single thread, host or device. Copy the result into the device state before the
- *   first LL call (or use epf_ll_state_reset from kernels_ll.cuh, stream-ordered). A host call
+ *   first LL call (or use epf_ll_state_reset from ll/kernels.cuh, stream-ordered). A host call
  *   with out NULL or nranks outside [1, EPF_MAX_RANKS] writes nothing. */
 EPF_HD void epf_ll_state_init(epf_ll_state_t* out, int nranks);
 
@@ -147,7 +147,7 @@ EPF_HD void epf_ll_state_init(epf_ll_state_t* out, int nranks);
  *   RANK_MAJOR [R][T] rows with rank-major metadata rows and the COUNTS region that carries the
  *   per-expert counts). Hidden-size rules (per-128 FP8 with hidden 2880 ->
  *   EPF_ERR_HIDDEN_ALIGNMENT) are refused earlier, by epf_plan_compute. The ready-made launchers
- *   (kernels_ll.cuh) run the rank-major blocks (dispatch_ll_rm.cuh, combine_ll_rm.cuh) for a
+ *   (ll/kernels.cuh) run the rank-major blocks (ll/impl/dispatch_rm.cuh, ll/impl/combine_rm.cuh) for a
  *   RANK_MAJOR plan. Scope: any thread, host or device. Pure. */
 EPF_HD epf_status_t epf_ll_plan_check(const epf_plan_t* plan);
 
@@ -347,7 +347,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_mask_clean_block(const epf_plan_t* plan, e
  *             in (t, k) order, counting first occurrences only: id -1, ids outside [-1, E)
  *             (dropped) and a repeated expert of a token (any k after the first k naming it) get
  *             no slot (EPF_LL_SLOT_NONE) and are not counted. The same rule as the route's SLOT
- *             (route.cuh): docs/concepts.md, "Slots in HT and LL".
+ *             (route/route.cuh): docs/concepts.md, "Slots in HT and LL".
  *   Result:   [result:all] the table in s: epf_ll_slot gives every pair's slot and expert, and
  *             epf__ll_slot_route a repeat's first occurrence; s.count[e] = this source's copies
  *             to expert e (<= num_tokens).
@@ -433,7 +433,7 @@ EPF_DEVICE_INLINE uint32_t epf_ll_rm_slot(const epf_plan_t* plan, epf_ll_slots_t
 /* ---- dispatch, EXPERT_MAJOR (impl/dispatch.cuh) ---------------------------------------------- */
 
 /* epf_ll_payload_supported — payloads the LL dispatch moves: BF16, and MXFP8 / per-128 FP8
- *   quantized on the fly by the sender (quant.cuh lane8 blocks: once per token, then stored into
+ *   quantized on the fly by the sender (quant/quant.cuh lane8 blocks: once per token, then stored into
  *   every copy). */
 EPF_HD bool epf_ll_payload_supported(int payload);
 
@@ -571,7 +571,7 @@ EPF_DEVICE_INLINE void epf_ll_rm_expand_block(const epf_plan_t* plan, epf_ll_ctx
 /* ---- combine, EXPERT_MAJOR (impl/combine.cuh) ------------------------------------------------ */
 
 /* epf_ll_combine_payload_supported — what the LL combine carries back: BF16, or MXFP8 (the
- *   expert side quantizes with quant.cuh's lane8 block, rule by EPF_FLAG_MX_SCALE_FLOOR; the
+ *   expert side quantizes with quant/quant.cuh's lane8 block, rule by EPF_FLAG_MX_SCALE_FLOOR; the
  *   source dequantizes inside the k-order FP32 sum). */
 EPF_HD bool epf_ll_combine_payload_supported(int payload);
 
@@ -581,7 +581,7 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload);
  *   EPF_LL_Y_IN_PLACE_PULL (the outputs are read where the experts wrote them, nothing moves on
  *   the expert side). MXFP8 combine payload: pull iff the plan has an EXPERT_OUT region
  *   (epf_plan_compute gives every LL expert-major plan one unless EPF_FLAG_COMBINE_PUSH forces
- *   push), whatever y_layout: the send quantizes y into it. RANK_MAJOR plan (combine_ll_rm.cuh,
+ *   push), whatever y_layout: the send quantizes y into it. RANK_MAJOR plan (ll/impl/combine_rm.cuh,
  *   never an EXPERT_OUT region): pull iff y_layout is EPF_LL_Y_PACKED_PULL and both payloads are
  *   BF16 (the pre-reduced partials overwrite their receive rows). The send half acts on it and tells
  *   the sources in the signal word; a receive half uses it only as the hint to build its slot

@@ -24,7 +24,7 @@
  *            got the scale from epf_e8m0_from_amax / epf_fp8_128_scale.
  *
  * What it does NOT do: allocate, launch kernels, move data between ranks or order anything (the
- * stores are plain; publish with signal.cuh), or depend on -ftz / fast-math flags (every rounding
+ * stores are plain; publish with core/signal.cuh), or depend on -ftz / fast-math flags (every rounding
  * is explicit). It never reads or writes past `hidden` elements of a row.
  *
  * Usage (a fused kernel; tests/gpu/test_quant.cu "example-begin quant-fused" compiles it):

@@ -5,7 +5,7 @@
  *                       zeroes it, writes each buffer's header, checks co-residency. Outside graph
  *                       capture (it may memset).
  *   - epf_route_update  one kernel launch per step: counts + slots + count exchange + wait +
- *                       offsets (route.cuh's phases, as epf_route_update_block composes them;
+ *                       offsets (route/route.cuh's phases, as epf_route_update_block composes them;
  *                       for 2 or 3 blocks and a few entries the kernel arranges them differently,
  *                       a private choice, epf__route_split). CUDA-graph capturable: every
  *                       argument is captured by value (topk_idx address, T, K, index type), the
@@ -124,7 +124,9 @@ EPF_HD int epf_route_block_threads(const epf_route_layout_t* layout) {
 
 /* (token, k) entries per token-walking block that epf_route_blocks_per_rank aims for: one batch
  * per warp of a 512-thread block (16 warps x 32 x EPF__ROUTE_STEPS entries = 2560; 2304 leaves
- * room for uneven shares). Why this many: docs/performance.md, Routing. */
+ * room for uneven shares). Every phase of a block is a few dependent round trips per batch, so
+ * more blocks put fewer batches on the critical path, until the control block's merge of their
+ * rows costs more than it saves (past ~15 token blocks). */
 #define EPF__ROUTE_ENTRIES_PER_BLOCK 2304
 
 /* epf_route_blocks_per_rank — the default number of blocks per rank of epf_route_update: one

@@ -8,7 +8,7 @@
  *     atomic, so the result is the same bits on every run, for any number of blocks or warps;
  *   - RANK_MAJOR: for every (token, destination rank) its slot in token order;
  *   - the count exchange: per-expert and per-rank counts into every peer's COUNTS region
- *     (parity = epoch & 1, row = this rank) as count words that carry the epoch (signal.cuh), which
+ *     (parity = epoch & 1, row = this rank) as count words that carry the epoch (core/signal.cuh), which
  *     the reader validates one by one with bounded waits — no signal, no fence;
  *   - then, on the device, with no host sync: send offsets (the row of the destination's receive
  *     region where this rank's group of expert e, or its rank-major block, starts), this rank's
@@ -18,19 +18,19 @@
  * epf_route_update_block composes all of it; the phases are public for fused kernels, with one
  * contract in every case (block 0 is the control block, block b >= 1 reads topk_idx of the
  * tokens epf_route_block_tokens gives it only). The ready-made kernel may arrange the same phases
- * differently for small updates (a private choice: kernels_route.cuh). Expert ids
+ * differently for small updates (a private choice: route/kernels.cuh). Expert ids
  * outside [-1, E) are dropped: treated as -1, counted (route header and the error record's
  * dropped_routes), never used as an index. A token that names one expert more than once is
  * routed to it once: the first occurrence (lowest k) gets the slot, later ones (REPEATS) are
  * treated like -1 here (DST_RANK = SLOT = -1, not counted, not dropped) and reuse the first
- * occurrence's output in the combine (dispatch.cuh: epf_topk_first_lane_warp).
+ * occurrence's output in the combine (ht/impl/dispatch.cuh: epf_topk_first_lane_warp).
  *
- * What it does NOT do: allocate, launch kernels (kernels_route.cuh does), move token rows
- * (dispatch.cuh), or include nccl_device.h. CUB is used inside function bodies only (warp scans
+ * What it does NOT do: allocate, launch kernels (route/kernels.cuh does), move token rows
+ * (ht/impl/dispatch.cuh), or include nccl_device.h. CUB is used inside function bodies only (warp scans
  * and reductions); the API is template-free. cub::BlockScan / BlockHistogram are not used because
  * they fix the block size and bin count at compile time, and these blocks take both at run time.
  *
- * Usage (kernels_route.cuh has it whole):
+ * Usage (route/kernels.cuh has it whole):
  *   extern __shared__ uint4 smem[];                  // epf_route_smem_bytes(&route.layout, blockDim.x)
  *   epf_team_t me = epf_team_for_block(team, virtual_ranks, blocks_per_rank);
  *   epf_route_update_block(&route, virtual_ranks ? me.rank : 0, me, &plan, topk_idx, num_tokens,

@@ -17,7 +17,7 @@
  * next dispatch: a rank may overwrite its peers' receive regions again only after the next count
  * exchange (route update), which every rank enters after finishing its combine.
  *
- * Usage (a fused epilogue; kernels_ht.cuh has ready-made kernels):
+ * Usage (a fused epilogue; ht/kernels.cuh has ready-made kernels):
  *   // source rank, one warp per token t; lane j < K holds copy j
  *   epf_combine_pull_row_warp(team, &plan, dst_rank_j, dst_row_j, w_j, K, out + t * H);
  *

@@ -12,12 +12,12 @@
  *     last one release-signals SIG_DISPATCH[rank] in every peer with the epoch.
  *   - Receive: one block per rank waits for every peer's SIG_DISPATCH (bounded; masked peers are
  *     skipped), after which the receive region holds every row in its final place.
- *   Where the slots come from is the route's business (route.cuh); these blocks take them as input.
+ *   Where the slots come from is the route's business (route/route.cuh); these blocks take them as input.
  *
  * What it does NOT do: compute routes or offsets, allocate, launch, or order anything beyond what
  * each contract says.
  *
- * Usage (a fused router kernel; kernels_ht.cuh has the ready-made version):
+ * Usage (a fused router kernel; ht/kernels.cuh has the ready-made version):
  *   // lane j < K: copy j of token t
  *   int e = lane < K ? topk[t * K + lane] : -1;
  *   int dst = e >= 0 ? e / plan.experts_per_rank : -1;
@@ -52,7 +52,7 @@
  *   uint32_t epf_expand_row_warp(team, plan, row, src_offset, view, view_scales, expert_rows, const epf_wait_t*)
  *                                                                        RANK_MAJOR -> expert-major view
  *   (epf_arrive_last_block / _epoch, which a rank's blocks use before epf_dispatch_signal_block, are
- *    in signal.cuh)
+ *    in core/signal.cuh)
  *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
  *   epf_status_t epf_dispatch_wait_block(team, plan, uint32_t epoch, epf_wait_t w)             [collective:block]
  *   void     epf_copy_row_warp(void* dst, const void* src, uint32_t bytes)                    [collective:warp]
@@ -92,8 +92,8 @@ EPF_BEGIN_DECLS
 /* The quantizing send's payload stores: 1 = 16 bytes per lane (two chunks' E4M3 bytes paired by a
  * shuffle), 0 = 8 bytes per lane and chunk. Copies from which a group's scales go out as one run
  * per copy: EPF_QSEND_RUN_MIN or more (below: one small store per chunk; 1 = always a run).
- * Performance only, the same bytes either way (docs/performance.md, HT v13: 16-byte stores with
- * runs from one copy measured best; 16-byte stores without the single-copy run lost at top-1). */
+ * Performance only, the same bytes either way: 16-byte stores with runs from one copy on are the
+ * fastest; 16-byte stores without the single-copy run are slower at top-1. */
 #ifndef EPF_QSEND_V16
 #define EPF_QSEND_V16 1
 #endif
@@ -253,8 +253,8 @@ EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* s
 
 /* epf__qsend_compact_row — the COMPACT quantizing send's row loop: nvec 16-byte vectors of BF16
  * from src into the n copies dp[c] (rows) / sp[c] (scale rows), EPF_QSEND_UNROLL chunks per group,
- * the next group's loads in flight while this one is quantized and stored (load everything, then
- * quantize and store, left the loads idle during the stores: docs/performance.md, HT v8).
+ * the next group's loads in flight while this one is quantized and stored (loading everything
+ * first, then quantizing and storing, would leave the loads idle during the stores).
  * kind: EPF__QK_*, a constant. [collective:warp] */
 EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
   const int lane = epf_lane_id();
@@ -262,7 +262,7 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
   /* With EPF_QSEND_RUN_MIN or more copies (default 1: always) a group's scales go out as one run
    * per copy: lane p gathers the p-th scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8;
    * FP8-128: 8 floats, chunk p / 2, half p % 2) and the warp stores the run with one instruction,
-   * instead of one small store per chunk (docs/performance.md, HT v12; from one copy on: HT v13). */
+   * instead of one small store per chunk: fewer, wider stores, faster from one copy on. */
   const bool pack = n >= EPF_QSEND_RUN_MIN && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
   const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
   const int gather_chunk = mx ? lane >> 3 : lane >> 1;
@@ -368,7 +368,7 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
     /* The common case: every copy's row and scale-row addresses in registers, computed once per
      * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
      * the quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule, so that each
-     * is straight-line code (docs/performance.md, HT v10). */
+     * is straight-line code. */
     const int kind = mx ? (rule == EPF_MX_FLOOR ? EPF__QK_MX_FLOOR : EPF__QK_MX_RCEIL) : (ue8m0 ? EPF__QK_FP8_UE8M0 : EPF__QK_FP8);
     const int n = __popc(present);
     const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;

@@ -4,9 +4,9 @@
  * read) and EPF_HT_SEND / EPF_HT_RECV / EPF_HT_BOTH (the halves a ready-made call runs). Include
  * epfuse/ht/ht.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see ht.cuh.
+ * Contents: see ht/ht.cuh.
  *
- * Requirements: see ht.cuh.
+ * Requirements: see ht/ht.cuh.
  */
 #ifndef EPF_HT_IMPL_TYPES_CUH
 #define EPF_HT_IMPL_TYPES_CUH

@@ -1,16 +1,16 @@
 /* epfuse/ht/impl/view.cuh — high-throughput blocks over the route: one token's dispatch, one token's combine — part of epfuse v0.1
  *
  * What it is: the per-token and per-row steps of high-throughput (HT) EP, reading the route
- * (route.cuh) of the step, as warp-level blocks a fused kernel calls in its own loops. They
- * compose the payload-level blocks of dispatch.cuh and combine.cuh; kernels_ht.cuh's ready-made
+ * (route/route.cuh) of the step, as warp-level blocks a fused kernel calls in its own loops. They
+ * compose the payload-level blocks of ht/impl/dispatch.cuh and ht/impl/combine.cuh; ht/kernels.cuh's ready-made
  * kernels are these loops and nothing more:
  *     dispatch  for each token t of this rank: epf_ht_dispatch_token_warp        (send half)
  *               epf_arrive_last_block_epoch -> epf_dispatch_signal_block; epf_dispatch_wait_block
- *     expand    RANK_MAJOR, for each receive row r: epf_expand_row_warp (dispatch.cuh)
+ *     expand    RANK_MAJOR, for each receive row r: epf_expand_row_warp (ht/impl/dispatch.cuh)
  *     combine   expert side: epf_ht_combine_expert_warp (this rank's share of the receive rows),
  *               then epf_arrive_last_block_epoch -> epf_combine_signal_block; epf_combine_wait_block;
  *               source side: for each token t: epf_ht_combine_token_warp
- *   and for training, over the same route (kernels_ht.cuh: epf_ht_combine_backward_kernel,
+ *   and for training, over the same route (ht/kernels.cuh: epf_ht_combine_backward_kernel,
  *   epf_ht_dispatch_backward_kernel):
  *     backward of combine   a team barrier, then for each token t: epf_ht_combine_backward_token_warp
  *                           (dy to the forward's receive rows), arrive, signal, wait — a dispatch

@@ -36,7 +36,7 @@
  *     source finished reading round c. So the rows a source pulls are stable while it reads them
  *     (the same argument as for the landing rows; docs/low-latency.md).
  *   MXFP8 on the way back (plan.combine_payload): the expert side quantizes each 32-element group
- *     of y (quant.cuh lane8 block; landing row = hidden E4M3 bytes, then hidden / 32 scale
+ *     of y (quant/quant.cuh lane8 block; landing row = hidden E4M3 bytes, then hidden / 32 scale
  *     bytes, epf_combine_row_scale_at), the source uses y = dequantize (exact in FP32) and the
  *     same fma chain (epf_mxfp8_dequantize_accumulate8 = epf_mxfp8_dequantize_accumulate_ref).
  *     Pushed into the source's COMBINE row or pulled from the expert rank's EXPERT_OUT row, the
@@ -51,9 +51,9 @@
  * of `out` are always written; rows beyond are untouched.
  *
  * What it does NOT do: run the experts, allocate or launch, or combine a RANK_MAJOR plan
- * (combine_ll_rm.cuh does).
+ * (ll/impl/combine_rm.cuh does).
  *
- * Usage (kernels_ll.cuh: epf_ll_combine_kernel):
+ * Usage (ll/kernels.cuh: epf_ll_combine_kernel):
  *   epf_ll_combine_send_block(&plan, ctx, &cargs, smem);   // expert side, after the experts ran
  *   __syncthreads();
  *   epf_ll_combine_recv_block(&plan, ctx, &cargs, smem);   // source side
@@ -69,9 +69,9 @@
  *   void         epf_ll_dispatch_backward_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *   epf_status_t epf_ll_dispatch_backward_recv_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)
  *
- * Requirements: CUDA, sm_80+ (BF16 conversions); push run on H200 (v1); pull and the 4-chunk push compiled for
- *   sm_90 / sm_100 (-Werror); tested on an H200 (sm_90), the MXFP8 pull included (test_ll,
- *   test_shapes); its multi-GPU test (test_mg_ll) needs two GPUs and has not run.
+ * Requirements: CUDA, sm_80+ (BF16 conversions); compiled for sm_90 / sm_100 (-Werror); tested on
+ *   an H200 (sm_90), push and pull, the MXFP8 pull included (test_ll, test_shapes); its multi-GPU
+ *   test (test_mg_ll) needs two GPUs and has not run.
  */
 #ifndef EPF_LL_IMPL_COMBINE_CUH
 #define EPF_LL_IMPL_COMBINE_CUH
@@ -97,7 +97,7 @@ EPF_HD bool epf_ll_combine_payload_supported(int payload) {
 
 EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
   if (EPF__HOST_CHECK(plan == NULL)) return false;
-  if (plan->layout == EPF_LAYOUT_RANK_MAJOR) /* combine_ll_rm.cuh: no EXPERT_OUT region */
+  if (plan->layout == EPF_LAYOUT_RANK_MAJOR) /* ll/impl/combine_rm.cuh: no EXPERT_OUT region */
     return y_layout == EPF_LL_Y_PACKED_PULL && plan->payload == EPF_PAYLOAD_BF16 &&
            plan->combine_payload == EPF_PAYLOAD_BF16;
   if (plan->combine_payload == EPF_PAYLOAD_MXFP8) return plan->region[EPF_REGION_EXPERT_OUT].bytes != 0;
@@ -125,8 +125,8 @@ EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
 #define EPF_LL_COMBINE_BATCH 8
 #endif
 
-/* epf__ll_combine_publish_block — the end of a combine send round (the sends of combine_ll.cuh and
- *   combine_ll_rm.cuh): every block arrives; the last one signals (epoch, value) into this rank's
+/* epf__ll_combine_publish_block — the end of a combine send round (the sends of ll/impl/combine.cuh and
+ *   ll/impl/combine_rm.cuh): every block arrives; the last one signals (epoch, value) into this rank's
  *   SIG_LL_COMBINE word of every rank active in mask (no rank when !ok_round), then sets
  *   state.epoch[COMBINE_SEND] = epoch.
  *   Scope:    [collective:block] [uniform-args]: every thread of each of the ctx.nblocks blocks of

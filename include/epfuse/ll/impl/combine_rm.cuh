@@ -1,9 +1,9 @@
 /* epfuse/ll/impl/combine_rm.cuh — low-latency RANK_MAJOR combine: pre-reduce on the expert side, reduce at the source — part of epfuse v0.1
  *
- * What it is: the way back of a RANK_MAJOR LL plan (dispatch_ll_rm.cuh): each expert rank sends
+ * What it is: the way back of a RANK_MAJOR LL plan (ll/impl/dispatch_rm.cuh): each expert rank sends
  * ONE row per (token, expert rank) back, the pre-reduced partial of the token's experts on that
  * rank, and the source sums the partials. Bitwise deterministic, and bit-identical to the
- * RANK_MAJOR rule of the HT combine (combine.cuh's epf_combine_prereduce_rm_row_warp; the CPU
+ * RANK_MAJOR rule of the HT combine (ht/impl/combine.cuh's epf_combine_prereduce_rm_row_warp; the CPU
  * reference rule of tests/common/epf_ht_ref.h):
  *   SEND (epf_ll_rm_combine_send_block; never waits): for every rank-major row of the round (the
  *     sources the dispatch receive did not miss), one warp per (row, 256-element chunk) reads the
@@ -32,20 +32,20 @@
  * sequence, and the partial's rounding to BF16 is an extra rounding anyway. Both results are the
  * exact documented rule of their layout, the same on every run.
  *
- * Fault tolerance, as combine_ll.cuh: an expert rank that is masked or did not signal in time
+ * Fault tolerance, as ll/impl/combine.cuh: an expert rank that is masked or did not signal in time
  * contributes zero (its partials are skipped); a token with no partial gets +0.0; rows [0,
  * num_tokens) of out are always written. The expert side sends nothing to (and does not signal) a
  * source that is masked or whose dispatch of this round it missed (state.dispatch_fail).
  *
- * What it does NOT do: run the experts, allocate or launch (kernels_ll.cuh: epf_ll_combine picks
+ * What it does NOT do: run the experts, allocate or launch (ll/kernels.cuh: epf_ll_combine picks
  * these blocks for a RANK_MAJOR plan).
  *
- * Usage (kernels_ll.cuh: epf_ll_rm_combine_kernel):
+ * Usage (ll/kernels.cuh: epf_ll_rm_combine_kernel):
  *   epf_ll_rm_combine_send_block(&plan, ctx, &cargs, smem);   // expert side, after the experts ran
  *   __syncthreads();
  *   epf_ll_rm_combine_recv_block(&plan, ctx, &cargs, smem);   // source side
  *
- * COMPILE-TIME OPTIONS: EPF_LL_COMBINE_BATCH (combine_ll.cuh: rows in flight per lane).
+ * COMPILE-TIME OPTIONS: EPF_LL_COMBINE_BATCH (ll/impl/combine.cuh: rows in flight per lane).
  *
  * Contents:
  *   void         epf_ll_rm_combine_send_block(const epf_plan_t*, epf_ll_ctx_t, const epf_ll_combine_args_t*, void* smem)

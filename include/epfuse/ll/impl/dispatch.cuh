@@ -1,17 +1,17 @@
 /* epfuse/ll/impl/dispatch.cuh — low-latency dispatch: send half and receive half as block functions — part of epfuse v0.1
  *
- * What it is: decode-time dispatch into the FIXED LL layout (ll.cuh): no count exchange, no
+ * What it is: decode-time dispatch into the FIXED LL layout (ll/ll.cuh): no count exchange, no
  * second copy, deterministic order, CUDA-graph friendly.
  *   SEND (epf_ll_dispatch_send_block; never waits):
  *     1. every block of the rank computes, from topk_idx alone, the slot of every (token, k) pair
- *        (epf_ll_slots_block, ll.cuh): its rank among this source's pairs routed to the same
+ *        (epf_ll_slots_block, ll/ll.cuh): its rank among this source's pairs routed to the same
  *        expert, in (token, k) order (match_any inside warps + per-segment histograms scanned over
  *        segments) — the same on every run, so received rows [0, count) of (expert, source) are
  *        packed in token order;
  *     2. one warp per (token, 256-element chunk) reads the chunk once (16 bytes per lane),
  *        quantizes it once if the payload asks (MXFP8: E4M3 + one E8M0 byte per 32, rule RCEIL or
  *        FLOOR by EPF_FLAG_MX_SCALE_FLOOR; per-128 FP8: E4M3 + one FP32 scale per 128, UE8M0 by
- *        EPF_FLAG_SCALE_UE8M0 — quant.cuh's lane8 blocks, bit-identical to its scalar
+ *        EPF_FLAG_SCALE_UE8M0 — quant/quant.cuh's lane8 blocks, bit-identical to its scalar
  *        references) and stores it into the slot of every destination, with the compact scales
  *        beside it in RECV_SCALES and a metadata row (src_token, src_rank, k, local_expert,
  *        weight);
@@ -40,10 +40,10 @@
  * EPF_SCALE_LAYOUT_SWIZZLED_128X4 (MXFP8) the packed copy writes them swizzled, row = packed row
  * (each expert's segment of R * T rows starts a new 128-row atom when R * T % 128 == 0).
  *
- * What it does NOT do: allocate, launch, or run a RANK_MAJOR plan (dispatch_ll_rm.cuh does; the
- * launchers of kernels_ll.cuh pick by plan.layout).
+ * What it does NOT do: allocate, launch, or run a RANK_MAJOR plan (ll/impl/dispatch_rm.cuh does; the
+ * launchers of ll/kernels.cuh pick by plan.layout).
  *
- * Usage (kernels_ll.cuh: epf_ll_dispatch_kernel is exactly this):
+ * Usage (ll/kernels.cuh: epf_ll_dispatch_kernel is exactly this):
  *   extern __shared__ uint4 smem[];   // epf_ll_smem_bytes(&plan, blockDim.x) bytes
  *   epf_ll_ctx_t ctx = epf_ll_ctx_make(team, state, rec, NULL, blockIdx.x % bpr, bpr);
  *   epf_ll_dispatch_send_block(&plan, ctx, &args, smem);
@@ -94,7 +94,7 @@ EPF_DEVICE_INLINE float epf__ll_combine_weight(const void* topk_idx, int is64, c
 }
 
 /* epf__ll_quantize_chunk_warp — the lane's 8 BF16 values of one chunk in the payload's wire form
- *   (the sends of dispatch_ll.cuh and dispatch_ll_rm.cuh: once per chunk, before its copies).
+ *   (the sends of ll/impl/dispatch.cuh and ll/impl/dispatch_rm.cuh: once per chunk, before its copies).
  *   Scope:    [collective:warp] every lane, converged (lanes past the row end pass zeros); payload
  *             warp-uniform.
  *   Result:   EPF_PAYLOAD_MXFP8: the E4M3 bytes, *out_sbits = the group's E8M0 byte (rule mx_rule);
@@ -116,7 +116,7 @@ EPF_DEVICE_INLINE uint2 epf__ll_quantize_chunk_warp(uint4 v, int payload, int mx
 }
 
 /* epf__ll_store_copies_warp — one 256-element chunk of one token into every copy the warp carries
- *   (the sends of dispatch_ll.cuh and dispatch_ll_rm.cuh).
+ *   (the sends of ll/impl/dispatch.cuh and ll/impl/dispatch_rm.cuh).
  *   Scope:    [collective:warp] every lane, converged; payload warp-uniform.
  *   Input:    per lane: dst / sdst, the token and scale rows of one copy (epf_plan_recv_token_offset
  *             / _scale_offset in its destination's window) or dst = NULL (no copy); col = the lane's

@@ -4,14 +4,14 @@
  * EPF_LAYOUT_RANK_MAJOR): ONE copy of a token per destination rank, however many of its top-k
  * experts live there, into fixed rows (no count exchange), plus a local EXPAND into the same
  * expert-major view an EXPERT_MAJOR plan's receive gives the expert stage (its packed output), so
- * one grouped GEMM serves both layouts. Rows, words and slots: ll.cuh (detail/ll_rm.cuh).
+ * one grouped GEMM serves both layouts. Rows, words and slots: ll/ll.cuh (ll/impl/rm.cuh).
  *   SEND (epf_ll_rm_dispatch_send_block; never waits):
  *     1. every block of the rank computes, from topk_idx alone, two slot tables: the expert slots
  *        of an EXPERT_MAJOR dispatch (epf_ll_slots_block: the position of each (token, expert) copy
  *        in the receiver's expert-major view) and the per-rank slots (epf_ll_rm_slots_block: the
  *        receive row of each (token, destination rank) copy);
  *     2. one warp per (token, 256-element chunk) reads the chunk once, quantizes it once if the
- *        payload asks (as dispatch_ll.cuh) and stores it into row epf_ll_rm_recv_row(plan, e,
+ *        payload asks (as ll/impl/dispatch.cuh) and stores it into row epf_ll_rm_recv_row(plan, e,
  *        rank, slot) of every destination rank of the token, with the compact scales beside it
  *        and (first chunk) the RANK_MAJOR metadata row of plan.h (epf_recv_meta_rm_*): the header
  *        (src_token, src_rank, num_local), then in k order every entry of the token whose expert
@@ -26,9 +26,9 @@
  *     (packed_x / packed_scales / packed_meta), expands the rows into the packed view (the rank's
  *     blocks share the rows).
  *   EXPAND (epf_ll_rm_expand_block; no waits): the same expansion as a separate step, after the
- *     receive half of the round (a later launch: epf_ll_expand in kernels_ll.cuh).
+ *     receive half of the round (a later launch: epf_ll_expand in ll/kernels.cuh).
  *
- * The expert-major view (the packed output of an EXPERT_MAJOR receive, dispatch_ll.cuh): row
+ * The expert-major view (the packed output of an EXPERT_MAJOR receive, ll/impl/dispatch.cuh): row
  * epf_ll_packed_row(plan, le, pos), pos = (copies of sources < s for le) + the copy's expert slot,
  * so rows [0, expert_counts[le]) of expert le hold its copies from source 0, then 1, ..., in token
  * order; scales compact, or swizzled 128x4 for MXFP8 with EPF_SCALE_LAYOUT_SWIZZLED_128X4 (row =
@@ -37,7 +37,7 @@
  * its entries in k order but not their k. Each view row is written once (a repeated expert names
  * its first occurrence's row).
  *
- * Semantics as dispatch_ll.cuh: ids -1 not routed; ids outside [-1, E) dropped and counted
+ * Semantics as ll/impl/dispatch.cuh: ids -1 not routed; ids outside [-1, E) dropped and counted
  * (record->dropped_routes, once per rank); nothing can overflow (at most T copies per (source,
  * rank) and per (source, expert)). Fault tolerance: nothing is sent to a masked destination (its
  * slots stay reserved); a masked, late or aborted source counts 0 rows and 0 copies (and
@@ -46,10 +46,10 @@
  * or slot out of range, a count word of another round) are skipped and reported
  * (EPF_ERR_BAD_METADATA) before any value forms an address.
  *
- * What it does NOT do: allocate, launch (kernels_ll.cuh), or run an EXPERT_MAJOR plan
- * (dispatch_ll.cuh does; the launchers pick by plan.layout).
+ * What it does NOT do: allocate, launch (ll/kernels.cuh), or run an EXPERT_MAJOR plan
+ * (ll/impl/dispatch.cuh does; the launchers pick by plan.layout).
  *
- * Usage (kernels_ll.cuh: epf_ll_rm_dispatch_kernel is exactly this):
+ * Usage (ll/kernels.cuh: epf_ll_rm_dispatch_kernel is exactly this):
  *   extern __shared__ uint4 smem[];   // epf_ll_smem_bytes(&plan, blockDim.x) bytes (RANK_MAJOR plan)
  *   epf_ll_ctx_t ctx = epf_ll_ctx_make(team, state, rec, NULL, blockIdx.x % bpr, bpr);
  *   epf_ll_rm_dispatch_send_block(&plan, ctx, &args, smem);

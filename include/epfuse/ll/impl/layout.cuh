@@ -3,11 +3,11 @@
  * What it is: the EPF_HD functions of LL mode (usable on the host and in tests): the state's
  * initial value, plan and token checks, the one owner of every LL row / signal word / operand
  * stride, and the one owner of the blocks' shared-memory carve-up (sizes and pointers).
- * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
+ * Include epfuse/ll/ll.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see ll.cuh.
+ * Contents: see ll/ll.cuh.
  *
- * Requirements: see ll.cuh.
+ * Requirements: see ll/ll.cuh.
  */
 #ifndef EPF_LL_IMPL_LAYOUT_CUH
 #define EPF_LL_IMPL_LAYOUT_CUH

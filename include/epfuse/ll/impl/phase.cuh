@@ -3,11 +3,11 @@
  * What it is: what every LL block does around its work: the wait context, the epoch of the
  * round, the completion of a phase by the rank's last block, the block's mask snapshot, the
  * mask query / set and the mask-clean collective.
- * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
+ * Include epfuse/ll/ll.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see ll.cuh.
+ * Contents: see ll/ll.cuh.
  *
- * Requirements: see ll.cuh.
+ * Requirements: see ll/ll.cuh.
  */
 #ifndef EPF_LL_IMPL_PHASE_CUH
 #define EPF_LL_IMPL_PHASE_CUH

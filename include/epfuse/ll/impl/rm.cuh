@@ -10,7 +10,7 @@
  *   - one signal word per (parity, source) in SIG_LL_DISPATCH: (epoch << 32) | rows
  *     (epf_ll_rm_dispatch_signal_index; the region's first 2 R words);
  *   - the per-(expert, source) copy counts a receiver needs for its expert-major view travel as
- *     count words (signal.cuh, epf_count_word_pack: they carry the epoch) in the COUNTS region:
+ *     count words (core/signal.cuh, epf_count_word_pack: they carry the epoch) in the COUNTS region:
  *     epf_ll_rm_count_offset(plan, epoch, src, expert), written before the signal word;
  *   - combine landing rows COMBINE[2 parity][T][R] at the source: the pre-reduced partial of
  *     (token, expert rank), epf_ll_rm_combine_row(plan, epoch, token, rank); the backward of
@@ -18,11 +18,11 @@
  *     (epf_ll_rm_weight_grad_row).
  * The expert-major view the expand writes is the one of an EXPERT_MAJOR plan's packed output:
  * row epf_ll_packed_row(plan, le, pos), [EL][R * T] rows.
- * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
+ * Include epfuse/ll/ll.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see ll.cuh.
+ * Contents: see ll/ll.cuh.
  *
- * Requirements: see ll.cuh.
+ * Requirements: see ll/ll.cuh.
  */
 #ifndef EPF_LL_IMPL_RM_CUH
 #define EPF_LL_IMPL_RM_CUH

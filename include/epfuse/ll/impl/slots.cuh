@@ -3,11 +3,11 @@
  * What it is: epf_ll_slots_block, the one computation of where each (token, k) copy lands in
  * its expert rank's receive rows (the dispatch send runs it; the pull combine runs it again),
  * its lookup, and the small private block / warp helpers the LL blocks share.
- * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
+ * Include epfuse/ll/ll.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see ll.cuh.
+ * Contents: see ll/ll.cuh.
  *
- * Requirements: see ll.cuh.
+ * Requirements: see ll/ll.cuh.
  */
 #ifndef EPF_LL_IMPL_SLOTS_CUH
 #define EPF_LL_IMPL_SLOTS_CUH

@@ -1,11 +1,11 @@
 /* epfuse/ll/impl/types.cuh — the LL types: halves, phases, y layouts, state, context, operands, constants — part of epfuse v0.1
  *
  * What it is: every type and constant of the low-latency blocks, apart from their functions.
- * Include epfuse/ll.cuh, not this file (it stands alone too, for the compile tests).
+ * Include epfuse/ll/ll.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see ll.cuh.
+ * Contents: see ll/ll.cuh.
  *
- * Requirements: see ll.cuh.
+ * Requirements: see ll/ll.cuh.
  */
 #ifndef EPF_LL_IMPL_TYPES_CUH
 #define EPF_LL_IMPL_TYPES_CUH
@@ -24,7 +24,7 @@ EPF_BEGIN_DECLS
 /* ============================================================================================ */
 
 /* Vocabulary (docs/concepts.md): a STAGE is dispatch or combine; each stage has two HALVES, send
- * and receive; a PHASE is one (stage, half) pair. `halves` of a call (kernels_ll.cuh's launchers
+ * and receive; a PHASE is one (stage, half) pair. `halves` of a call (ll/kernels.cuh's launchers
  * and kernels): the send half only, the receive half only, or both fused in one launch. */
 #define EPF_LL_SEND 1
 #define EPF_LL_RECV 2
@@ -62,10 +62,10 @@ typedef enum epf_ll_phase {
  *            reads its partials from there. BF16 dispatch and combine payloads (otherwise it
  *            behaves as PACKED: pushed). Same buffer rule as IN_PLACE_PULL.
  * EXPERT_MAJOR plans with an MXFP8 combine payload: the layout only says where y is; the PLAN
- * chooses the transport (epf_ll_combine_pulls, combine_ll.cuh): pull by default — the expert side
+ * chooses the transport (epf_ll_combine_pulls, ll/impl/combine.cuh): pull by default — the expert side
  * quantizes each row into its own EXPERT_OUT row and the sources read it there — or push with
  * EPF_FLAG_COMBINE_PUSH (IN_PLACE_PULL then behaves as IN_PLACE).
- * A RANK_MAJOR plan (combine_ll_rm.cuh) takes FIXED, PACKED or PACKED_PULL: y in the order of the
+ * A RANK_MAJOR plan (ll/impl/combine_rm.cuh) takes FIXED, PACKED or PACKED_PULL: y in the order of the
  * expert-major view that epf_ll_rm_expand_block wrote (the window's rows are rank-major rows, so
  * IN_PLACE and IN_PLACE_PULL are refused); it has no EXPERT_OUT region, so with an MXFP8 combine
  * payload it always pushes. */
@@ -78,7 +78,7 @@ typedef enum epf_ll_y_layout {
 } epf_ll_y_layout_t;
 
 /* Per-rank LL state, in device memory (one per rank; an array of R for virtual ranks). Initialise
- * with epf_ll_state_init (host copy + cudaMemcpy) or kernels_ll.cuh's epf_ll_state_reset. The
+ * with epf_ll_state_init (host copy + cudaMemcpy) or ll/kernels.cuh's epf_ll_state_reset. The
  * kernels advance it; the host never has to touch it again (graph replays). */
 typedef struct epf_ll_state {
   uint32_t epoch[EPF_LL_PHASE_COUNT];  /* epoch of the last completed round of each phase */
@@ -169,7 +169,7 @@ typedef enum epf_ll_buffer {
 #define EPF_LL_SCAN_SEGMENTS 16
 /* 256-element chunks of one row that a warp of the combine push moves per unit (loads in flight per
  * lane before the stores; one metadata lookup per unit). The dispatch send moves one chunk per unit:
- * grouping 4 there cost 1-2.5 us at T = 1 (docs/performance.md, LL v3). */
+ * grouping 4 there costs 1-2.5 us at T = 1. */
 #ifndef EPF_LL_SEND_CHUNKS
 #define EPF_LL_SEND_CHUNKS 4
 #endif
@@ -181,14 +181,14 @@ typedef enum epf_ll_buffer {
 #define EPF__LL_SLOT_PREFETCH 4
 /* The dispatch send's slot passes with their EPF__LL_SLOT_PREFETCH steps unrolled (1) or as one
  * rolled body (0, the default; the combine's passes are always rolled). A build switch for
- * measuring: unrolled steps in every pass made the combines slower (docs/performance.md,
- * Low-latency v6); whether the dispatch alone gains is open. */
+ * measuring: unrolled steps in every pass make the combines slower; whether the dispatch alone
+ * gains is open. */
 #ifndef EPF_LL_SLOT_UNROLL_SEND
 #define EPF_LL_SLOT_UNROLL_SEND 0
 #endif
 /* The ready-made combine kernels' BF16 pull rounds (nothing to move on the expert side) signal
  * the sources from block 0 at once (1) instead of from the last block to arrive (0, the default).
- * A build switch for measuring the LL fixed chain (docs/performance.md); the public block
+ * A build switch for measuring the LL fixed chain; the public block
  * functions always signal from the last block (a fused kernel's other blocks may still write y). */
 #ifndef EPF_LL_COMBINE_EARLY_SIGNAL
 #define EPF_LL_COMBINE_EARLY_SIGNAL 0

@@ -1,8 +1,8 @@
 /* epfuse/quant/impl/fp8_128.cuh — per-128 FP8 device blocks (DeepSeek-V3 / DeepEP): lane, row, dequantize — part of epfuse v0.1
  *
  * What it is: the device half of per-128 FP8 (E4M3 elements + one FP32 scale per 128 elements)
- * from quant.cuh, bit-identical to the scalar reference of detail/quant_scalar.cuh. Include
- * epfuse/quant.cuh, not this file (it stands alone too, for the compile tests).
+ * from quant/quant.cuh, bit-identical to the scalar reference of quant/impl/scalar.cuh. Include
+ * epfuse/quant/quant.cuh, not this file (it stands alone too, for the compile tests).
  *
  * Register layout ("lane8", as for MXFP8): lane l of a warp holds elements [8l, 8l + 8) of a
  * 256-element chunk; each half-warp (lanes 0-15, 16-31) holds one 128-element scale group.
@@ -13,7 +13,7 @@
  * which give the correctly rounded quotient. tests/unit/test_quant_host checks both against IEEE
  * division.
  *
- * Contents: see quant.cuh.
+ * Contents: see quant/quant.cuh.
  *
  * Requirements: CUDA, sm_70+ (sm_89+ uses cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2).
  */

@@ -1,8 +1,8 @@
 /* epfuse/quant/impl/mxfp8.cuh — MXFP8 device blocks: lane, warp and row quantize, dequantize, fused dequant x weight — part of epfuse v0.1
  *
  * What it is: the device half of MXFP8 (E4M3 elements + one E8M0 scale per 32 elements) from
- * quant.cuh, bit-identical to the scalar reference of detail/quant_scalar.cuh. Include
- * epfuse/quant.cuh, not this file (it stands alone too, for the compile tests).
+ * quant/quant.cuh, bit-identical to the scalar reference of quant/impl/scalar.cuh. Include
+ * epfuse/quant/quant.cuh, not this file (it stands alone too, for the compile tests).
  *
  * Register layout ("lane8"): a warp works on a 256-element chunk of a row; lane l holds elements
  * [8l, 8l + 8) of it (one uint4 of BF16, or 8 floats); lanes 4g..4g+3 (a "quad") hold the 32
@@ -11,7 +11,7 @@
  * loads has in its registers, so fused code (dispatch sends, GEMM epilogues) calls the lane8
  * functions straight from registers.
  *
- * Contents: see quant.cuh.
+ * Contents: see quant/quant.cuh.
  *
  * Requirements: CUDA, sm_70+ (sm_89+ uses cvt.rn.satfinite.e4m3x2.f32 and cvt.rn.f16x2.e4m3x2).
  */

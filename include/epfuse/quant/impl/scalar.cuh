@@ -1,9 +1,9 @@
 /* epfuse/quant/impl/scalar.cuh — EPF_HD scalar reference of every quantization rule, scale layouts and checks — part of epfuse v0.1
  *
- * What it is: the part of quant.cuh that runs on the host as well as on the device (EPF_HD): the
+ * What it is: the part of quant/quant.cuh that runs on the host as well as on the device (EPF_HD): the
  * exact rules of docs/quant.md as scalar functions. They are the reference the warp-level blocks
- * (detail/quant_mxfp8.cuh, detail/quant_fp8_128.cuh) are bit-identical to, and the functions host
- * code and tests call to produce or check quantized data. Include epfuse/quant.cuh, not this file
+ * (quant/impl/mxfp8.cuh, quant/impl/fp8_128.cuh) are bit-identical to, and the functions host
+ * code and tests call to produce or check quantized data. Include epfuse/quant/quant.cuh, not this file
  * (it stands alone too, for the compile tests).
  *
  * What it does NOT do: allocate, launch, or depend on the floating-point flags of the translation
@@ -17,7 +17,7 @@
  *                      cvt.rp.satfinite.ue8m0x2.f32. 0 forces the integer path everywhere.
  *                      Results are the same either way (tests/gpu/test_quant checks all 2^32 inputs).
  *
- * Contents: see quant.cuh.
+ * Contents: see quant/quant.cuh.
  *
  * Requirements: CUDA (nvcc or clang-cuda), C++17; device code sm_70+ (sm_89+ for the FP8
  * conversion instructions; older targets use the integer reference).

@@ -1,12 +1,12 @@
 /* epfuse/route/impl/batch.cuh — the route passes' private warp helpers — part of epfuse v0.1
  *
  * What it is: the private helpers the passes share: id batches (load, the duplicate rule, first
- * entries), equality masks, count-word sums with bounded waits. Include epfuse/route.cuh, not this file (it stands alone too, for the
+ * entries), equality masks, count-word sums with bounded waits. Include epfuse/route/route.cuh, not this file (it stands alone too, for the
  * compile tests).
  *
- * Contents: see route.cuh.
+ * Contents: see route/route.cuh.
  *
- * Requirements: see route.cuh.
+ * Requirements: see route/route.cuh.
  */
 #ifndef EPF_ROUTE_IMPL_BATCH_CUH
 #define EPF_ROUTE_IMPL_BATCH_CUH
@@ -59,7 +59,7 @@ EPF_DEVICE_INLINE uint64_t* epf__route_epoch_ack(const epf_route_ctx_t* c) {
   return EPF__ROUTE_ARR(c, EPF_ROUTE_SCRATCH, uint64_t) + 2 * (int64_t)(c->num_experts + c->nranks + 1);
 }
 
-/* epf__route_batch_dedup — the duplicate rule (dispatch.cuh: epf_topk_first_lane_warp): an entry
+/* epf__route_batch_dedup — the duplicate rule (ht/impl/dispatch.cuh: epf_topk_first_lane_warp): an entry
  * whose expert an earlier k of its token already names is a REPEAT and becomes -1 here — no copy,
  * no count, no slot, not a dropped id (the combine gives it its first occurrence's output). A
  * batch starts at a token boundary, so entry j = 32 u + lane has k = j % K. K a power of two:
@@ -184,7 +184,8 @@ EPF_DEVICE_INLINE uint32_t epf__route_batch_first(const epf_route_ctx_t* c, cons
 /* epf__route_match — for each step u, the mask of the warp's lanes whose v[u] equals this lane's
  * (among lanes with v[u] >= 0; meaningless for a lane with v[u] < 0): one ballot of the valid lanes,
  * then one ballot per bit of v (v < 2^nbits), ANDed as equal / complemented. Deterministic;
- * plain votes, not __match_any_sync (why: docs/performance.md, Routing). [collective:warp] */
+ * plain votes, not __match_any_sync (a MIO-queue instruction, whose queue throttles the slot pass;
+ * tests/bench/bench_match.cu compares the two). [collective:warp] */
 EPF_DEVICE_INLINE void epf__route_match(const int* v, int nbits, uint32_t* m) {
   int u, bit;
 #pragma unroll
@@ -307,7 +308,7 @@ EPF_DEVICE_INLINE void epf__route_sum_words_rows(const uint64_t* p, int64_t stri
   for (i0 = 0; i0 < n; i0 += rows) {
     uint64_t v[EPF__ROUTE_ROWS];
     int spins = 0;
-    for (;;) { /* bounded: after EPF__ROUTE_QUICK_SPINS reloads, the bounded wait (signal.cuh) */
+    for (;;) { /* bounded: after EPF__ROUTE_QUICK_SPINS reloads, the bounded wait (core/signal.cuh) */
       int late = -1; /* the first word of the batch without the epoch */
 #pragma unroll
       for (u = 0; u < rows; ++u)

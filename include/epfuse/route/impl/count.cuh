@@ -1,12 +1,12 @@
 /* epfuse/route/impl/count.cuh — route pass 1: counts, the rank's blocks meet, the count exchange — part of epfuse v0.1
  *
  * What it is: epf_route_count_block (histograms), epf_route_merge_block (the rank's blocks meet)
- * and epf_route_publish_block (counts into every peer's window). Include epfuse/route.cuh, not this file (it stands alone too, for the
+ * and epf_route_publish_block (counts into every peer's window). Include epfuse/route/route.cuh, not this file (it stands alone too, for the
  * compile tests).
  *
- * Contents: see route.cuh.
+ * Contents: see route/route.cuh.
  *
- * Requirements: see route.cuh.
+ * Requirements: see route/route.cuh.
  */
 #ifndef EPF_ROUTE_IMPL_COUNT_CUH
 #define EPF_ROUTE_IMPL_COUNT_CUH

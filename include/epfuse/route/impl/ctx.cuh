@@ -6,9 +6,9 @@
  * (epf__route_split); the context type and the passes' constants are in types.cuh. Include
  * epfuse/route/route.cuh, not this file (it stands alone too, for the compile tests).
  *
- * Contents: see route.cuh.
+ * Contents: see route/route.cuh.
  *
- * Requirements: see route.cuh.
+ * Requirements: see route/route.cuh.
  */
 #ifndef EPF_ROUTE_IMPL_CTX_CUH
 #define EPF_ROUTE_IMPL_CTX_CUH

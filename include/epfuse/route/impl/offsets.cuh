@@ -1,12 +1,12 @@
 /* epfuse/route/impl/offsets.cuh — route pass 2: slots, the peers' counts, offsets, the whole update — part of epfuse v0.1
  *
  * What it is: epf_route_slots_block, epf_route_wait_counts_block, epf_route_offsets_block and
- * what finishes an update, composed by epf_route_update_block. Include epfuse/route.cuh, not this file (it stands alone too, for the
+ * what finishes an update, composed by epf_route_update_block. Include epfuse/route/route.cuh, not this file (it stands alone too, for the
  * compile tests).
  *
- * Contents: see route.cuh.
+ * Contents: see route/route.cuh.
  *
- * Requirements: see route.cuh.
+ * Requirements: see route/route.cuh.
  */
 #ifndef EPF_ROUTE_IMPL_OFFSETS_CUH
 #define EPF_ROUTE_IMPL_OFFSETS_CUH

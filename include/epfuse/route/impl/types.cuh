@@ -5,9 +5,9 @@
  * slots, the shared-memory limit, the SPLIT arrangement's bound). Include epfuse/route/route.cuh,
  * not this file (it stands alone too, for the compile tests).
  *
- * Contents: see route.cuh.
+ * Contents: see route/route.cuh.
  *
- * Requirements: see route.cuh.
+ * Requirements: see route/route.cuh.
  */
 #ifndef EPF_ROUTE_IMPL_TYPES_CUH
 #define EPF_ROUTE_IMPL_TYPES_CUH
@@ -38,7 +38,7 @@ EPF_BEGIN_DECLS
 #define EPF__ROUTE_KEEP 8  /* per-source counts the offsets keep in registers (more ranks: loaded again) */
 #define EPF__ROUTE_QUICK_SPINS 64 /* batch reloads before a late count word goes to the bounded wait */
 /* Shared memory a block gets without the opt-in attribute: the slot pass's tag rows are kept
- * within it (epf__route_smem_carve), and so is the ready-made kernel's block (kernels_route.cuh). */
+ * within it (epf__route_smem_carve), and so is the ready-made kernel's block (route/kernels.cuh). */
 #define EPF__ROUTE_SMEM_LIMIT (48u * 1024u)
 /* The ready-made kernel's SPLIT arrangement of an update (private; epf__route_split says when):
  * with 2 or 3 blocks per rank and at most this many (token, k) entries, every block walks all the
