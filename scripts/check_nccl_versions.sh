@@ -64,7 +64,7 @@ nccl_version_string() {
 
 # The CUDA translation unit: every function of nccl.cuh, device and host.
 cat >"$work/nccl_check.cu" <<'EOF'
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #include "epfuse/host_nccl.h"
 #if NCCL_VERSION_CODE != EPF_EXPECT_NCCL_VERSION_CODE
 #error "this nccl.h is not the release under test (include order)"

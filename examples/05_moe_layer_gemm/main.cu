@@ -45,7 +45,7 @@
 #include <cuda_fp8.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 
 #define EX_LT(call)                                                                                   \

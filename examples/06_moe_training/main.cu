@@ -55,7 +55,7 @@
 #include <vector>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 
 /* ============================================================================================ */

@@ -24,7 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "epfuse/host.h"
-#include "epfuse/quant.cuh"
+#include "epfuse/quant/quant.cuh"
 
 #define EX_CK(call)                                                                                  \
   do {                                                                                               \
@@ -200,7 +200,7 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
 }
 
 #ifdef __CUDACC__
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 /* ex_expert_row_warp — the examples' expert on ONE received row, one warp: y[h] =
  * bf16(dequant(q)[h] * f) for h in [0, plan.hidden) (8 elements per lane per step; hidden is a

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "epf_bench.h"
-#include "epfuse/route.cuh"
+#include "epfuse/route/route.cuh"
 
 __global__ void match_kernel(int method, int nbits, uint32_t seed, uint32_t* out_masks, long long* out_cycles) {
   extern __shared__ int32_t smem[]; /* method 2: [W][2^nbits] tags, then [W][EPF__ROUTE_BATCH] words */

@@ -49,9 +49,9 @@
 #include "epf_bench.h"
 #include "epf_mg.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
+#include "epfuse/route/kernels.cuh"
 
 #define MG_NVLINK_GBS 450.0        /* H200 NVLink 4, per direction per GPU */
 #define MG_HT_TARGET_GBS 380.0     /* issue #8: HT dispatch / combine, received-logical, EP 8 */

@@ -34,8 +34,8 @@
 
 #include "epf_bench.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_route.cuh"
-#include "epfuse/route.cuh"
+#include "epfuse/route/kernels.cuh"
+#include "epfuse/route/route.cuh"
 
 
 static uint64_t g_rng = 0x1234567ull;

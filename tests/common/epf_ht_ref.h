@@ -39,7 +39,7 @@
 
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 enum { ROUTE_RANDOM = 0, ROUTE_SKEWED = 1, ROUTE_PARTIAL = 2 };
 

@@ -3,7 +3,7 @@
  * compiled on, so that the
  * code behind them keeps compiling while they are off by default. Building is the test: the
  * kernels whose code the switches change are referenced, so nvcc compiles them. */
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 #if !EPF_LL_SLOT_UNROLL_SEND || !EPF_LL_COMBINE_EARLY_SIGNAL || !EPF_LL_COMBINE_LOADS_FIRST
 #error "ll_switches.cu is compiled with every LL build switch on"

@@ -23,7 +23,7 @@
 
 #include <cuda_runtime.h>
 
-#include "epfuse/quant.cuh"
+#include "epfuse/quant/quant.cuh"
 
 /* one warp per row, grid-stride over rows; swizzled MXFP8 scales: every thread also zeroes its
  * share of the padding (disjoint bytes, no ordering needed) */

@@ -27,9 +27,9 @@
 #include "epf_test_gpu.h"
 #include "epf_ht_ref.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #if EPF_TEST_WITH_NCCL
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 
 static uint64_t g_seed;

@@ -59,9 +59,9 @@
 #include "epf_rng.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 #if defined(EPF_TEST_WITH_NCCL)
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 
 static uint64_t g_seed;

@@ -23,8 +23,8 @@
 #include "epf_cmocka.h"
 
 #include "epf_test_gpu.h"
-#include "epfuse/dispatch.cuh" /* the quantizing send's group quantizer (epf__qsend_group_amax / _chunk) */
-#include "epfuse/quant.cuh"
+#include "epfuse/ht/ht.cuh" /* the quantizing send's group quantizer (epf__qsend_group_amax / _chunk) */
+#include "epfuse/quant/quant.cuh"
 
 static uint64_t g_seed;
 

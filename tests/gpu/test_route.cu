@@ -30,10 +30,10 @@
 
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_route.cuh"
-#include "epfuse/route.cuh"
+#include "epfuse/route/kernels.cuh"
+#include "epfuse/route/route.cuh"
 #ifdef EPF_TEST_WITH_NCCL
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 
 static uint64_t g_seed;

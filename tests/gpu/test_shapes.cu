@@ -78,9 +78,9 @@
 #include "epf_route_ref.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
+#include "epfuse/route/kernels.cuh"
 
 /* ============================================================================================ */
 /* globals, failure handling, watchdog                                                           */

@@ -44,7 +44,7 @@
 #include "epf_mg.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 #define MG_H 7168
 #define MG_K 8

@@ -11,7 +11,7 @@
 
 #include "epf_cmocka.h"
 
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 typedef struct {
   epf_plan_t plan;

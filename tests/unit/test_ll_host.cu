@@ -21,7 +21,7 @@
 #include "epf_rng.h"
 #include "epf_route_ref.h"
 
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static int rnd_in(int lo, int hi) { return epf_rng_in(&rng, lo, hi); }

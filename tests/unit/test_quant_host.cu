@@ -20,7 +20,7 @@
 #include "epf_cmocka.h"
 #include "epf_rng.h"
 
-#include "epfuse/quant.cuh"
+#include "epfuse/quant/quant.cuh"
 
 /* ---- independent references (double precision, no library calls) ---------------------------- */
 

@@ -15,7 +15,7 @@
 #include "epf_cmocka.h"
 #include "epf_rng.h"
 
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/route/kernels.cuh"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static int rnd_in(int lo, int hi) { return epf_rng_in(&rng, lo, hi); }

@@ -7,8 +7,8 @@
 
 #include "epf_cmocka.h"
 
-#include "epfuse/signal.cuh"
-#include "epfuse/team.cuh"
+#include "epfuse/core/signal.cuh"
+#include "epfuse/core/team.cuh"
 
 static void test_epoch_reached(void** state) {
   (void)state;
