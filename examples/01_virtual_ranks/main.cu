@@ -7,7 +7,7 @@
  *     epf_route_update (count exchange, slots, offsets) -> epf_ht_dispatch (rows into their final
  *     slots, quantized on the way for MXFP8 / FP8) -> [epf_ht_expand for rank-major] -> your
  *     experts -> epf_ht_combine (weighted FP32 reduction in k order, BF16 out).
- *   - Or one low-latency (LL, --mode ll) round, the decode-time path (kernels_ll.cuh): no route
+ *   - Or one low-latency (LL, --mode ll) round, the decode-time path (ll/kernels.cuh): no route
  *     update (every (expert, source) pair has fixed receive slots, so nothing is exchanged before
  *     the rows move): epf_ll_dispatch (send + receive fused, all R ranks in one launch; rows stay
  *     in the window, zero copy) -> your experts (they find the round's parity in the dispatch's

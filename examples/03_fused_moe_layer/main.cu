@@ -101,7 +101,7 @@ __global__ void router_kernel(const uint16_t* x, const uint16_t* wr, int H, int 
  *   2. epf_route_update_block (count, merge, publish, slots, wait counts, offsets, finish).
  *   3. a rank rendezvous: epf_route_offsets_block writes send_offset[E] in block 0 only, so
  *      before any block may read it every block of the rank must be past its update:
- *      epf_rank_barrier_block (signal.cuh) on a per-rank word; then ld.relaxed.gpu.
+ *      epf_rank_barrier_block (core/signal.cuh) on a per-rank word; then ld.relaxed.gpu.
  *   4. the HT send for its own tokens: warp per token, lanes < K hold the K copies (EXPERT_MAJOR:
  *      row = send_offset[e] + slot), metadata, the row quantized to MXFP8 on the way
  *      (epf_dispatch_send_row_quant_warp, what epf_ht_dispatch runs); then epf_arrive_last_block, and the

@@ -6,8 +6,8 @@
  *   ex_rand()          splitmix64
  *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
  *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
- *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with kernels_ht.cuh,
- *                      and with kernels_ll.cuh for an expert-major plan)
+ *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with ht/kernels.cuh,
+ *                      and with ll/kernels.cuh for an expert-major plan)
  *   ex_expert_row_warp() / ex_experts_kernel   the experts on the GPU (one row / the HT stage)
  */
 #ifndef EX_COMMON_H

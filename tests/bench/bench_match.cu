@@ -1,5 +1,5 @@
 /* bench_match — what one warp's equality masks cost on the GPU: the route's ballot masks
- * (route.cuh epf__route_match: one vote per bit of the id), __match_any_sync (one MATCH
+ * (route/route.cuh epf__route_match: one vote per bit of the id), __match_any_sync (one MATCH
  * instruction per step) and shared-memory tags (epf__route_match_tags), for the route's batch of
  * EPF__ROUTE_STEPS 32-entry steps. A program, not a test: it decides which one the slot pass
  * uses (docs/performance.md, routing v5).

@@ -1,4 +1,4 @@
-/* test_ht — high-throughput dispatch + combine (kernels_ht.cuh over route, dispatch, combine and
+/* test_ht — high-throughput dispatch + combine (ht/kernels.cuh over route, dispatch, combine and
  * quant blocks) against a CPU reference written here, bit-exact:
  *   - receive regions: every row of every rank (payload bytes, scales, metadata) where the
  *     reference says it lands (expert-major: by local expert, source, (token, k); rank-major: by

@@ -1,4 +1,4 @@
-/* test_quant — quant.cuh on one GPU, bit-exact against the EPF_HD scalar reference on the CPU:
+/* test_quant — quant/quant.cuh on one GPU, bit-exact against the EPF_HD scalar reference on the CPU:
  *   - MXFP8 rows (BF16 and FP32 in, RCEIL and FLOOR, compact and swizzled scales) and per-128 FP8
  *     rows (BF16 and FP32, plain and UE8M0 scales, row-major and MN-major scale strides) for
  *     H in {32, 2880, 4096, 7168} (per-128: {128, 4096, 7168}; 2880 is refused by epf_quant_check)

@@ -582,7 +582,7 @@ static float gen_w(Rng& g) {
   return (float)((int64_t)((r >> 8) % 2001) - 500) / 997.0f;
 }
 
-/* the reference quantization (quant.cuh scalar rules) of one BF16 row */
+/* the reference quantization (quant/quant.cuh scalar rules) of one BF16 row */
 static void quantize_row(int payload, uint32_t flags, int H, const uint16_t* x, uint8_t* q, uint8_t* s) {
   float buf[128];
   if (payload == EPF_PAYLOAD_MXFP8) {

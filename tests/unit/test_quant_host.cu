@@ -1,4 +1,4 @@
-/* test_quant_host — quant.cuh's EPF_HD reference functions, run on the CPU (no GPU needed):
+/* test_quant_host — quant/quant.cuh's EPF_HD reference functions, run on the CPU (no GPU needed):
  *   - every one of the 65,536 BF16 bit patterns as a block amax -> the scale byte, RCEIL and FLOOR,
  *     against an independent reference written here from the formula in double precision
  *     (frexp/ldexp), also through the block quantizer (a block {x, 0, ..., 0});
