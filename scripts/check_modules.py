@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_modules.py — private names (epf__*, EPF__*) stay inside the module that defines them.
+"""check_modules.py — private names stay in their module; public bodies are declared in its header.
 
 include/epfuse/ is laid out by module:
   core/    the primitives (ptx, team, signal, nccl) and the row helpers that HT and LL share
@@ -13,7 +13,13 @@ moves down into core/. The launchers (<module>/kernels.cuh) are part of their mo
 
 Files that define nothing are not scanned for uses either: the umbrella epfuse.cuh and the
 forwarding headers kept at the paths of before (they only include). Comments and string literals
-are ignored. Exit 0: clean; 1: each finding listed as file:line.
+are ignored.
+
+Second rule: a module's declaration header (route/route.cuh, quant/quant.cuh, ht/ht.cuh,
+ll/ll.cuh) is what a kernel writer reads, so every public function (epf_*) defined in
+<module>/impl/ has its prototype there, and its contract comment sits above that prototype, not
+above the definition (a definition in impl/ has no comment block directly above it).
+Exit 0: clean; 1: each finding listed as file:line.
 Usage: check_modules.py [--root DIR]
 """
 import argparse
@@ -28,6 +34,8 @@ SHARED = ("core", BASE)  # whose private names every module may use
 
 PRIVATE = re.compile(r"\b(epf__\w+|EPF__\w+)\b")
 QUAL = r"(?:EPF_\w+|static|inline|__device__|__host__|__global__|__forceinline__|__noinline__)"
+PUBLIC_DEF = re.compile(r"^(?:EPF_DEVICE_INLINE|EPF_HD|EPF_HOST_DEVICE_INLINE|EPF_INLINE|EPF__DEVICE_NOINLINE)\s+"
+                        r"[^;{=()]*?\b(epf_[a-z0-9]\w*)\s*\(")
 DEF_FUNC = re.compile(r"^" + QUAL + r"(?:\s+" + QUAL + r")*\s+[^;{=()]*?\b(epf__\w+)\s*\(", re.M)
 DEF_MACRO = re.compile(r"^\s*#\s*define\s+(epf__\w+|EPF__\w+)\b", re.M)
 DEF_TYPE = re.compile(r"^\}\s*(epf__\w+)\s*;|^typedef\s+[^;{]*?\b(epf__\w+)\s*;|^(?:typedef\s+)?(?:struct|enum|union)\s+(epf__\w+)\b",
@@ -102,15 +110,47 @@ def scan(root):
     return len(code), findings
 
 
+def check_declarations(root):
+    """every public function defined in <module>/impl/ is declared in <module>/<module>.cuh, with
+    its contract there and no comment block directly above the definition"""
+    inc = root / "include/epfuse"
+    findings = []
+    for mod in MODULES:
+        decl = inc / mod / f"{mod}.cuh"
+        if not decl.is_file():
+            continue
+        declared = set()
+        for line in strip(decl.read_text(encoding="utf-8")).split("\n"):
+            m = PUBLIC_DEF.match(line)
+            if m:
+                declared.add(m.group(1))
+        for p in sorted((inc / mod / "impl").glob("*.cuh")):
+            lines = p.read_text(encoding="utf-8").split("\n")
+            rel = p.relative_to(root).as_posix()
+            for i, line in enumerate(lines):
+                m = PUBLIC_DEF.match(line)
+                if not m:
+                    continue
+                name = m.group(1)
+                if name not in declared:
+                    findings.append(f"{rel}:{i + 1}: {name} is public but not declared in include/epfuse/{mod}/{mod}.cuh")
+                elif i > 0 and lines[i - 1].rstrip().endswith("*/"):
+                    findings.append(f"{rel}:{i + 1}: {name} has a comment above its definition; its contract belongs "
+                                    f"above its prototype in include/epfuse/{mod}/{mod}.cuh")
+    return findings
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
     a = ap.parse_args()
     n, findings = scan(pathlib.Path(a.root))
-    for f in findings:
+    decls = check_declarations(pathlib.Path(a.root))
+    for f in findings + decls:
         print(f)
-    print(f"check_modules: {n} files, {len(findings)} private name(s) used outside their module")
-    return 1 if findings else 0
+    print(f"check_modules: {n} files, {len(findings)} private name(s) used outside their module, "
+          f"{len(decls)} public definition(s) of impl/ not declared with their contract in the module header")
+    return 1 if findings or decls else 0
 
 
 if __name__ == "__main__":
