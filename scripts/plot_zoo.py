@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_zoo.py — the model-zoo figure of docs/performance.md, from bench_zoo's CSV (issue #17).
+"""plot_zoo.py — the model-zoo figure of docs/performance.md (and the log's zoo.md), from bench_zoo's CSV (issue #17).
 
 One heat map per virtual-rank count: a column per model, a row per case (mode / tokens / payload /
 stage); each cell shows the row's % of the copy ceiling measured in the same run (LL T=1: its µs),

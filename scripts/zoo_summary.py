@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""zoo_summary.py — the model-zoo summary tables of docs/performance.md, from bench_zoo's CSV.
+"""zoo_summary.py — the model-zoo summary tables of the performance log (docs/dev/perf-log/zoo.md), from
+bench_zoo's CSV (docs/performance.md's tables come from scripts/gen_perf_tables.py).
 
 Usage: python3 scripts/zoo_summary.py [docs/perf-zoo.csv]
 Prints markdown: (1) targets met, out of reach (bench_zoo's bound) and missed per stage family, (2) one row per model at 8 virtual ranks with the

@@ -1,5 +1,5 @@
 /* ll_switches.cu — the LL build switches for measurement (EPF_LL_SLOT_UNROLL_SEND,
- * EPF_LL_COMBINE_EARLY_SIGNAL, EPF_LL_COMBINE_LOADS_FIRST; docs/performance.md, Low-latency v7)
+ * EPF_LL_COMBINE_EARLY_SIGNAL, EPF_LL_COMBINE_LOADS_FIRST; docs/dev/perf-log/ll.md, v7)
  * compiled on, so that the
  * code behind them keeps compiling while they are off by default. Building is the test: the
  * kernels whose code the switches change are referenced, so nvcc compiles them. */
