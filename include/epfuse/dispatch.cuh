@@ -71,33 +71,11 @@
 
 EPF_BEGIN_DECLS
 
-/* Rows are moved in chunks of EPF_COPY_UNROLL 16-byte vectors per lane: that many loads are in
- * flight before the first store. */
-#ifndef EPF_COPY_UNROLL
-#define EPF_COPY_UNROLL 4
-#endif
-/* The sends (epf_dispatch_send_row_warp, the quantizing send) and the combine's put / push keep
- * more loads in flight: their kernels run 16 warps per SM (128 registers), and a token with one or
- * two copies does little else between loads. */
-#ifndef EPF_SEND_UNROLL
-#define EPF_SEND_UNROLL 8
-#endif
 /* The quantizing send's common path double-buffers: EPF_QSEND_UNROLL chunks quantized and stored
- * while the next EPF_QSEND_UNROLL chunks load (2 x EPF_QSEND_UNROLL vectors in registers). */
-#ifndef EPF_QSEND_UNROLL
+ * while the next EPF_QSEND_UNROLL chunks load (2 x EPF_QSEND_UNROLL vectors in registers). Fixed at
+ * 4: a group's scales then fill one warp-wide run (MXFP8: 4 chunks x 8 scales = 32 lanes), and the
+ * payload goes out as 16-byte stores of chunk pairs. */
 #define EPF_QSEND_UNROLL 4
-#endif
-/* The quantizing send's payload stores: 1 = 16 bytes per lane (two chunks' E4M3 bytes paired by a
- * shuffle), 0 = 8 bytes per lane and chunk. Copies from which a group's scales go out as one run
- * per copy: EPF_QSEND_RUN_MIN or more (below: one small store per chunk; 1 = always a run).
- * Performance only, the same bytes either way (docs/performance.md, HT v13: 16-byte stores with
- * runs from one copy measured best; 16-byte stores without the single-copy run lost at top-1). */
-#ifndef EPF_QSEND_V16
-#define EPF_QSEND_V16 1
-#endif
-#ifndef EPF_QSEND_RUN_MIN
-#define EPF_QSEND_RUN_MIN 1
-#endif
 
 /* epf_copy_row_warp — copy `bytes` (multiple of 16) from src to dst with 16-byte accesses,
  *   EPF_COPY_UNROLL loads per lane in flight before the first store.
@@ -303,11 +281,9 @@ EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* s
 EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
   const int lane = epf_lane_id();
   const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
-  /* With EPF_QSEND_RUN_MIN or more copies (default 1: always) a group's scales go out as one run
-   * per copy: lane p gathers the p-th scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8;
-   * FP8-128: 8 floats, chunk p / 2, half p % 2) and the warp stores the run with one instruction,
-   * instead of one small store per chunk (docs/performance.md, HT v12; from one copy on: HT v13). */
-  const bool pack = n >= EPF_QSEND_RUN_MIN && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
+  /* A group's scales go out as one run per copy: lane p gathers the p-th scale of the group
+   * (MXFP8: 32 bytes, chunk p / 8, quad p % 8; FP8-128: 8 floats, chunk p / 2, half p % 2) and the
+   * warp stores the run with one instruction instead of one small store per chunk. */
   const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
   const int gather_chunk = mx ? lane >> 3 : lane >> 1;
   const int ncols = mx ? nvec >> 2 : nvec >> 4; /* scales per row */
@@ -321,8 +297,8 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
   for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
     uint4 nx[EPF_QSEND_UNROLL];
     float a[EPF_QSEND_UNROLL];
-    uint32_t run = 0; /* pack: this lane's scale of the group's run */
-    uint2 qprev = make_uint2(0u, 0u); /* EPF_QSEND_V16: the even chunk's bytes, stored with the odd one's */
+    uint32_t run = 0; /* this lane's scale of the group's run */
+    uint2 qprev = make_uint2(0u, 0u); /* the even chunk's bytes, stored with the odd one's */
 #pragma unroll
     for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
       const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
@@ -331,56 +307,36 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
     epf__qsend_group_amax(v, kind, a); /* chunks past the row reduce zeros: nothing is stored */
 #pragma unroll
     for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
-      const int i = base + u * 32 + lane;
       uint32_t sc;
       const uint2 q = epf__qsend_chunk(v[u], a[u], kind, &sc);
-      if (pack) {
-        const uint32_t t = __shfl_sync(0xffffffffu, sc, gather_lane);
-        if (gather_chunk == u) run = t;
-      }
-      if (!pack && i < nvec) {
+      const uint32_t t = __shfl_sync(0xffffffffu, sc, gather_lane);
+      if (gather_chunk == u) run = t;
+      /* chunks u - 1 and u as 16-byte stores: the even lane of a pair stores its own and its
+       * partner's bytes of chunk u - 1, the odd lane those of chunk u (the partner's by one
+       * shuffle each way); nvec is a multiple of 4, so a pair is in the row or past it whole */
+      if (u & 1) {
+        const uint2 send = (lane & 1) ? qprev : q; /* what the partner lacks */
+        const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+        const uint4 w = (lane & 1) ? make_uint4(got.x, got.y, q.x, q.y) : make_uint4(qprev.x, qprev.y, got.x, got.y);
+        const int j = base + (u - 1 + (lane & 1)) * 32 + (lane & ~1); /* the pair's first vector */
+        if (j < nvec) {
 #pragma unroll
-        for (c = 0; c < 8; ++c) {
-          if (c < n) {
-            if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sc;
-            if (!mx && (lane & 15) == 0) ((uint32_t*)sp[c])[i >> 4] = sc;
-          }
+          for (c = 0; c < 8; ++c)
+            if (c < n) epf_st_v4_u32(dp[c] + (uint64_t)j * 8u, w);
         }
-      }
-      if (EPF_QSEND_V16 && EPF_QSEND_UNROLL % 2 == 0) {
-        /* chunks u - 1 and u as 16-byte stores: the even lane of a pair stores its own and its
-         * partner's bytes of chunk u - 1, the odd lane those of chunk u (the partner's by one
-         * shuffle each way); nvec is a multiple of 4, so a pair is in the row or past it whole */
-        if (u & 1) {
-          const uint2 send = (lane & 1) ? qprev : q; /* what the partner lacks */
-          const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
-          const uint4 w = (lane & 1) ? make_uint4(got.x, got.y, q.x, q.y) : make_uint4(qprev.x, qprev.y, got.x, got.y);
-          const int j = base + (u - 1 + (lane & 1)) * 32 + (lane & ~1); /* the pair's first vector */
-          if (j < nvec) {
-#pragma unroll
-            for (c = 0; c < 8; ++c)
-              if (c < n) epf_st_v4_u32(dp[c] + (uint64_t)j * 8u, w);
-          }
-        } else {
-          qprev = q;
-        }
-      } else if (i < nvec) {
-#pragma unroll
-        for (c = 0; c < 8; ++c)
-          if (c < n) *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
+      } else {
+        qprev = q;
       }
     }
-    if (pack) {
-      const int col = (mx ? base >> 2 : base >> 4) + lane; /* this lane's scale column */
-      if ((mx || lane < 2 * EPF_QSEND_UNROLL) && col < ncols) {
+    const int col = (mx ? base >> 2 : base >> 4) + lane; /* this lane's scale column of the run */
+    if ((mx || lane < 2 * EPF_QSEND_UNROLL) && col < ncols) {
 #pragma unroll
-        for (c = 0; c < 8; ++c) {
-          if (c < n) {
-            if (mx)
-              sp[c][col] = (char)run;
-            else
-              ((uint32_t*)sp[c])[col] = run;
-          }
+      for (c = 0; c < 8; ++c) {
+        if (c < n) {
+          if (mx)
+            sp[c][col] = (char)run;
+          else
+            ((uint32_t*)sp[c])[col] = run;
         }
       }
     }
