@@ -32,7 +32,7 @@
 
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_ll.cuh"
-#include "ex_vranks.h"
+#include "ex_ll.h"
 
 static const char* usage =
     "[--ranks 8] [--tokens 128] [--hidden 7168] [--topk 8] [--experts 256] [--layout em|rm]\n"
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   const int y_layout = rm ? (plan.payload == EPF_PAYLOAD_BF16 ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_PACKED)
                           : in_place ? EPF_LL_Y_IN_PLACE_PULL : EPF_LL_Y_FIXED;
   const int pulls = epf_ll_combine_pulls(&plan, y_layout); /* the transport this plan and layout select */
-  ex_ll_bufs_t b; /* ex_vranks.h: inputs, out, counts, round, [y], [view], state, error record */
+  ex_ll_bufs_t b; /* ex_ll.h: inputs, out, counts, round, [y], [view], state, error record */
   ex_ll_bufs_make(&o, &in, &plan, !in_place, &b);
 
   // example-begin ll_round

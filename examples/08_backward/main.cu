@@ -205,44 +205,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   ex_gpu_or_exit(1, o.ctest);
-  const int R = o.R, T = o.T, H = o.H, K = o.K, E = o.E;
+  const int R = o.R, T = o.T;
   uint64_t seed = o.seed;
   ex_inputs_t in;
   ex_make_inputs(&o, &seed, &in);
   int64_t all_rows, max_rows, max_copies; /* the receive region's budget */
   ex_ht_rows(&o, &in, &all_rows, &max_rows, &max_copies);
 
-  /* ---- the forward round (01_virtual_ranks, BF16) ----------------------------------------------- */
-  epf_config_t cfg = EPF_CONFIG_INIT;
-  cfg.nranks = R;
-  cfg.num_experts = E;
-  cfg.top_k = K;
-  cfg.hidden = H;
-  cfg.max_tokens_per_rank = T;
-  cfg.mode = EPF_MODE_HT;
-  cfg.layout = o.layout;
-  cfg.payload = EPF_PAYLOAD_BF16; /* the backward moves BF16 gradients: a BF16 plan */
-  cfg.combine_payload = EPF_PAYLOAD_BF16;
-  cfg.expert_alignment = 1;
-  cfg.recv_capacity = max_rows + 64;
+  /* ---- the forward round (01_virtual_ranks spells it out; BF16) -------------------------------- */
   epf_plan_t plan;
-  EX_CS(epf_plan_compute(&cfg, &plan));
+  ex_ht_plan_make(&o, max_rows, &plan); /* ex_vranks.h: o.payload is BF16 here */
   ex_vteam_t v; /* ex_common.h: window (R slices), team, route */
   ex_vteam_make(&plan, &v);
   ex_ht_bufs_t b; /* ex_vranks.h: inputs, output, expert outputs, view, state, error record */
   ex_ht_bufs_make(&o, &in, &plan, max_copies, &b);
-
   epf_route_step_t rs = epf_route_step_make(b.topk, T, epf_wait_make(plan.timeout_ns, b.rec_d, NULL, 0));
-  epf_ht_step_t hs = EPF_HT_STEP_INIT;
-  hs.x = b.x;
-  hs.topk_weights = b.w;
-  hs.out = b.out;
-  hs.expert_out = b.eo;
-  hs.em_view = b.view;
-  hs.em_view_scales = b.view_scales;
-  hs.state = b.state;
-  hs.expert_rows = b.expert_rows;
-  hs.wait = epf_wait_make(plan.timeout_ns, b.rec_d, NULL, 0);
+  epf_ht_step_t hs = ex_ht_step_make(&plan, &b);
   EX_CS(epf_route_update(&v.route, v.team, &plan, &rs, 0));
   EX_CS(epf_ht_dispatch(&v.route, v.team, &plan, &hs, b.topk, EPF_HT_BOTH, 0));
   if (plan.layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(&v.route, v.team, &plan, &hs, 0));

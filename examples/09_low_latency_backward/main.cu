@@ -24,7 +24,7 @@
 
 #include "epfuse/epfuse.cuh"
 #include "epfuse/kernels_ll.cuh"
-#include "ex_vranks.h"
+#include "ex_ll.h"
 
 static const char* usage =
     "[--ranks 8] [--tokens 128] [--hidden 7168] [--topk 8] [--experts 256] [--layout em|rm]\n"
@@ -180,42 +180,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   ex_gpu_or_exit(1, o.ctest);
-  const int R = o.R, T = o.T;
+  const int R = o.R;
   const int rm = plan.layout == EPF_LAYOUT_RANK_MAJOR;
   uint64_t seed = o.seed;
   ex_inputs_t in;
   ex_make_inputs(&o, &seed, &in);
 
-  /* ---- the forward round (07_low_latency, BF16: y in place and pulled, or the rank-major view) -- */
-  char* window; /* R slices of plan.total_bytes, signal words zeroed, data rows poisoned */
-  EX_CK(cudaMalloc(&window, (size_t)R * plan.total_bytes));
-  EX_CK(cudaMemset(window, 0, (size_t)R * plan.total_bytes));
-  ex_ll_poison_window(&plan, window, R);
-  const epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
-  ex_ll_bufs_t b; /* ex_vranks.h: inputs, out, counts, round, [y: rank-major], [view], state, record */
+  /* ---- the forward round (07_low_latency spells it out; BF16: y in place and pulled, or the
+   * rank-major view and its partials pulled) --------------------------------------------------- */
+  char* window;
+  const epf_team_t team = ex_ll_window_make(&plan, &window); /* ex_ll.h: zeroed signals, poisoned rows */
+  ex_ll_bufs_t b; /* inputs, out, counts, round, [y: rank-major], [view], state, error record */
   ex_ll_bufs_make(&o, &in, &plan, rm, &b);
   epf_ll_launch_t L = epf_ll_launch_make(&plan, team, b.state, b.rec_d, /*virtual_ranks=*/1);
   EX_CS(epf_ll_state_reset(&L, 0));
   epf_ll_dispatch_args_t da;
-  memset(&da, 0, sizeof(da));
-  da.x = b.x;
-  da.topk_idx = b.topk;
-  da.index_type = EPF_INDEX_INT32;
-  da.topk_weights = b.w;
-  da.num_tokens = T;
-  da.recv_counts = b.counts;
-  da.round = b.round;
-  da.packed_x = b.view;        /* rank-major: the expert-major view (NULL: expert-major) */
   epf_ll_combine_args_t ca;
-  memset(&ca, 0, sizeof(ca));
-  ca.y = b.y;                  /* rank-major: [R][EL * R * T][H] in the view's order; NULL in place */
-  ca.y_layout = rm ? EPF_LL_Y_PACKED_PULL : EPF_LL_Y_IN_PLACE_PULL;
-  ca.recv_counts = b.counts;
-  ca.topk_idx = b.topk;
-  ca.index_type = EPF_INDEX_INT32;
-  ca.topk_weights = b.w;
-  ca.out = b.out;
-  ca.num_tokens = T;
+  ex_ll_args_make(&o, &b, ex_ll_y_layout(&plan), &da, &ca); /* IN_PLACE_PULL, or PACKED_PULL (rm) */
   EX_CS(epf_ll_dispatch(&L, &da, EPF_LL_BOTH, 0));
   if (!rm)
     ex_ll_experts_kernel<<<dim3(64, (unsigned)R), 256>>>(plan, window, b.round, b.counts, b.y);
