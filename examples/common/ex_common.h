@@ -4,11 +4,12 @@
  *   ex_gpu_or_exit()   no usable GPU: say why; exit 77 (CTest "Not Run") without a driver or GPU,
  *                      else 77 under --ctest and 1 without
  *   ex_record_make() / ex_record_check()   the host-mapped error record: make it; is it clean?
+ *   ex_dev_copy() / ex_dev_zeroed()        device memory: a copy of host bytes; zeroed bytes
  *   ex_rand()          splitmix64
  *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
  *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
  *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with kernels_ht.cuh,
- *                      and with kernels_ll.cuh for an expert-major plan)
+ *                      and with kernels_ll.cuh for an expert-major plan); _residual: + a residual
  * and, compiled by nvcc:
  *   ex_vteam_make()    R virtual ranks of an HT plan: window, team, route buffers
  *   ex_experts.cuh     the examples' expert stage on the GPU (HT and LL)
@@ -103,6 +104,20 @@ static inline int ex_record_check(const epf_error_record_t* rec_h) {
   return 0;
 }
 
+/* device memory: a copy of `bytes` host bytes; `bytes` zeroed */
+static inline void* ex_dev_copy(const void* host, size_t bytes) {
+  void* d = NULL;
+  EX_CK(cudaMalloc(&d, bytes));
+  EX_CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+static inline void* ex_dev_zeroed(size_t bytes) {
+  void* d = NULL;
+  EX_CK(cudaMalloc(&d, bytes));
+  EX_CK(cudaMemset(d, 0, bytes));
+  return d;
+}
+
 static inline uint64_t ex_rand(uint64_t* s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -159,9 +174,11 @@ static inline void ex_ref_payload_row(const epf_plan_t* p, const uint16_t* x, fl
  * destination rank (in order of first occurrence in k) a partial in k order rounded to BF16, then
  * acc = fma(1, partial, acc) in that rank order; with an MXFP8 combine payload (LL rank-major) the
  * FP32 partial travels quantized (E4M3 + E8M0 per 32) and is dequantized into acc with weight 1.
+ * ex_ref_combine_residual: the same with a residual row (BF16 [hidden]) added with weight 1 after
+ * the K experts, in the same FP32 chain, before the one rounding (NULL: none).
  * Scratch: 3 * hidden floats. */
-static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
-                                  float* scratch, uint16_t* out) {
+static inline void ex_ref_combine_residual(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
+                                           const uint16_t* residual, float* scratch, uint16_t* out) {
   const int H = p->hidden, K = p->top_k, EL = p->experts_per_rank;
   float* dq = scratch;
   float* acc = scratch + H;
@@ -218,7 +235,14 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
       }
     }
   }
+  if (residual != NULL) /* one more row of weight 1 in the same FP32 chain, after the K experts */
+    for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(residual[h]), acc[h]);
   for (int h = 0; h < H; ++h) out[h] = ex_bf16_rne(acc[h]);
+}
+
+static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
+                                  float* scratch, uint16_t* out) {
+  ex_ref_combine_residual(p, x, topk, w, NULL, scratch, out);
 }
 
 #ifdef __CUDACC__
