@@ -32,6 +32,10 @@
  *   ex05_moe_layer_gemm --real          H 7168, I 2048, E 256, top-8, T 4096 per rank, 8 ranks
  *   options: --T --H --I --E --K --R --align --iters --seed --payload bf16|fp8|both --dump DIR
  *            --check-tokens N (CPU-checked tokens per path, default: all for small, 4 for --real)
+ *
+ * Files (one translation unit): layer.h (options, inputs, weights, the placement model), gemm.cuh
+ * (the expert stage: weights, SiLU * up, cuBLASLt), reference.h (the CPU reference with its error
+ * bound, the checks, --dump), main.cu (one path of the layer, the table).
  */
 #include <algorithm>
 #include <chrono>
