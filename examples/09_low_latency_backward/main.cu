@@ -58,7 +58,7 @@ static int run_ll_backward(const ex_opts_t* o, const epf_plan_t* plan, const epf
   int bad = 0;
   epf_status_t st = epf_ll_backward_check(plan);
   if (st != EPF_OK) {
-    fprintf(stderr, "--backward: %s: %s (the training direction is BF16 both ways)\n", epf_status_name(st),
+    fprintf(stderr, "LL backward: %s: %s (the training direction is BF16 both ways)\n", epf_status_name(st),
             epf_status_message(st));
     return 2;
   }
@@ -158,7 +158,7 @@ static int run_ll_backward(const ex_opts_t* o, const epf_plan_t* plan, const epf
         break;
       }
   }
-  printf("backward (--mode ll): combine backward (dy -> rows, combine weights) + dispatch backward (dx, unit weights) "
+  printf("backward (LL): combine backward (dy -> rows, combine weights) + dispatch backward (dx, unit weights) "
          "of %lld tokens: %s\n", (long long)n, bad ? "FAILED" : "OK (bit-exact)");
   EX_CK(cudaFree(d_dy));
   EX_CK(cudaFree(d_dx));
