@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   ex_gpu_or_exit(1, o.ctest);
-  const int R = o.R, T = o.T, K = o.K, EL = o.E / o.R;
+  const int R = o.R, T = o.T, K = o.K;
   uint64_t seed = o.seed;
   ex_inputs_t in;
   ex_make_inputs(&o, &seed, &in);
@@ -123,26 +123,7 @@ int main(int argc, char** argv) {
 
   /* ---- verify: error record, counts and round, then the same CPU reference as HT ------------- */
   if (ex_record_check(b.rec_h)) return 1;
-  {
-    const size_t cbytes = (size_t)R * epf_ll_buffer_bytes(&plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT);
-    int32_t* counts = (int32_t*)malloc(cbytes);
-    uint32_t* rounds = (uint32_t*)malloc((size_t)R * 4);
-    EX_CK(cudaMemcpy(counts, b.counts, cbytes, cudaMemcpyDeviceToHost));
-    EX_CK(cudaMemcpy(rounds, b.round, (size_t)R * 4, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < R * EL * R; ++i)
-      if (counts[i] != want_counts[i]) {
-        fprintf(stderr, "MISMATCH recv_counts rank %d expert %d source %d: got %d want %d\n", i / (EL * R),
-                i / R % EL, i % R, counts[i], want_counts[i]);
-        return 1;
-      }
-    for (int r = 0; r < R; ++r)
-      if (rounds[r] != 1u) { /* the first round after epf_ll_state_reset is epoch 1 */
-        fprintf(stderr, "MISMATCH round of rank %d: got %u want 1\n", r, rounds[r]);
-        return 1;
-      }
-    free(counts);
-    free(rounds);
-  }
+  if (ex_ll_check_counts(&plan, &b, want_counts, 1u)) return 1; /* the first round after the reset: epoch 1 */
   if (ex_verify_out(&o, &plan, &in, b.out, &seed,
                     rm ? (pulls ? "low-latency rank-major (expand, pre-reduce, pull combine)"
                                 : "low-latency rank-major (expand, pre-reduce, push combine)")

@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
   EX_CS(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0));
   EX_CK(cudaDeviceSynchronize());
   if (ex_record_check(b.rec_h)) return 1;
+  int64_t all_rows, rm_rows;
+  int32_t* want_counts = ex_ll_want_counts(&o, &in, &all_rows, &rm_rows);
+  if (ex_ll_check_counts(&plan, &b, want_counts, 1u)) return 1; /* ex_ll.h: counts, round (epoch 1) */
+  free(want_counts);
   const int pulls = epf_ll_combine_pulls(&plan, ca.y_layout);
   if (ex_verify_out(&o, &plan, &in, b.out, &seed,
                     !rm ? "low-latency expert-major (y in place, pull combine)"

@@ -226,7 +226,7 @@ static int run_ll(const ex_opts_t* o, const epf_plan_t* ll_plan, const ex_inputs
   const int64_t n = (int64_t)R * T;
   const epf_plan_t plan = *ll_plan;
   int64_t all_rows, rm_rows;
-  free(ex_ll_want_counts(o, in, &all_rows, &rm_rows)); /* the copies of this routing, both layouts */
+  int32_t* want_counts = ex_ll_want_counts(o, in, &all_rows, &rm_rows); /* the copies of this routing */
   char* window; /* the window, team, buffers and arguments of 07_low_latency (ex_ll.h) */
   const epf_team_t team = ex_ll_window_make(&plan, &window);
   const int rm = plan.layout == EPF_LAYOUT_RANK_MAJOR;
@@ -250,7 +250,8 @@ static int run_ll(const ex_opts_t* o, const epf_plan_t* ll_plan, const ex_inputs
   EX_CK(cudaGetLastError());
   EX_CS(epf_ll_combine(&L, &ca, EPF_LL_BOTH, 0));
   EX_CK(cudaDeviceSynchronize());
-  if (ex_record_check(b.rec_h)) return 1;
+  if (ex_record_check(b.rec_h) || ex_ll_check_counts(&plan, &b, want_counts, 1u)) return 1;
+  free(want_counts);
   if (ex_verify_out(o, &plan, in, b.out, seed,
                     rm ? (pulls ? "low-latency rank-major (expand, pre-reduce, pull combine)"
                                 : "low-latency rank-major (expand, pre-reduce, push combine)")

@@ -5,6 +5,7 @@
  *   ex_ll_window_make()   R window slices, signal words zeroed, data rows poisoned; the team
  *   ex_ll_bufs_make()     the round's per-rank buffers (inputs, out, counts, round, y, view, state)
  *   ex_ll_y_layout(), ex_ll_args_make()   where the experts' outputs go; the launch arguments
+ *   ex_ll_check_counts()  after a round: every recv_counts entry and every rank's round output
  * 07_low_latency spells all of it out.
  */
 #ifndef EX_LL_H
@@ -170,6 +171,34 @@ static inline void ex_ll_args_make(const ex_opts_t* o, const ex_ll_bufs_t* b, in
   ca->topk_weights = b->w;
   ca->out = b->out;
   ca->num_tokens = o->T;
+}
+
+/* ex_ll_check_counts — after the round of epoch want_round (1: the first after epf_ll_state_reset):
+ * every recv_counts[rank][local expert][source] against want_counts (ex_ll_want_counts) and every
+ * rank's round output. 0 when they match; else prints the first mismatch and returns 1. */
+static inline int ex_ll_check_counts(const epf_plan_t* plan, const ex_ll_bufs_t* b, const int32_t* want_counts,
+                                     uint32_t want_round) {
+  const int R = plan->nranks, EL = plan->experts_per_rank;
+  const size_t cbytes = (size_t)R * epf_ll_buffer_bytes(plan, EPF_LL_BUF_RECV_COUNTS, EPF_INDEX_DEFAULT);
+  int32_t* counts = (int32_t*)malloc(cbytes);
+  uint32_t* rounds = (uint32_t*)malloc((size_t)R * 4);
+  int bad = 0;
+  EX_CK(cudaMemcpy(counts, b->counts, cbytes, cudaMemcpyDeviceToHost));
+  EX_CK(cudaMemcpy(rounds, b->round, (size_t)R * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < R * EL * R && !bad; ++i)
+    if (counts[i] != want_counts[i]) {
+      fprintf(stderr, "MISMATCH recv_counts rank %d expert %d source %d: got %d want %d\n", i / (EL * R), i / R % EL,
+              i % R, counts[i], want_counts[i]);
+      bad = 1;
+    }
+  for (int r = 0; r < R && !bad; ++r)
+    if (rounds[r] != want_round) {
+      fprintf(stderr, "MISMATCH round of rank %d: got %u want %u\n", r, rounds[r], want_round);
+      bad = 1;
+    }
+  free(counts);
+  free(rounds);
+  return bad;
 }
 
 #endif /* EX_LL_H */
