@@ -7,6 +7,10 @@ Each table lives in docs/performance.md between two marker lines
 and is made from one CSV, whose '#' header line (date, machine, commit) is quoted under the table:
     ht      docs/perf-zoo.csv    HT rows at 8 virtual ranks per model, then targets per stage family
     ll      docs/perf-zoo.csv    LL rows at 8 virtual ranks per model, then targets per stage family
+The zoo tables show each row's headline fraction: min_frac (minimal bytes / time / copy ceiling,
+issue #31) where the CSV has that column, else frac_ceiling (the bytes the implementation moves:
+CSVs before issue #31); the source line under the table says which. Application rows (CSV column
+app, bench_zoo --apps) are not part of the model-zoo tables or their stage families.
     route   docs/perf-route.csv  the newest measured value of each case
     quant   docs/perf-data.csv   the 'quant' rows
 Usage:
@@ -52,6 +56,27 @@ def zoo_by_case(rows):
     return {r["case"]: r for r in rows}
 
 
+def frac_key(rows):
+    """the headline fraction's column: min_frac when the CSV has it, else frac_ceiling"""
+    return "min_frac" if rows and "min_frac" in rows[0] else "frac_ceiling"
+
+
+def headline(r):
+    """a row's headline fraction (a string; empty when not measured)"""
+    return r["min_frac"] if "min_frac" in r else r["frac_ceiling"]
+
+
+def frac_note(rows):
+    if frac_key(rows) == "min_frac":
+        return "Fractions: minimal bytes (min_frac)."
+    return "Fractions: bytes this implementation moves (frac_ceiling; this CSV predates min_frac)."
+
+
+def zoo_rows(rows):
+    """the model-zoo rows (not the application rows of bench_zoo --apps)"""
+    return [r for r in rows if not r.get("app")]
+
+
 def ceilings(rows, mode_prefix):
     vals = sorted({float(r["ceiling_gbs"]) for r in rows if r["mode"].startswith(mode_prefix) and r["ceiling_gbs"]})
     if not vals:
@@ -73,7 +98,7 @@ def family_table(rows, fams):
         a["n"] += 1
         a["met"] += r["meets"] == "yes"
         a["oor"] += r["meets"] == "out-of-reach"
-        a["vals"].append(float(r["us"]) if r["target"].startswith("<=") else float(r["frac_ceiling"]))
+        a["vals"].append(float(r["us"]) if r["target"].startswith("<=") else float(headline(r)))
     out = ["| stage family (4, 8, 16 ranks; every model) | target | met | out of reach | missed | range |",
            "| --- | --- | ---: | ---: | ---: | --- |"]
     for key, a in agg.items():
@@ -106,7 +131,7 @@ def ll_family(r):
 def table_ht(root):
     rel = "docs/perf-zoo.csv"
     notes, rows = read_csv(root / rel)
-    ht = [r for r in rows if r["mode"].startswith("ht")]
+    ht = [r for r in zoo_rows(rows) if r["mode"].startswith("ht")]
     by = zoo_by_case(ht)
     cols = [("dispatch BF16", "ht-em", "bf16", "dispatch"),
             ("dispatch MXFP8", "ht-em", "mxfp8", "dispatch"),
@@ -125,17 +150,17 @@ def table_ht(root):
             r = by[ks[0]] if ks else None
             if r and not shape:
                 shape = f" ({r['hidden']}, {r['topk']} of {r['experts']})"
-            cells.append(pct(r["frac_ceiling"]) if r and r["frac_ceiling"] else "—")
+            cells.append(pct(headline(r)) if r and headline(r) else "—")
         out.append(f"| {m}{shape} | " + " | ".join(cells) + " |")
     out += ["", *family_table(ht, ht_family), "",
-            source(rel, notes, f"Copy ceiling of the HT rows: {ceilings(ht, 'ht')}.")]
+            source(rel, notes, f"Copy ceiling of the HT rows: {ceilings(ht, 'ht')}. {frac_note(ht)}")]
     return out
 
 
 def table_ll(root):
     rel = "docs/perf-zoo.csv"
     notes, rows = read_csv(root / rel)
-    ll = [r for r in rows if r["mode"] == "ll"]
+    ll = [r for r in zoo_rows(rows) if r["mode"] == "ll"]
     by = zoo_by_case(ll)
 
     def us(m, t, pay, st):
@@ -144,10 +169,10 @@ def table_ll(root):
 
     def frac(m, t, pay, st):
         r = by.get(f"{m}/R8/ll/T{t}/{pay}/{st}")
-        if not r or not r["frac_ceiling"]:
+        if not r or not headline(r):
             return "—"
         b = f" ({100 * float(r['bound_frac']):.0f})" if r["bound_frac"] else ""
-        return f"{float(r['us']):.1f} µs, {pct(r['frac_ceiling'])}{b}"
+        return f"{float(r['us']):.1f} µs, {pct(headline(r))}{b}"
 
     out = ["| model | T = 1 BF16 µs: dispatch / pull / push | T = 128 dispatch BF16 | T = 128 combine pull | T = 128 combine push | "
            "T = 128 dispatch MXFP8 |",
@@ -157,7 +182,7 @@ def table_ll(root):
         out.append(f"| {m} | {t1} | {frac(m, 128, 'bf16', 'dispatch')} | {frac(m, 128, 'bf16', 'combine-pull')} | "
                    f"{frac(m, 128, 'bf16', 'combine-push')} | {frac(m, 128, 'mxfp8', 'dispatch')} |")
     out += ["", *family_table(ll, ll_family), "",
-            source(rel, notes, f"Copy ceiling of the LL rows: {ceilings(ll, 'll')}.")]
+            source(rel, notes, f"Copy ceiling of the LL rows: {ceilings(ll, 'll')}. {frac_note(ll)}")]
     return out
 
 
