@@ -22,6 +22,10 @@ struct Opts {
   int R = 8, T = 64, H = 512, I = 256, E = 32, K = 4, align = 16, iters = 20;
   uint64_t seed = 0;
   bool real = false, ctest = false, run_bf16 = true, run_fp8 = true;
+  /* where the FP8 path's down GEMM writes its BF16 outputs (--expert-out): the window's EXPERT_OUT
+   * rows, where the pull combine reads them (nothing is put), and/or a separate buffer the combine
+   * first puts into the window (the old path, for comparison); "both" runs the FP8 path twice */
+  bool eo_window = true, eo_buffer = false;
   int check_tokens = -1;
   std::string dump;
 };
@@ -60,6 +64,14 @@ static Opts parse(int argc, char** argv) {
       o.run_fp8 = p == "fp8" || p == "both";
       if (!o.run_bf16 && !o.run_fp8) {
         fprintf(stderr, "--payload bf16|fp8|both\n");
+        exit(2);
+      }
+    } else if (a == "--expert-out") {
+      std::string p = next();
+      o.eo_window = p == "window" || p == "both";
+      o.eo_buffer = p == "buffer" || p == "both";
+      if (!o.eo_window && !o.eo_buffer) {
+        fprintf(stderr, "--expert-out window|buffer|both\n");
         exit(2);
       }
     } else {

@@ -14,7 +14,12 @@
  *         CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F. The GEMM gets A = FP8 weights with 128x128
  *         block scales (BLK128x128_32F), B = the segment's FP8 rows and scale pointer straight out
  *         of the receive region (no repack kernel), D = BF16. SiLU * up is quantized to per-128
- *         FP8 again (same segment layout) for the down GEMM.
+ *         FP8 again (same segment layout) for the down GEMM, which writes its BF16 outputs straight
+ *         into the window's EXPERT_OUT rows, where the pull combine reads them: with the virtual
+ *         ranks' stride rounded to a multiple of the combine row, the step's expert_out /
+ *         expert_rows name exactly those rows and the combine puts nothing (--expert-out buffer:
+ *         the old path, a separate buffer the combine first puts into the window; both: the two
+ *         in one run, their outputs compared bit for bit).
  *
  * GEMM shapes need the per-expert row counts on the host: the route's RECV_SEGMENT arrays of all
  * ranks ([R][E/R] epf_route_segment_t) are copied to pinned memory right after the route update
@@ -25,13 +30,15 @@
  * CPU model of the placement (bit-exact: which token went where, in which order); every received
  * FP8 row and its GEMM-ready scales against the CPU quantization reference; the layer output of
  * sampled tokens (all with --small) against a CPU reference with an element-wise error bound
- * derived from the formats (README.md). --dump DIR writes inputs, weights and outputs for
- * scripts/moe_layer_torch.py. Timing: CUDA events, medians.
+ * derived from the formats (README.md); with --expert-out both, the two FP8 outputs are equal bit
+ * for bit. --dump DIR writes inputs, weights and outputs for scripts/moe_layer_torch.py. Timing:
+ * CUDA events, medians.
  *
  *   ex05_moe_layer_gemm                 small shape (the ctest run: --ctest)
  *   ex05_moe_layer_gemm --real          H 7168, I 2048, E 256, top-8, T 4096 per rank, 8 ranks
  *   options: --T --H --I --E --K --R --align --iters --seed --payload bf16|fp8|both --dump DIR
  *            --check-tokens N (CPU-checked tokens per path, default: all for small, 4 for --real)
+ *            --expert-out window|buffer|both (FP8: where the down GEMM writes; default window)
  *
  * Files (one translation unit): layer.h (options, inputs, weights, the placement model), gemm.cuh
  * (the expert stage: weights, SiLU * up, cuBLASLt), reference.h (the CPU reference with its error
@@ -55,11 +62,15 @@
 
 /* ---- one path (payload) ------------------------------------------------------------------------ */
 
-static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, Dev& dv, Lt& lt, bool fp8) {
+/* fp8: the payload; eo_window (FP8 only): the down GEMM writes into the window's EXPERT_OUT rows
+ * (else into the separate buffer eo, which the combine then puts into the window). name: the
+ * path's tag in the messages. */
+static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, Dev& dv, Lt& lt, bool fp8, bool eo_window,
+                           const char* name) {
   const int R = o.R, T = o.T, H = o.H, I = o.I, K = o.K, E = o.E, EL = E / R;
   const int n = R * T;
   PathResult res;
-  const char* name = fp8 ? "fp8" : "bf16";
+  const bool in_window = fp8 && eo_window;
 
   /* ---- plan, window, team, route ----------------------------------------------------------- */
   int64_t max_rows = 0;
@@ -84,9 +95,39 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
   EX_CS(epf_plan_compute(&cfg, &plan));
   const int64_t cap = plan.recv_capacity;
 
-  ex_vteam_t vt; /* ex_common.h: R window slices (zeroed), the team, R route buffers (int32 ids) */
-  ex_vteam_make(&plan, &vt);
+  /* the window: R slices (zeroed), the team, R route buffers (int32 ids), ex_common.h. Where the
+   * expert outputs go (README.md "Where the down GEMM writes"):
+   *   bf16         over the received rows (BF16/BF16 pull in place: the plan has no EXPERT_OUT);
+   *   fp8 window   into the slice's EXPERT_OUT rows (epf_plan_expert_out_offset), where the pull
+   *                combine reads them. The slices' stride is rounded up to a multiple of
+   *                lcm(EPF_ALIGN, combine row) so that rank d's EXPERT_OUT row r is row
+   *                d * (stride / combine row) + r of one array from rank 0's EXPERT_OUT: the step's
+   *                expert_out / expert_rows name exactly the window rows, and the combine's expert
+   *                side finds every output already where it belongs and puts nothing;
+   *   fp8 buffer   into eo [R][cap][H], which the combine's expert side first puts into EXPERT_OUT
+   *                (one more read and write of every routed row). */
+  ex_vteam_t vt;
+  ex_vteam_make_strided(&plan, in_window ? ex_vteam_stride_expert_out(&plan) : plan.total_bytes, &vt);
   char* window = vt.window;
+  const uint64_t stride = vt.stride;
+  const uint64_t crow = plan.combine_row_bytes;
+  const int64_t eo_rows = in_window ? (int64_t)(stride / crow) : cap; /* hs.expert_rows */
+  if (in_window) {
+    /* by construction, checked: every rank's expert_out row r (the combine's source y) is the
+     * window row the source pulls (its destination), so epf_combine_expert_row_em_warp skips it */
+    bool same = plan.region[EPF_REGION_EXPERT_OUT].bytes >= (uint64_t)cap * crow && crow == (uint64_t)H * 2 &&
+                stride % crow == 0 && eo_rows >= cap;
+    for (int d = 0; d < R && same; ++d)
+      for (int64_t r : {(int64_t)0, cap - 1})
+        same = same && window + plan.region[EPF_REGION_EXPERT_OUT].offset + ((uint64_t)d * eo_rows + r) * (uint64_t)H * 2 ==
+                           window + (uint64_t)d * stride + epf_plan_expert_out_offset(&plan, r);
+    if (!same) {
+      fprintf(stderr, "[%s] the window's EXPERT_OUT rows are not one expert_out array (region %llu bytes, row %llu, stride %llu)\n",
+              name, (unsigned long long)plan.region[EPF_REGION_EXPERT_OUT].bytes, (unsigned long long)crow,
+              (unsigned long long)stride);
+      exit(1);
+    }
+  }
   const epf_team_t team = vt.team;
   const epf_route_t route = vt.route;
 
@@ -99,7 +140,7 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
   if (fp8) {
     EX_CK(cudaMalloc(&aq, (size_t)R * cap * I));
     EX_CK(cudaMalloc(&as, (size_t)R * cap * (I / 128) * 4));
-    EX_CK(cudaMalloc(&eo, (size_t)R * cap * H * 2));
+    if (!in_window) EX_CK(cudaMalloc(&eo, (size_t)R * cap * H * 2));
     EX_CK(cudaMemset(aq, 0, (size_t)R * cap * I));
     EX_CK(cudaMemset(as, 0, (size_t)R * cap * (I / 128) * 4));
   } else {
@@ -123,9 +164,13 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
   hs.x = dv.x;
   hs.topk_weights = dv.w;
   hs.out = d_out;
-  hs.expert_out = fp8 ? eo : NULL; /* BF16/BF16 pull: the down GEMM writes over the received rows */
+  // example-begin expert_out_window
+  /* bf16: NULL (the outputs are over the received rows); fp8 window: the window's EXPERT_OUT rows
+   * of all ranks as one [R][stride / combine row][H] array; fp8 buffer: eo [R][cap][H] */
+  hs.expert_out = in_window ? (const void*)(window + plan.region[EPF_REGION_EXPERT_OUT].offset) : fp8 ? (const void*)eo : NULL;
+  hs.expert_rows = eo_rows;
+  // example-end expert_out_window
   hs.state = d_state;
-  hs.expert_rows = cap;
   hs.wait = epf_wait_make(plan.timeout_ns, rec_d, NULL, 0);
 
   cudaStream_t st;
@@ -138,7 +183,7 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
   /* the expert stage of every rank: per local expert with rows, two GEMMs around SiLU * up */
   auto experts = [&](void) {
     for (int idx = 0; idx < R; ++idx) {
-      char* base = window + (uint64_t)idx * plan.total_bytes;
+      char* base = window + (uint64_t)idx * stride;
       for (int le = 0; le < EL; ++le) {
         const epf_route_segment_t sg = seg_h[(size_t)idx * EL + le];
         if (sg.count == 0 || sg.begin + sg.padded_count > cap) continue; /* nothing, or overflowed (reported) */
@@ -157,14 +202,21 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
     swiglu_kernel<<<dim3(std::max(1, 2048 / EL), EL, R), 256, 0, st>>>(route, hbuf, cap, I, abuf, aq, as);
     EX_CK(cudaGetLastError());
     for (int idx = 0; idx < R; ++idx) {
-      char* base = window + (uint64_t)idx * plan.total_bytes;
+      char* base = window + (uint64_t)idx * stride;
       for (int le = 0; le < EL; ++le) {
         const epf_route_segment_t sg = seg_h[(size_t)idx * EL + le];
         if (sg.count == 0 || sg.begin + sg.padded_count > cap) continue;
         const int e = idx * EL + le, nr = sg.padded_count;
         const void* A = fp8 ? (const void*)(aq + ((uint64_t)idx * cap + sg.begin) * I) : (const void*)(abuf + ((uint64_t)idx * cap + sg.begin) * I);
         const float* As = fp8 ? as + (uint64_t)idx * cap * (I / 128) + (uint64_t)sg.begin * (I / 128) : NULL;
-        void* Y = fp8 ? (void*)(eo + ((uint64_t)idx * cap + sg.begin) * H) : (void*)(base + epf_plan_recv_token_offset(&plan, sg.begin));
+        // example-begin down_gemm_output
+        /* D: the segment's output rows where the combine reads them — the window's EXPERT_OUT rows
+         * (FP8, --expert-out window: epf_plan_expert_out_offset, row pitch combine_row_bytes =
+         * H * 2) or over the received BF16 rows (BF16) — or the separate buffer (--expert-out buffer) */
+        void* Y = in_window ? (void*)(base + epf_plan_expert_out_offset(&plan, sg.begin))
+                  : fp8     ? (void*)(eo + ((uint64_t)idx * cap + sg.begin) * H)
+                            : (void*)(base + epf_plan_recv_token_offset(&plan, sg.begin));
+        // example-end down_gemm_output
         lt.gemm(fp8, H, nr, I, fp8 ? (const void*)(dv.wd_q + (uint64_t)e * H * I) : (const void*)(dv.wd + (uint64_t)e * H * I),
                 fp8 ? dv.wd_s + (uint64_t)e * (H / 128) * dv.ldk_d : NULL, A, As, Y, st);
       }
@@ -187,7 +239,7 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
     bool ok = true;
     if (check) {
       EX_CK(cudaStreamSynchronize(st));
-      ok = check_placement(o, m, pl, plan, window, seg_h, fp8);
+      ok = check_placement(o, m, pl, plan, window, stride, seg_h, fp8, name);
     }
     experts();
     EX_CK(cudaEventRecord(ev[3], st));
@@ -296,22 +348,48 @@ int main(int argc, char** argv) {
   Lt lt;
   lt.init();
   bool ok = true;
-  PathResult pr[2];
-  for (int f = 0; f < 2; ++f) {
-    if (f == 0 ? !o.run_bf16 : !o.run_fp8) continue;
-    pr[f] = run_path(o, m, pl, dv, lt, f == 1);
+  /* the paths: [0] bf16; [1] fp8 with the down GEMM writing into the window's EXPERT_OUT rows
+   * (--expert-out window, the default; both) or, with --expert-out buffer alone, into the separate
+   * buffer; [2] fp8 into the buffer as well (--expert-out both: the old path on the same inputs) */
+  struct PathSpec {
+    bool run, fp8, eo_window;
+    const char *name, *column;
+  };
+  const PathSpec spec[3] = {
+      {o.run_bf16, false, false, "bf16", "bf16 (down GEMM over the received rows)"},
+      {o.run_fp8, true, o.eo_window, o.eo_window ? "fp8" : "fp8/buffer",
+       o.eo_window ? "fp8 (down GEMM into the window's EXPERT_OUT: combine pulls in place)"
+                   : "fp8 (down GEMM into a buffer: combine puts it first)"},
+      {o.run_fp8 && o.eo_window && o.eo_buffer, true, false, "fp8/buffer", "fp8 (down GEMM into a buffer: combine puts it first)"}};
+  PathResult pr[3];
+  for (int f = 0; f < 3; ++f) {
+    if (!spec[f].run) continue;
+    pr[f] = run_path(o, m, pl, dv, lt, spec[f].fp8, spec[f].eo_window, spec[f].name);
     ok = ok && pr[f].ok;
-    ok = verify(o, m, pr[f].out, f == 1) && ok;
+    ok = verify(o, m, pr[f].out, spec[f].fp8, spec[f].name) && ok;
+  }
+  if (spec[2].run) { /* the same GEMM outputs, reduced in the same order: the same bits, wherever they were written */
+    const bool same = pr[1].out == pr[2].out;
+    printf("[fp8] expert outputs in the window vs in a buffer: layer outputs of all %d tokens %s\n", R * T,
+           same ? "bit-identical" : "DIFFER  FAILED");
+    ok = ok && same;
   }
 
   /* ---- the timing table ------------------------------------------------------------------------ */
   const double flops = 2.0 * 3.0 * (double)R * T * K * H * I; /* unpadded rows: gate, up, down */
-  printf("\n| stage (median of %d layers, us) | bf16 | fp8 (per-128, GEMM-ready scales) |\n| --- | ---: | ---: |\n", o.iters);
+  printf("\n| stage (median of %d layers, us) |", o.iters);
+  for (int f = 0; f < 3; ++f)
+    if (spec[f].run) printf(" %s |", spec[f].column);
+  printf("\n| --- |");
+  for (int f = 0; f < 3; ++f)
+    if (spec[f].run) printf(" ---: |");
+  printf("\n");
   const char* labels[5] = {"route update", "dispatch (+ segments D2H, overlapped)", "expert GEMMs + SiLU*up (cuBLASLt)",
                            "combine", "whole layer"};
   for (int s = 0; s < 5; ++s) {
     printf("| %s |", labels[s]);
-    for (int f = 0; f < 2; ++f) {
+    for (int f = 0; f < 3; ++f) {
+      if (!spec[f].run) continue;
       const Times& t = pr[f].tm;
       const std::vector<float>* v[5] = {&t.route, &t.dispatch, &t.gemm, &t.combine, &t.layer};
       if (v[s]->empty()) printf(" - |");
@@ -320,18 +398,21 @@ int main(int argc, char** argv) {
     printf("\n");
   }
   printf("| communication share (route + dispatch + combine) / layer |");
-  for (int f = 0; f < 2; ++f) {
+  for (int f = 0; f < 3; ++f) {
+    if (!spec[f].run) continue;
     const Times& t = pr[f].tm;
     if (t.layer.empty()) printf(" - |");
     else printf(" %.1f %% |", 100.0 * (median(t.route) + median(t.dispatch) + median(t.combine)) / median(t.layer));
   }
   printf("\n| expert GEMM TFLOP/s (unpadded rows) |");
-  for (int f = 0; f < 2; ++f)
-    if (pr[f].tm.gemm.empty()) printf(" - |");
+  for (int f = 0; f < 3; ++f)
+    if (!spec[f].run) continue;
+    else if (pr[f].tm.gemm.empty()) printf(" - |");
     else printf(" %.0f |", flops / (median(pr[f].tm.gemm) * 1e-6) / 1e12);
   printf("\n| segments D2H + sync on an idle stream (host wall, us) |");
-  for (int f = 0; f < 2; ++f)
-    if (pr[f].tm.sync_us.empty()) printf(" - |");
+  for (int f = 0; f < 3; ++f)
+    if (!spec[f].run) continue;
+    else if (pr[f].tm.sync_us.empty()) printf(" - |");
     else printf(" %.1f |", median_d(pr[f].tm.sync_us));
   printf("\n\n");
 

@@ -90,17 +90,17 @@ static void cpu_token(const Opts& o, const Model& m, int s, int t, bool fp8, std
 /* the placement after the dispatch, against the CPU model: the route's segments equal the model's,
  * and every received row holds its token (BF16: the row bit for bit, in the model's order; FP8: the
  * CPU per-128 quantization of the row, and its scales at epf_recv_scale_offset in the segment
- * MN-major layout). Pad rows are not looked at. Returns true when everything matches. */
+ * MN-major layout). Rank d's slice is at window + d * stride. Pad rows are not looked at. name: the
+ * path's tag in the messages. Returns true when everything matches. */
 static bool check_placement(const Opts& o, const Model& m, const Placement& pl, const epf_plan_t& plan, const char* window,
-                            const epf_route_segment_t* seg_h, bool fp8) {
+                            uint64_t stride, const epf_route_segment_t* seg_h, bool fp8, const char* name) {
   const int R = o.R, H = o.H, EL = o.E / o.R, G = H / 128;
-  const char* name = fp8 ? "fp8" : "bf16";
   std::vector<uint8_t> tok(plan.region[EPF_REGION_RECV_TOKENS].bytes), sc(plan.region[EPF_REGION_RECV_SCALES].bytes + 1);
   std::vector<uint8_t> q(H);
   std::vector<float> qs(G), buf(128);
   long long rows = 0;
   for (int d = 0; d < R; ++d) {
-    const char* b = window + (uint64_t)d * plan.total_bytes;
+    const char* b = window + (uint64_t)d * stride;
     EX_CK(cudaMemcpy(tok.data(), b + plan.region[EPF_REGION_RECV_TOKENS].offset, tok.size(), cudaMemcpyDeviceToHost));
     if (fp8) EX_CK(cudaMemcpy(sc.data(), b + plan.region[EPF_REGION_RECV_SCALES].offset, sc.size() - 1, cudaMemcpyDeviceToHost));
     for (int le = 0; le < EL; ++le) {
@@ -118,7 +118,7 @@ static bool check_placement(const Opts& o, const Model& m, const Placement& pl, 
         const uint8_t* got = tok.data() + (uint64_t)r * plan.row_bytes;
         if (!fp8) {
           if (memcmp(got, x, (size_t)H * 2) != 0) {
-            fprintf(stderr, "[bf16] rank %d expert %d row %lld: not (source %d, token %d)'s row\n", d, le, (long long)r,
+            fprintf(stderr, "[%s] rank %d expert %d row %lld: not (source %d, token %d)'s row\n", name, d, le, (long long)r,
                     want[i].first, want[i].second);
             return false;
           }
@@ -129,7 +129,7 @@ static bool check_placement(const Opts& o, const Model& m, const Placement& pl, 
           qs[gi] = epf_fp8_128_quantize_block_ref(buf.data(), epf_fp8_128_ue8m0_from_flags(plan.flags), q.data() + gi * 128);
         }
         if (memcmp(got, q.data(), (size_t)H) != 0) {
-          fprintf(stderr, "[fp8] rank %d expert %d row %lld: FP8 bytes differ from the CPU quantization\n", d, le, (long long)r);
+          fprintf(stderr, "[%s] rank %d expert %d row %lld: FP8 bytes differ from the CPU quantization\n", name, d, le, (long long)r);
           return false;
         }
         for (int gi = 0; gi < G; ++gi) {
@@ -137,8 +137,8 @@ static bool check_placement(const Opts& o, const Model& m, const Placement& pl, 
           float s;
           memcpy(&s, sc.data() + off, 4);
           if (!epf_recv_scale_seg_fits(&plan, r, w.begin, w.padded_count) || memcmp(&s, &qs[gi], 4) != 0) {
-            fprintf(stderr, "[fp8] rank %d expert %d row %lld group %d: GEMM-ready scale %g, want %g\n", d, le, (long long)r, gi,
-                    (double)s, (double)qs[gi]);
+            fprintf(stderr, "[%s] rank %d expert %d row %lld group %d: GEMM-ready scale %g, want %g\n", name, d, le, (long long)r,
+                    gi, (double)s, (double)qs[gi]);
             return false;
           }
         }
@@ -150,8 +150,9 @@ static bool check_placement(const Opts& o, const Model& m, const Placement& pl, 
   return true;
 }
 
-/* the output of sampled tokens against the CPU reference and its bound; the normwise relative error */
-static bool verify(const Opts& o, const Model& m, const std::vector<uint16_t>& out, bool fp8) {
+/* the output of sampled tokens against the CPU reference and its bound; the normwise relative error.
+ * name: the path's tag in the messages. */
+static bool verify(const Opts& o, const Model& m, const std::vector<uint16_t>& out, bool fp8, const char* name) {
   const int n = o.R * o.T, H = o.H;
   const int ntok = std::min(o.check_tokens, n);
   std::vector<double> ref, bound;
@@ -164,8 +165,8 @@ static bool verify(const Opts& o, const Model& m, const std::vector<uint16_t>& o
       const double got = ex_bf16_f(out[(size_t)st * H + h]), err = fabs(got - ref[h]);
       if (!(err <= bound[h])) {
         if (bad++ < 5)
-          fprintf(stderr, "[%s] token %d h %d: got %.6g, reference %.6g, |error| %.3g > bound %.3g\n", fp8 ? "fp8" : "bf16", st, h,
-                  got, ref[h], err, bound[h]);
+          fprintf(stderr, "[%s] token %d h %d: got %.6g, reference %.6g, |error| %.3g > bound %.3g\n", name, st, h, got, ref[h],
+                  err, bound[h]);
       }
       worst = std::max(worst, err / bound[h]);
       e2 += err * err;
@@ -178,7 +179,7 @@ static bool verify(const Opts& o, const Model& m, const std::vector<uint16_t>& o
   const double nrm = sqrt(e2 / (r2 > 0 ? r2 : 1)), nrm_limit = fp8 ? 2.0 / 16.0 : 4.0 / 256.0;
   const bool nrm_ok = nrm <= nrm_limit;
   printf("[%s] accuracy vs CPU reference (%d tokens): normwise relative error %.3e (limit %.3e), max |error| / bound %.3f%s\n",
-         fp8 ? "fp8" : "bf16", ntok, nrm, nrm_limit, worst, bad || !nrm_ok ? "  FAILED" : "");
+         name, ntok, nrm, nrm_limit, worst, bad || !nrm_ok ? "  FAILED" : "");
   return bad == 0 && nrm_ok;
 }
 

@@ -12,6 +12,8 @@
  *                      and with kernels_ll.cuh for an expert-major plan); _residual: + a residual
  * and, compiled by nvcc:
  *   ex_vteam_make()    R virtual ranks of an HT plan: window, team, route buffers
+ *   ex_vteam_make_strided(), ex_vteam_stride_expert_out()   the same at a stride of the caller's:
+ *                      the one under which the slices' EXPERT_OUT rows form one expert_out array
  *   ex_experts.cuh     the examples' expert stage on the GPU (HT and LL)
  */
 #ifndef EX_COMMON_H
@@ -249,26 +251,60 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
 #include "epfuse/kernels_route.cuh"
 
 /* ex_vteam_t — R = plan.nranks virtual ranks of an HT plan on this GPU: one cudaMalloc of R window
- * slices (zeroed: epochs start at 0; virtual rank r owns slice r), the team over them and one
- * route buffer per rank (int32 expert ids) — the steps examples/01_virtual_ranks/main.cu shows. */
+ * slices of `stride` bytes (zeroed: epochs start at 0; virtual rank r owns slice r, at
+ * window + r * stride), the team over them and one route buffer per rank (int32 expert ids) — the
+ * steps examples/01_virtual_ranks/main.cu shows. */
 typedef struct {
   char* window;
   void* route_buf;
   epf_team_t team;
   epf_route_t route;
+  uint64_t stride; /* bytes from one rank's slice to the next: plan.total_bytes or the caller's */
 } ex_vteam_t;
 
-static inline void ex_vteam_make(const epf_plan_t* plan, ex_vteam_t* v) {
+/* ex_vteam_stride_expert_out — a virtual-rank stride under which the R slices' EXPERT_OUT regions
+ * are one array of expert outputs: plan.total_bytes rounded up to a multiple of lcm(EPF_ALIGN,
+ * plan.combine_row_bytes). Rank d's EXPERT_OUT row r (epf_plan_expert_out_offset) is then row
+ * d * (stride / combine_row_bytes) + r of the rows starting at rank 0's EXPERT_OUT, so a step with
+ * expert_out = window + region[EPF_REGION_EXPERT_OUT].offset and expert_rows = stride /
+ * combine_row_bytes names every output row where the pull combine reads it, and the combine's
+ * expert side has nothing to put (epf_combine_expert_row_em_warp skips a row already there). For a
+ * BF16 combine (combine_row_bytes = hidden * 2, the step's row pitch). A real rank needs no such
+ * stride: its expert_out is its own slice's EXPERT_OUT. */
+static inline uint64_t ex_vteam_stride_expert_out(const epf_plan_t* plan) {
+  uint64_t a = (uint64_t)EPF_ALIGN, b = plan->combine_row_bytes, l;
+  while (b != 0u) { /* gcd(EPF_ALIGN, combine row) */
+    const uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  l = (uint64_t)EPF_ALIGN / a * plan->combine_row_bytes;
+  return (plan->total_bytes + l - 1u) / l * l;
+}
+
+/* ex_vteam_make_strided — ex_vteam_make with slices of `stride` bytes: at least plan.total_bytes,
+ * a multiple of EPF_ALIGN (exit(1) otherwise) */
+static inline void ex_vteam_make_strided(const epf_plan_t* plan, uint64_t stride, ex_vteam_t* v) {
   const int R = plan->nranks;
   epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
   uint64_t rbytes = 0;
+  if (stride < plan->total_bytes || stride % (uint64_t)EPF_ALIGN != 0u) {
+    fprintf(stderr, "ex_vteam_make_strided: stride %llu is below the plan's %llu bytes or not a multiple of %d\n",
+            (unsigned long long)stride, (unsigned long long)plan->total_bytes, (int)EPF_ALIGN);
+    exit(1);
+  }
   rc.index_type = EPF_INDEX_INT32;
-  EX_CK(cudaMalloc((void**)&v->window, (size_t)R * plan->total_bytes));
-  EX_CK(cudaMemset(v->window, 0, (size_t)R * plan->total_bytes));
-  v->team = epf_team_virtual(v->window, plan->total_bytes, 0, R);
+  v->stride = stride;
+  EX_CK(cudaMalloc((void**)&v->window, (size_t)R * stride));
+  EX_CK(cudaMemset(v->window, 0, (size_t)R * stride));
+  v->team = epf_team_virtual(v->window, stride, 0, R);
   EX_CS(epf_route_size(plan, &rc, &rbytes));
   EX_CK(cudaMalloc(&v->route_buf, (size_t)rbytes * R));
   EX_CS(epf_route_init(plan, &rc, v->route_buf, rbytes * R, R, 1u, 0, &v->route));
+}
+
+static inline void ex_vteam_make(const epf_plan_t* plan, ex_vteam_t* v) {
+  ex_vteam_make_strided(plan, plan->total_bytes, v);
 }
 
 static inline void ex_vteam_free(ex_vteam_t* v) {
