@@ -135,7 +135,7 @@ EPF_HD epf_ll_slots_t epf_ll_rm_slots_at(const epf_plan_t* plan, void* smem, siz
  *   Memory:   reads topk_idx; no peer access, no fence. Blocking: no. Arch: sm_70+. */
 EPF_DEVICE_INLINE void epf_ll_rm_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type,
                                              int num_tokens, epf_ll_slots_t s) {
-  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, NULL, 1, 0);
+  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, NULL, 1);
 }
 
 /* epf_ll_rm_slot — the slot of pair `pair` = t * K + k in a table that epf_ll_rm_slots_block

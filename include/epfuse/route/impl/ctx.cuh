@@ -2,8 +2,7 @@
  *
  * What it is: one rank-block's view of a route update (epf_route_ctx_t), the shared-memory carve-up it
  * uses (epf__route_smem_carve: the one owner, sizes and pointers), the batch constants of the
- * passes, epf_route_block_tokens, and the rule of the ready-made kernel's private SPLIT
- * arrangement (epf__route_split). Include epfuse/route.cuh, not this file (it stands alone too,
+ * passes, epf_route_block_tokens, and the rule of the SPLIT arrangement (epf_route_split_ok). Include epfuse/route.cuh, not this file (it stands alone too,
  * for the compile tests).
  *
  * Contents: see route.cuh.
@@ -47,10 +46,10 @@ EPF_BEGIN_DECLS
 /* Shared memory a block gets without the opt-in attribute: the slot pass's tag rows are kept
  * within it (epf__route_smem_carve), and so is the ready-made kernel's block (kernels_route.cuh). */
 #define EPF__ROUTE_SMEM_LIMIT (48u * 1024u)
-/* The ready-made kernel's SPLIT arrangement of an update (private; epf__route_split says when):
+/* The SPLIT arrangement of an update (epf_route_update_split_block; epf_route_split_ok says when):
  * with 2 or 3 blocks per rank and at most this many (token, k) entries, every block walks all the
- * tokens itself and none waits for another's counts. The public blocks never see it: a ctx from
- * epf_route_ctx_make is never SPLIT. */
+ * tokens itself and none waits for another's counts. A ctx from epf_route_ctx_make is never
+ * SPLIT. */
 #define EPF__ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
@@ -69,10 +68,10 @@ typedef struct epf_route_ctx {
   int32_t rank_major, exchange, alignment, mark_pads;
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
-  int32_t split;              /* private: 0 from epf_route_ctx_make; 1 only in the ready-made
-                                 kernel's SPLIT arrangement (epf__route_update_block) */
-  int32_t offsets_block;      /* the block that computes the offsets: 0 (private: 2 in a 3-block
-                                 SPLIT arrangement) */
+  int32_t split;              /* 0 from epf_route_ctx_make; 1 only in the SPLIT arrangement
+                                 (epf_route_update_split_block) */
+  int32_t offsets_block;      /* the block that computes the offsets: 0 (2 in a 3-block SPLIT
+                                 arrangement) */
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
   int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
@@ -181,23 +180,18 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
 #endif
 }
 
-/* epf__route_split_small — a few enough (token, k) entries for the ready-made kernel's SPLIT
- * arrangement: T K <= EPF__ROUTE_SPLIT_ENTRIES. Scope: any thread, host or device. Pure. */
-EPF_HD int epf__route_split_small(int num_tokens, int top_k) {
-  return (int64_t)num_tokens * top_k <= EPF__ROUTE_SPLIT_ENTRIES;
-}
-
-/* epf__route_split — THE rule for the ready-made kernel's SPLIT arrangement of an update: 2 or 3
- * blocks per rank and epf__route_split_small. The kernel (epf__route_update_kernel), the
- * launcher's block size (epf_route_update_threads) and the tests all ask this function. Scope:
- * any thread, host or device. Pure. */
-EPF_HD int epf__route_split(int num_blocks, int num_tokens, int top_k) {
-  return (num_blocks == 2 || num_blocks == 3) && epf__route_split_small(num_tokens, top_k);
+/* epf_route_split_ok — THE rule for the SPLIT arrangement of an update
+ *   (epf_route_update_split_block): 1 when num_blocks is 2 or 3 and the update has at most 2304
+ *   (token, k) entries (num_tokens * top_k), else 0. The ready-made kernel, the launcher's block
+ *   size (epf_route_update_threads), epf_route_blocks_per_rank and the tests all ask this function.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD int epf_route_split_ok(int num_blocks, int num_tokens, int top_k) {
+  return (num_blocks == 2 || num_blocks == 3) && (int64_t)num_tokens * top_k <= EPF__ROUTE_SPLIT_ENTRIES;
 }
 
 /* epf__route_ctx_init — epf_route_ctx_make with the arrangement chosen: split = 0 is the public
- *   one (epf_route_ctx_make); split = 1 (only where epf__route_split says so; the ready-made
- *   kernel's private SPLIT arrangement, epf__route_update_block) makes every block walk all of
+ *   one (epf_route_ctx_make); split = 1 (only where epf_route_split_ok says so; the SPLIT
+ *   arrangement, epf_route_update_split_block) makes every block walk all of
  *   [0, T): block 0 counts them, writes the is_token_in_rank rows and publishes; block 1 writes
  *   every slot; block 2 (3 blocks) counts the expert columns and computes the offsets (with 2,
  *   block 0 does); no scratch row, no merge wait; block 0 stores the next epoch only after block
