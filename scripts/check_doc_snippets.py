@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """check_doc_snippets.py — every code block in the docs is compiled code (STYLE.md §9).
 
-Checks every fenced code block of README.md and docs/*.md (docs/api/ is generated from the headers
-by gen_api_docs.py and checked by its --check mode):
+Checks every fenced code block of README.md, docs/*.md and docs/dev/**/*.md (the engineering notes,
+e.g. the performance log; docs/api/ is generated from the headers by gen_api_docs.py and checked by
+its --check mode):
   * a block fenced as sh / bash / shell / console / cmake / text (shell commands, CMake, diagrams,
     program output) is accepted as it is;
   * any other block (c, cuda, cpp, or no language) must directly follow a line
@@ -62,7 +63,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
     root = pathlib.Path(ap.parse_args().root)
-    docs = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    docs = [root / "README.md"] + sorted((root / "docs").glob("*.md")) + sorted((root / "docs" / "dev").rglob("*.md"))
     problems, nfree, nsnip = [], 0, 0
     for doc in docs:
         rel = doc.relative_to(root)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_performance.py — the plots of docs/performance.md, from docs/perf-data.csv.
+"""plot_performance.py — the plots of the performance log (docs/dev/perf-log/), from docs/perf-data.csv.
 
 Writes docs/img/perf_quant.png, perf_ht.png and perf_ll.png: fraction of the measured copy ceiling
 per implementation (bars), with the µs printed on each bar; and docs/img/perf_route.png: the route
@@ -65,7 +65,9 @@ def plot_route():
     fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
     x = range(len(rows))
     for key, label, color, target in series:
-        ax.plot(x, [float(r[key]) for r in rows], marker="o", color=color, label=label)
+        # a version measured without a case leaves its cell empty: a gap in that line
+        ax.plot(x, [float(r[key]) if r[key].strip() else float("nan") for r in rows], marker="o", color=color,
+                label=label)
         if target is not None:
             ax.axhline(target, color=color, lw=0.8, ls="--")
     ax.set_xticks(list(x))

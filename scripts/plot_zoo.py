@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""plot_zoo.py — the model-zoo figure of docs/performance.md, from bench_zoo's CSV (issue #17).
+"""plot_zoo.py — the model-zoo figure of docs/performance.md (and the log's zoo.md), from bench_zoo's CSV (issue #17).
 
 One heat map per virtual-rank count: a column per model, a row per case (mode / tokens / payload /
 stage); each cell shows the row's % of the copy ceiling measured in the same run (LL T=1: its µs),
 coloured by how close it is to its target (green: met; red: far below; grey: no target), and
 framed in red when the target is missed; a missed cell whose bound (bench_zoo: the run's latency
 floor plus the row's bytes at the copy ceiling) is below the target too is framed in grey and its
-text ends in '*' (out of reach). Cells the run refused or failed say so.
+text ends in '*' (out of reach). Cells the run refused or failed say so. The fraction is min_frac
+(minimal bytes, issue #31) where the CSV has it, else frac_ceiling (bytes moved; older CSVs); the
+application rows (CSV column app, bench_zoo --apps) are not drawn (they share the cases' labels).
 
 Usage:
   build/tests/bench/bench_zoo --csv docs/perf-zoo.csv [--torch zoo_torch.csv]
@@ -24,8 +26,14 @@ MODEL_ORDER = ["deepseek-v3", "kimi-k2", "qwen3-235b", "qwen3-30b", "gpt-oss-120
 
 
 def read_rows(path):
+    """the model-zoo rows (application rows left out)"""
     with open(path) as f:
-        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+        return [r for r in csv.DictReader(line for line in f if not line.startswith("#")) if not r.get("app")]
+
+
+def headline(r):
+    """the row's headline fraction as a string ('' when not measured)"""
+    return r["min_frac"] if "min_frac" in r else r["frac_ceiling"]
 
 
 def num(s):
@@ -46,7 +54,7 @@ def cell(r):
     meets = r["meets"]
     if meets.startswith("REFUSED") or meets.startswith("ERROR"):
         return None, meets.split(":")[0].lower(), None
-    us, frac, tgt = num(r["us"]), num(r["frac_ceiling"]), r["target"]
+    us, frac, tgt = num(r["us"]), num(headline(r)), r["target"]
     if us is None:
         return None, "", None
     if tgt.startswith("<=") and tgt.endswith("us"):  # LL T=1: time bound
@@ -122,7 +130,8 @@ def main():
         ax.set_yticklabels(labels if R == ranks[0] else [""] * len(labels), fontsize=6)
         ax.set_title(f"{R} virtual ranks", fontsize=9)
     ceiling = next((num(r["ceiling_gbs"]) for r in measured if num(r["ceiling_gbs"])), None)
-    fig.suptitle("bench_zoo: % of the copy ceiling" + (f" ({ceiling:.0f} GB/s, same run)" if ceiling else "") +
+    basis = " by minimal bytes" if measured and "min_frac" in measured[0] else ""
+    fig.suptitle(f"bench_zoo: % of the copy ceiling{basis}" + (f" ({ceiling:.0f} GB/s, same run)" if ceiling else "") +
                  "; LL T1: µs. Colour: against the row's target (grey: none); red frame: target missed;\n"
                  "grey frame and *: missed and out of reach (the run's latency floor + the row's bytes at the ceiling)",
                  fontsize=9)

@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""zoo_summary.py — the model-zoo summary tables of docs/performance.md, from bench_zoo's CSV.
+"""zoo_summary.py — the model-zoo summary tables of the performance log (docs/dev/perf-log/zoo.md), from
+bench_zoo's CSV (docs/performance.md's tables come from scripts/gen_perf_tables.py).
 
 Usage: python3 scripts/zoo_summary.py [docs/perf-zoo.csv]
 Prints markdown: (1) targets met, out of reach (bench_zoo's bound) and missed per stage family, (2) one row per model at 8 virtual ranks with the
-headline stages (fraction of the copy ceiling; LL: microseconds at T = 1 and fraction of issued
-bytes at T = 128), so the page's tables are regenerated, not typed.
+headline stages (fraction of the copy ceiling; LL: microseconds at T = 1 and the fraction at
+T = 128), (3) the application rows (bench_zoo --apps: CSV column app), each with both fractions,
+so the page's tables are regenerated, not typed.
+Fractions: min_frac (minimal bytes / time / copy ceiling, issue #31) where the CSV has that column,
+else frac_ceiling (the bytes the implementation moves; CSVs before issue #31).
 """
 import collections
 import csv
 import sys
+
+
+def headline(r):
+    """the row's headline fraction as a string ('' when not measured)"""
+    return r["min_frac"] if "min_frac" in r else r["frac_ceiling"]
 
 
 def family(r):
@@ -25,7 +34,9 @@ def family(r):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "docs/perf-zoo.csv"
     with open(path) as f:  # '#' lines: provenance notes, not rows
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+        every = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    rows = [r for r in every if not r.get("app")]  # the model zoo; the application rows last
+    apps = [r for r in every if r.get("app")]
     fam = collections.OrderedDict()
     for r in rows:
         if r["meets"] not in ("yes", "no", "out-of-reach"):
@@ -36,7 +47,7 @@ def main():
         if r["meets"] == "out-of-reach":
             f[4] += 1
             f[5].append(float(r["bound_frac"]))
-        f[2].append(float(r["frac_ceiling"] or 0) if not r["target"].startswith("<=") else float(r["us"]))
+        f[2].append(float(headline(r) or 0) if not r["target"].startswith("<=") else float(r["us"]))
         f[3] = r["target"]
     met = sum(v[0] for v in fam.values())
     tot = sum(v[1] for v in fam.values())
@@ -74,15 +85,25 @@ def main():
         cells = []
         for _, mode, pay, st in cols:
             ks = [k for k in by if k.startswith(f"{mdl}/R8/{mode}/") and k.endswith(f"/{pay}/{st}")]
-            cells.append(f"{100 * float(by[ks[0]]['frac_ceiling']):.0f} %" if ks else "—")
+            cells.append(f"{100 * float(headline(by[ks[0]]) or 0):.0f} %" if ks else "—")
         d1 = by.get(f"{mdl}/R8/ll/T1/bf16/dispatch")
         c1 = by.get(f"{mdl}/R8/ll/T1/bf16/combine-push")
         d128 = by.get(f"{mdl}/R8/ll/T128/bf16/dispatch")
         c128 = by.get(f"{mdl}/R8/ll/T128/bf16/combine-push")
         ll1 = f"{float(d1['us']):.1f} / {float(c1['us']):.1f}" if d1 and c1 else "—"
-        ll128 = (f"{100 * float(d128['frac_ceiling']):.0f} / {100 * float(c128['frac_ceiling']):.0f} %"
+        ll128 = (f"{100 * float(headline(d128) or 0):.0f} / {100 * float(headline(c128) or 0):.0f} %"
                  if d128 and c128 else "—")
         print(f"| {mdl} | " + " | ".join(cells) + f" | {ll1} | {ll128} |")
+    if apps:
+        print("\nApplication rows (bench_zoo --apps; the app's configuration, beside its twins): µs, % of the copy "
+              "ceiling by minimal bytes and by the bytes moved (HT) / issued (LL):\n")
+        print("| app | case | µs | minimal | moved / issued | target | meets |")
+        print("| --- | --- | ---: | ---: | ---: | --- | --- |")
+        for r in apps:
+            us = f"{float(r['us']):.1f}" if r["us"] else "—"
+            mf = f"{100 * float(r['min_frac']):.0f} %" if r["min_frac"] else "—"
+            hf = f"{100 * float(r['frac_ceiling']):.0f} %" if r["frac_ceiling"] else "—"
+            print(f"| {r['app']} | {r['case'][len(r['app']) + 1:]} | {us} | {mf} | {hf} | {r['target']} | {r['meets']} |")
 
 
 if __name__ == "__main__":

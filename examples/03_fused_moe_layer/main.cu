@@ -24,18 +24,12 @@
  *   dot-product loop and the expert stage a scalar dequant-scale loop, not tuned; the table
  *   reports per-stage times for orientation only.
  *
- * Fusion boundaries (honest): four launches by default. fused_router_dispatch_kernel is router +
- * route update + dispatch send + dispatch receive wait: grid R x 8 blocks (virtual ranks), all
- * co-resident (the count exchange, the rank rendezvous and the dispatch signals spin on each other:
- * checked with epf_virtual_grid_check; if the device cannot hold them the example falls back to
- * --unfused). Each block routes exactly the tokens the route's block of the same index counts (so
- * the route reads only ids this block wrote: a __syncthreads orders them), and a rank rendezvous
- * after the update makes every block's send offsets visible before any block sends (the route
- * computes the offsets of destination d in block d % blocks only). Then the experts kernel, then
- * combine + residual. The expert epilogue -> combine boundary stays a launch boundary: it is what
- * makes every output complete before the combine signal. --unfused runs the original five launches
- * (router_kernel, epf_route_update, epf_ht_dispatch, experts, combine); both paths are checked
- * bit-exact against the same CPU reference (two CTest tests).
+ * Fusion boundaries (README.md, "Fusion boundaries, honestly"): four launches — the fused router +
+ * route update + dispatch (all R x 8 blocks co-resident, checked with epf_virtual_grid_check; else
+ * the example says so and runs --unfused), the experts, combine + residual; the expert epilogue ->
+ * combine boundary stays a launch boundary (every output complete before the combine signal).
+ * --unfused runs five launches (router_kernel, epf_route_update, epf_ht_dispatch, experts,
+ * combine); both paths are checked bit-exact against the same CPU reference (two CTest tests).
  */
 #include <math.h>
 #include <stdint.h>
@@ -51,16 +45,17 @@
 #define COMBINE_THREADS 512
 
 /* ---- router: logits = x . Wr^T (FP32 fma chain over h, in order), top-k, softmax over the k -----
- * The two device functions are shared by router_kernel (--unfused) and the fused kernel, so both
- * paths produce the same bits. */
-__device__ float router_logit(const uint16_t* xr, const uint16_t* wrow, int H) {
+ * The two functions are shared by router_kernel (--unfused), the fused kernel (so both paths
+ * produce the same bits) and the CPU reference (expf may differ by an ulp between host and device:
+ * the weights are compared with a tolerance there). */
+EPF_HD float router_logit(const uint16_t* xr, const uint16_t* wrow, int H) {
   float acc = 0.f;
-  for (int h = 0; h < H; ++h) acc = __fmaf_rn(epf_bf16_to_float(xr[h]), epf_bf16_to_float(wrow[h]), acc);
+  for (int h = 0; h < H; ++h) acc = fmaf(epf_bf16_to_float(xr[h]), epf_bf16_to_float(wrow[h]), acc);
   return acc;
 }
 
 /* top-k of E logits (ties: lowest id), softmax over the k; one thread per token */
-__device__ void router_topk_softmax(const float* logit, int E, int K, int32_t* out_idx, float* out_w) {
+EPF_HD void router_topk_softmax(const float* logit, int E, int K, int32_t* out_idx, float* out_w) {
   int sel[32];
   float ex[32], sum = 0.f;
   for (int k = 0; k < K; ++k) {
@@ -90,25 +85,13 @@ __global__ void router_kernel(const uint16_t* x, const uint16_t* wr, int H, int 
 }
 
 /* ---- the fused kernel: router + route update + MXFP8 dispatch in ONE launch ----------------------
- * Grid: R * bpr blocks (virtual ranks; block b plays rank b / bpr), all co-resident
- * (epf_virtual_grid_check), blockDim = epf_route_block_threads(&route.layout), dynamic smem =
- * fused_smem_bytes. Block `block` of rank r:
- *   1. router for exactly the tokens epf_route_block_tokens(T, block, bpr) gives this block (the
- *      route's partition: every warp of the block counts / slots only tokens of that range; block
- *      0 is the route's control block and owns none when bpr > 1), so the route's count and slot
- *      passes read only topk_idx entries this block wrote. __syncthreads orders those global stores before the route's loads (the
- *      same block; no other block ever reads them in this kernel).
- *   2. epf_route_update_block (count, merge, publish, slots, wait counts, offsets, finish).
- *   3. a rank rendezvous: epf_route_offsets_block writes send_offset[E] in block 0 only, so
- *      before any block may read it every block of the rank must be past its update:
- *      epf_rank_barrier_block (core/signal.cuh) on a per-rank word; then ld.relaxed.gpu.
- *   4. the HT send for its own tokens: warp per token, lanes < K hold the K copies (EXPERT_MAJOR:
- *      row = send_offset[e] + slot), metadata, the row quantized to MXFP8 on the way
- *      (epf_dispatch_send_row_quant_warp, what epf_ht_dispatch runs); then epf_arrive_last_block, and the
- *      last block of the rank release-signals SIG_DISPATCH in every peer (epf_dispatch_signal_block).
- *   5. the receive half: block 0 of each rank waits for every peer (epf_dispatch_wait_block).
- * The epoch of this step is the route's epoch word + 1, read before the route's merge barrier
- * (block 0 stores the new epoch only after that barrier, as epf_route_ctx_make requires). */
+ * Grid: R * bpr blocks (block b plays rank b / bpr), all co-resident (epf_virtual_grid_check),
+ * blockDim = epf_route_block_threads(&route.layout), dynamic smem = fused_smem_bytes. Each block runs
+ * the router for exactly the tokens epf_route_block_tokens(T, block, bpr) gives it (block 0, the
+ * route's control block, owns none when bpr > 1), so the route reads only ids the same block wrote;
+ * a rank rendezvous after the update makes block 0's send offsets visible to every block before any
+ * sends; the step's epoch is the route's epoch word + 1, read before the route's merge barrier. The
+ * steps are numbered below; README.md ("Fusion boundaries, honestly") gives the ordering argument. */
 #define ROUTER_CHUNK 8 /* tokens whose E logits a fused block holds in shared memory at once */
 
 static size_t fused_smem_bytes(const epf_route_t* route, int threads, int E) {
@@ -293,39 +276,24 @@ int main(int argc, char** argv) {
   cfg.recv_capacity = (int64_t)R * T * (K < EL ? K : EL); /* the worst case: never overflows */
   epf_plan_t plan;
   EX_CS(epf_plan_compute(&cfg, &plan));
-  char* window;
-  EX_CK(cudaMalloc(&window, (size_t)R * plan.total_bytes));
-  EX_CK(cudaMemset(window, 0, (size_t)R * plan.total_bytes));
-  const epf_team_t team = epf_team_virtual(window, plan.total_bytes, 0, R);
-  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
-  rc.index_type = EPF_INDEX_INT32;
-  uint64_t rbytes = 0;
-  EX_CS(epf_route_size(&plan, &rc, &rbytes));
-  void* route_buf;
-  EX_CK(cudaMalloc(&route_buf, (size_t)rbytes * R));
-  epf_route_t route;
-  EX_CS(epf_route_init(&plan, &rc, route_buf, rbytes * R, R, 1u, 0, &route));
+  ex_vteam_t vt; /* ex_common.h: R window slices (zeroed), the team, R route buffers (int32 ids) */
+  ex_vteam_make(&plan, &vt);
+  char* window = vt.window;
+  const epf_team_t team = vt.team;
+  const epf_route_t route = vt.route;
 
-  uint16_t *d_x, *d_wr, *d_out;
+  uint16_t* d_x = (uint16_t*)ex_dev_copy(x, (size_t)n * H * 2);
+  uint16_t* d_wr = (uint16_t*)ex_dev_copy(wr, (size_t)E * H * 2);
+  epf_ht_state_t* d_state = (epf_ht_state_t*)ex_dev_zeroed(R * sizeof(epf_ht_state_t));
+  uint64_t* d_rank_barrier = (uint64_t*)ex_dev_zeroed(R * sizeof(uint64_t)); /* fused kernel: a rendezvous word per rank */
+  uint16_t* d_out;
   int32_t* d_topk;
   float* d_w;
-  epf_ht_state_t* d_state;
-  uint64_t* d_rank_barrier; /* fused kernel: one rendezvous word per rank (epoch << 32 | arrivals) */
-  EX_CK(cudaMalloc(&d_x, (size_t)n * H * 2));
-  EX_CK(cudaMalloc(&d_wr, (size_t)E * H * 2));
   EX_CK(cudaMalloc(&d_out, (size_t)n * H * 2));
   EX_CK(cudaMalloc(&d_topk, (size_t)n * K * 4));
   EX_CK(cudaMalloc(&d_w, (size_t)n * K * 4));
-  EX_CK(cudaMalloc(&d_state, R * sizeof(epf_ht_state_t)));
-  EX_CK(cudaMemset(d_state, 0, R * sizeof(epf_ht_state_t)));
-  EX_CK(cudaMalloc(&d_rank_barrier, R * sizeof(uint64_t)));
-  EX_CK(cudaMemset(d_rank_barrier, 0, R * sizeof(uint64_t)));
-  EX_CK(cudaMemcpy(d_x, x, (size_t)n * H * 2, cudaMemcpyHostToDevice));
-  EX_CK(cudaMemcpy(d_wr, wr, (size_t)E * H * 2, cudaMemcpyHostToDevice));
   epf_error_record_t *rec_h, *rec_d;
-  EX_CK(cudaHostAlloc(&rec_h, sizeof(*rec_h), cudaHostAllocMapped));
-  EX_CK(cudaHostGetDevicePointer(&rec_d, rec_h, 0));
-  epf_error_clear(rec_h);
+  ex_record_make(&rec_h, &rec_d);
 
   int dev = 0;
   EX_CK(cudaGetDevice(&dev));
@@ -374,13 +342,7 @@ int main(int argc, char** argv) {
     EX_CK(cudaDeviceSynchronize());
   }
 
-  epf_error_record_t rec;
-  epf_error_read(rec_h, &rec);
-  if (rec.status != 0 || rec.recv_overflow != 0) {
-    fprintf(stderr, "error record: %s peer %d overflow %u\n", epf_status_name((epf_status_t)rec.status), rec.peer,
-            rec.recv_overflow);
-    return 1;
-  }
+  if (ex_record_check(rec_h)) return 1; /* status, overflow, dropped routes */
 
   /* ---- CPU reference of the whole layer -------------------------------------------------------- */
   int32_t* g_idx = (int32_t*)malloc((size_t)n * K * 4);
@@ -390,50 +352,27 @@ int main(int argc, char** argv) {
   EX_CK(cudaMemcpy(g_w, d_w, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
   EX_CK(cudaMemcpy(out, d_out, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
   float* logit = (float*)malloc((size_t)E * 4);
-  float* dq = (float*)malloc((size_t)H * 4);
-  float* acc = (float*)malloc((size_t)H * 4);
+  float* scratch = (float*)malloc((size_t)3 * H * 4);
+  uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
   int64_t router_bad = 0, layer_bad = 0;
   double max_w_err = 0.0;
-  epf_plan_t p1 = plan;
   for (int64_t t = 0; t < n; ++t) {
-    /* router: identical logits (same fma order); top-k must match exactly; the softmax uses
-     * expf, whose CPU and GPU results may differ by an ulp: weights are compared with a tolerance,
-     * and the rest of the reference then uses the GPU's weights so the layer is checked bit-exact */
-    int sel[32];
-    float ex[32], sum = 0.f;
-    for (int e = 0; e < E; ++e) {
-      float a = 0.f;
-      for (int h = 0; h < H; ++h) a = fmaf(ex_bf16_f(x[t * H + h]), ex_bf16_f(wr[(int64_t)e * H + h]), a);
-      logit[e] = a;
-    }
-    for (int k = 0; k < K; ++k) {
-      int best = -1;
-      for (int j = 0; j < E; ++j) {
-        int taken = 0;
-        for (int i = 0; i < k; ++i) taken |= sel[i] == j;
-        if (!taken && (best < 0 || logit[j] > logit[best])) best = j;
-      }
-      sel[k] = best;
-    }
-    for (int k = 0; k < K; ++k) sum += (ex[k] = expf(logit[sel[k]] - logit[sel[0]]));
+    /* router: the same functions; top-k must match exactly, the weights within 1e-6 (expf); the rest
+     * of the reference then uses the GPU's weights, so the layer is checked bit-exact */
+    int32_t sel[32];
+    float w[32];
+    for (int e = 0; e < E; ++e) logit[e] = router_logit(x + t * H, wr + (int64_t)e * H, H);
+    router_topk_softmax(logit, E, K, sel, w);
     int rbad = 0;
     for (int k = 0; k < K; ++k) {
-      const double err = fabs((double)(ex[k] / sum) - (double)g_w[t * K + k]);
+      const double err = fabs((double)w[k] - (double)g_w[t * K + k]);
       max_w_err = err > max_w_err ? err : max_w_err;
       rbad |= sel[k] != g_idx[t * K + k] || err > 1e-6;
     }
     router_bad += rbad;
-    /* dispatch (MXFP8) -> expert scale -> combine in k order -> + residual, one rounding */
-    ex_ref_payload_row(&p1, x + t * H, dq);
-    for (int h = 0; h < H; ++h) acc[h] = 0.f;
-    for (int k = 0; k < K; ++k) {
-      const int e = g_idx[t * K + k];
-      const float f = ex_expert_factor(e % EL, e / EL);
-      for (int h = 0; h < H; ++h) acc[h] = fmaf(g_w[t * K + k], ex_bf16_f(ex_bf16_rne(dq[h] * f)), acc[h]);
-    }
-    for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(x[t * H + h]), acc[h]);
-    int bad = 0;
-    for (int h = 0; h < H; ++h) bad |= out[t * H + h] != ex_bf16_rne(acc[h]);
+    /* dispatch (MXFP8) -> expert scale -> combine in k order -> + residual (x itself), one rounding */
+    ex_ref_combine_residual(&plan, x + t * H, g_idx + t * K, g_w + t * K, x + t * H, scratch, want);
+    const int bad = memcmp(out + t * H, want, (size_t)H * 2) != 0;
     if (bad && layer_bad < 3) fprintf(stderr, "MISMATCH: rank %lld token %lld\n", (long long)(t / T), (long long)(t % T));
     layer_bad += bad;
   }

@@ -3,12 +3,18 @@
  *   EX_CS(call)        exit(1) with the status name and message on an epfuse error
  *   ex_gpu_or_exit()   no usable GPU: say why; exit 77 (CTest "Not Run") without a driver or GPU,
  *                      else 77 under --ctest and 1 without
+ *   ex_record_make() / ex_record_check()   the host-mapped error record: make it; is it clean?
+ *   ex_dev_copy() / ex_dev_zeroed()        device memory: a copy of host bytes; zeroed bytes
  *   ex_rand()          splitmix64
  *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
  *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
  *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with ht/kernels.cuh,
- *                      and with ll/kernels.cuh for an expert-major plan)
- *   ex_expert_row_warp() / ex_experts_kernel   the experts on the GPU (one row / the HT stage)
+ *                      and with ll/kernels.cuh for an expert-major plan); _residual: + a residual
+ * and, compiled by nvcc:
+ *   ex_vteam_make()    R virtual ranks of an HT plan: window, team, route buffers
+ *   ex_vteam_make_strided(), ex_vteam_stride_expert_out()   the same at a stride of the caller's:
+ *                      the one under which the slices' EXPERT_OUT rows form one expert_out array
+ *   ex_experts.cuh     the examples' expert stage on the GPU (HT and LL)
  */
 #ifndef EX_COMMON_H
 #define EX_COMMON_H
@@ -81,6 +87,39 @@ static inline void ex_gpu_or_exit(int need, int ctest) {
   exit(ctest ? 77 : 1);
 }
 
+/* the host-mapped error record: the device writes it, the host reads it without a sync */
+static inline void ex_record_make(epf_error_record_t** rec_h, epf_error_record_t** rec_d) {
+  EX_CK(cudaHostAlloc((void**)rec_h, sizeof(**rec_h), cudaHostAllocMapped));
+  EX_CK(cudaHostGetDevicePointer((void**)rec_d, *rec_h, 0));
+  epf_error_clear(*rec_h);
+}
+
+/* 0 when the record is clean (status, overflow, dropped routes); else print it and return 1 */
+static inline int ex_record_check(const epf_error_record_t* rec_h) {
+  epf_error_record_t rec;
+  epf_error_read(rec_h, &rec);
+  if (rec.status != 0 || rec.recv_overflow != 0 || rec.dropped_routes != 0) {
+    fprintf(stderr, "error record: %s, peer %d, overflow %u, dropped routes %u\n",
+            epf_status_name((epf_status_t)rec.status), rec.peer, rec.recv_overflow, rec.dropped_routes);
+    return 1;
+  }
+  return 0;
+}
+
+/* device memory: a copy of `bytes` host bytes; `bytes` zeroed */
+static inline void* ex_dev_copy(const void* host, size_t bytes) {
+  void* d = NULL;
+  EX_CK(cudaMalloc(&d, bytes));
+  EX_CK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+static inline void* ex_dev_zeroed(size_t bytes) {
+  void* d = NULL;
+  EX_CK(cudaMalloc(&d, bytes));
+  EX_CK(cudaMemset(d, 0, bytes));
+  return d;
+}
+
 static inline uint64_t ex_rand(uint64_t* s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -137,9 +176,11 @@ static inline void ex_ref_payload_row(const epf_plan_t* p, const uint16_t* x, fl
  * destination rank (in order of first occurrence in k) a partial in k order rounded to BF16, then
  * acc = fma(1, partial, acc) in that rank order; with an MXFP8 combine payload (LL rank-major) the
  * FP32 partial travels quantized (E4M3 + E8M0 per 32) and is dequantized into acc with weight 1.
+ * ex_ref_combine_residual: the same with a residual row (BF16 [hidden]) added with weight 1 after
+ * the K experts, in the same FP32 chain, before the one rounding (NULL: none).
  * Scratch: 3 * hidden floats. */
-static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
-                                  float* scratch, uint16_t* out) {
+static inline void ex_ref_combine_residual(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
+                                           const uint16_t* residual, float* scratch, uint16_t* out) {
   const int H = p->hidden, K = p->top_k, EL = p->experts_per_rank;
   float* dq = scratch;
   float* acc = scratch + H;
@@ -196,71 +237,82 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
       }
     }
   }
+  if (residual != NULL) /* one more row of weight 1 in the same FP32 chain, after the K experts */
+    for (int h = 0; h < H; ++h) acc[h] = fmaf(1.0f, ex_bf16_f(residual[h]), acc[h]);
   for (int h = 0; h < H; ++h) out[h] = ex_bf16_rne(acc[h]);
 }
 
+static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const int32_t* topk, const float* w,
+                                  float* scratch, uint16_t* out) {
+  ex_ref_combine_residual(p, x, topk, w, NULL, scratch, out);
+}
+
 #ifdef __CUDACC__
-#include "epfuse/ht/kernels.cuh"
+#include "epfuse/route/kernels.cuh"
 
-/* ex_expert_row_warp — the examples' expert on ONE received row, one warp: y[h] =
- * bf16(dequant(q)[h] * f) for h in [0, plan.hidden) (8 elements per lane per step; hidden is a
- * multiple of 8). q: the row (plan.row_bytes: BF16, or E4M3 bytes); s: its compact scales (MXFP8:
- * one E8M0 byte per 32, per-128 FP8: one float per 128; unused for BF16). y may alias q (BF16 in
- * place): every lane reads its 8 elements before it writes them, and no other lane touches them. */
-static inline __device__ void ex_expert_row_warp(const epf_plan_t* plan, const uint8_t* q, const uint8_t* s, float f,
-                                                 uint16_t* y) {
-  const int lane = epf_lane_id();
-  const int mx = plan->payload == EPF_PAYLOAD_MXFP8;
-  for (int h0 = lane * 8; h0 < plan->hidden; h0 += 256) {
-    uint16_t vals[8];
-    for (int i = 0; i < 8; ++i) {
-      const int h = h0 + i;
-      float v;
-      if (plan->payload == EPF_PAYLOAD_BF16) {
-        v = epf_bf16_to_float(((const uint16_t*)q)[h]);
-      } else {
-        const int col = mx ? h / 32 : h / 128;
-        v = mx ? epf_mxfp8_dequantize_ref(q[h], s[col]) : epf_fp8_128_dequantize_ref(q[h], ((const float*)s)[col]);
-      }
-      vals[i] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, f)));
-    }
-    for (int i = 0; i < 8; ++i) y[h0 + i] = vals[i];
+/* ex_vteam_t — R = plan.nranks virtual ranks of an HT plan on this GPU: one cudaMalloc of R window
+ * slices of `stride` bytes (zeroed: epochs start at 0; virtual rank r owns slice r, at
+ * window + r * stride), the team over them and one route buffer per rank (int32 expert ids) — the
+ * steps examples/01_virtual_ranks/main.cu shows. */
+typedef struct {
+  char* window;
+  void* route_buf;
+  epf_team_t team;
+  epf_route_t route;
+  uint64_t stride; /* bytes from one rank's slice to the next: plan.total_bytes or the caller's */
+} ex_vteam_t;
+
+/* ex_vteam_stride_expert_out — a virtual-rank stride under which the R slices' EXPERT_OUT regions
+ * are one array of expert outputs: plan.total_bytes rounded up to a multiple of lcm(EPF_ALIGN,
+ * plan.combine_row_bytes). Rank d's EXPERT_OUT row r (epf_plan_expert_out_offset) is then row
+ * d * (stride / combine_row_bytes) + r of the rows starting at rank 0's EXPERT_OUT, so a step with
+ * expert_out = window + region[EPF_REGION_EXPERT_OUT].offset and expert_rows = stride /
+ * combine_row_bytes names every output row where the pull combine reads it, and the combine's
+ * expert side has nothing to put (epf_combine_expert_row_em_warp skips a row already there). For a
+ * BF16 combine (combine_row_bytes = hidden * 2, the step's row pitch). A real rank needs no such
+ * stride: its expert_out is its own slice's EXPERT_OUT. */
+static inline uint64_t ex_vteam_stride_expert_out(const epf_plan_t* plan) {
+  uint64_t a = (uint64_t)EPF_ALIGN, b = plan->combine_row_bytes, l;
+  while (b != 0u) { /* gcd(EPF_ALIGN, combine row) */
+    const uint64_t t = a % b;
+    a = b;
+    b = t;
   }
+  l = (uint64_t)EPF_ALIGN / a * plan->combine_row_bytes;
+  return (plan->total_bytes + l - 1u) / l * l;
 }
 
-/* ex_experts_kernel — the examples' HT expert stage (a plain kernel, no communication): for every
- * received copy of local expert le, y = bf16(dequant(row) * f(le, rank)) into expert_out
- * ([count][expert_rows][H] BF16, in the receive row order (EXPERT_MAJOR) or the expand view order
- * (RANK_MAJOR)). Grid (any, count); blockIdx.y = route index; rank = rank_base + index.
- * EXPERT_MAJOR reads the receive region in place (window + index * total_bytes: the local slice). */
-// example-begin ht_experts
-__global__ void ex_experts_kernel(epf_route_t route, epf_plan_t plan, const char* window, int rank_base,
-                                  const uint8_t* view, const uint8_t* view_scales, int64_t expert_rows,
-                                  uint16_t* expert_out) {
-  const int index = (int)blockIdx.y, rank = rank_base + index;
-  const epf_route_segment_t* seg = (const epf_route_segment_t*)epf_route_ptr(&route, index, EPF_ROUTE_RECV_SEGMENT);
-  const char* base = window + (uint64_t)index * plan.total_bytes;
-  const int gw = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), nw = (int)(gridDim.x * (blockDim.x >> 5));
-  for (int le = 0; le < plan.experts_per_rank; ++le) {
-    const float f = ex_expert_factor(le, rank);
-    const int64_t cap = plan.layout == EPF_LAYOUT_EXPERT_MAJOR ? plan.recv_capacity : expert_rows;
-    int64_t end = seg[le].begin + seg[le].count;
-    if (end > cap) end = cap;
-    for (int64_t r = seg[le].begin + gw; r < end; r += nw) {
-      const uint8_t* q;
-      const uint8_t* s = NULL;
-      if (plan.layout == EPF_LAYOUT_EXPERT_MAJOR) {
-        q = (const uint8_t*)base + epf_plan_recv_token_offset(&plan, r);
-        if (plan.scale_bytes_per_row) s = (const uint8_t*)base + epf_plan_recv_scale_offset(&plan, r);
-      } else {
-        q = view + ((uint64_t)index * expert_rows + r) * plan.row_bytes;
-        s = view_scales ? view_scales + ((uint64_t)index * expert_rows + r) * plan.scale_bytes_per_row : NULL;
-      }
-      ex_expert_row_warp(&plan, q, s, f, expert_out + ((uint64_t)index * expert_rows + r) * plan.hidden);
-    }
+/* ex_vteam_make_strided — ex_vteam_make with slices of `stride` bytes: at least plan.total_bytes,
+ * a multiple of EPF_ALIGN (exit(1) otherwise) */
+static inline void ex_vteam_make_strided(const epf_plan_t* plan, uint64_t stride, ex_vteam_t* v) {
+  const int R = plan->nranks;
+  epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+  uint64_t rbytes = 0;
+  if (stride < plan->total_bytes || stride % (uint64_t)EPF_ALIGN != 0u) {
+    fprintf(stderr, "ex_vteam_make_strided: stride %llu is below the plan's %llu bytes or not a multiple of %d\n",
+            (unsigned long long)stride, (unsigned long long)plan->total_bytes, (int)EPF_ALIGN);
+    exit(1);
   }
+  rc.index_type = EPF_INDEX_INT32;
+  v->stride = stride;
+  EX_CK(cudaMalloc((void**)&v->window, (size_t)R * stride));
+  EX_CK(cudaMemset(v->window, 0, (size_t)R * stride));
+  v->team = epf_team_virtual(v->window, stride, 0, R);
+  EX_CS(epf_route_size(plan, &rc, &rbytes));
+  EX_CK(cudaMalloc(&v->route_buf, (size_t)rbytes * R));
+  EX_CS(epf_route_init(plan, &rc, v->route_buf, rbytes * R, R, 1u, 0, &v->route));
 }
-// example-end ht_experts
+
+static inline void ex_vteam_make(const epf_plan_t* plan, ex_vteam_t* v) {
+  ex_vteam_make_strided(plan, plan->total_bytes, v);
+}
+
+static inline void ex_vteam_free(ex_vteam_t* v) {
+  EX_CK(cudaFree(v->window));
+  EX_CK(cudaFree(v->route_buf));
+}
+
+#include "ex_experts.cuh"
 #endif /* __CUDACC__ */
 
 #endif /* EX_COMMON_H */

@@ -190,6 +190,47 @@ typedef unsigned long long uintptr_t;
 #define EPF_ENABLE_NC_LOADS 0
 #endif
 
+/* ---- tuning: performance only (the same bytes and results whatever the value; ranks need not
+ * agree). One line each on what the value trades. ------------------------------------------- */
+/* 16-byte vectors per lane in flight before the first store of a row copy (more: latency hidden,
+ * more registers). */
+#ifndef EPF_COPY_UNROLL
+#define EPF_COPY_UNROLL 4
+#endif
+/* the same for the HT sends and the combine's put / push, whose kernels run 16 warps per SM with 128
+ * registers and do little else between loads */
+#ifndef EPF_SEND_UNROLL
+#define EPF_SEND_UNROLL 8
+#endif
+/* 256-element chunks a warp of the MXFP8 / FP8 row quantizers loads before its first conversion */
+#ifndef EPF_QUANT_UNROLL
+#define EPF_QUANT_UNROLL 4
+#endif
+/* 1: Blackwell arch-family targets use the hardware E8M0 conversion; 0: the integer path everywhere
+ * (same bits, one instruction against a few) */
+#ifndef EPF_QUANT_HW_E8M0
+#define EPF_QUANT_HW_E8M0 1
+#endif
+/* 256-element chunks of one row a warp of the LL combine send moves per unit (loads in flight per
+ * lane against one metadata lookup per unit; the LL dispatch send always moves one: grouping there
+ * made T = 1 slower) */
+#ifndef EPF_LL_SEND_CHUNKS
+#define EPF_LL_SEND_CHUNKS 4
+#endif
+/* rows in flight per lane in the LL combine reduction (loads issued before the first fma) */
+#ifndef EPF_LL_COMBINE_BATCH
+#define EPF_LL_COMBINE_BATCH 8
+#endif
+/* threads of a block of the ready-made route kernel */
+#ifndef EPF_ROUTE_BLOCK_THREADS
+#define EPF_ROUTE_BLOCK_THREADS 512
+#endif
+/* blocks per SM the ready-made HT dispatch kernel is compiled for: 1 gives it up to 128 registers
+ * without spills; 2 halves that, spills, and makes the quantizing dispatch slower */
+#ifndef EPF_HT_DISPATCH_MIN_BLOCKS
+#define EPF_HT_DISPATCH_MIN_BLOCKS 1
+#endif
+
 /* ---- limits --------------------------------------------------------------------------------- */
 #ifndef EPF_MAX_RANKS
 #define EPF_MAX_RANKS 72

@@ -2,7 +2,7 @@
  * (route/route.cuh epf__route_match: one vote per bit of the id), __match_any_sync (one MATCH
  * instruction per step) and shared-memory tags (epf__route_match_tags), for the route's batch of
  * EPF__ROUTE_STEPS 32-entry steps. A program, not a test: it decides which one the slot pass
- * uses (docs/performance.md, routing v5).
+ * uses (docs/dev/perf-log/route.md, v5).
  *
  *   ./bench_match [reps]   (default 200)
  *

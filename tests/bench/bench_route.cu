@@ -19,7 +19,7 @@
  *     the median over launches of the slowest block's time per phase (and block 0's), in us.
  *     Coarser than a profile: one stamp per phase, nothing inside a phase (the library has no
  *     probe hooks). It times the PUBLIC composition: for 2 or 3 blocks and <= 2304 entries the
- *     ready-made kernel uses its private SPLIT arrangement instead, so those rows are not the
+ *     ready-made kernel uses the SPLIT arrangement (epf_route_update_split_block) instead, so those rows are not the
  *     kernel's (its whole time is in the first table).
  * Targets (issue #4): T = 4096 <= 10 us, T = 128 <= 5 us (PyTorch eager ~500 us:
  * scripts/bench_route_torch.py prints the baseline at the same shapes).

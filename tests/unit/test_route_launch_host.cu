@@ -3,7 +3,7 @@
  * (few entries: 3 blocks when the route exchanges counts, 2 when it is local-only; one token block
  * per 2304 entries plus the control block above that; within max_blocks and co-residency), the
  * block size (epf_route_update_threads, with the kernel's SPLIT rule asked of its one owner,
- * epf__route_split) and the shared memory (epf__route_smem_carve, the one owner of sizes and
+ * epf_route_split_ok) and the shared memory (epf__route_smem_carve, the one owner of sizes and
  * offsets: regions in order, 16-byte aligned, within 48 KiB at the default block size, the slot
  * pass's tag rows counted exactly when they fit; epf_route_smem_bytes is its total), for random
  * plans. */
@@ -75,7 +75,7 @@ static void test_blocks_per_rank(void** state) {
     const epf_route_t r = make_route(R, E, K, Tmax, mb, flags, count, resident);
     const int64_t entries = (int64_t)T * K;
     int want;
-    if (entries > 0 && epf__route_split_small(T, K))
+    if (entries > 0 && epf_route_split_ok(2, T, K))
       want = r.layout.exchange ? 3 : 2;
     else {
       want = (int)((entries + 2303) / 2304);
@@ -106,7 +106,7 @@ static void test_threads_and_smem(void** state) {
     const int most = epf_route_block_threads(&r.layout), B = rnd_in(1, 32);
     const int th = epf_route_update_threads(&r, T, B);
     const int64_t all = (int64_t)T * K;
-    const int split = epf__route_split(B, T, K);
+    const int split = epf_route_split_ok(B, T, K);
     const int64_t share = split || B == 1 ? all : (all + B - 2) / (B - 1);
     int64_t want = 32 * ((share + 159) / 160);
     if (want < 256) want = 256;

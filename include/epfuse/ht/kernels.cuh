@@ -65,12 +65,6 @@
 EPF_BEGIN_DECLS
 
 #define EPF_HT_THREADS 512 /* threads of every ready-made HT block */
-/* Blocks per SM the dispatch kernel is compiled for (its register budget). 1: up to 128 registers,
- * no spill (106 on sm_90); 2 blocks per SM spill 96 / 160 bytes per thread, and the quantizing
- * dispatch then runs at 60 % of the copy ceiling instead of 70 %. */
-#ifndef EPF_HT_DISPATCH_MIN_BLOCKS
-#define EPF_HT_DISPATCH_MIN_BLOCKS 1
-#endif
 
 /* Per-rank counters the ready-made kernels keep in device memory (zero at start; caller-owned:
  * cudaMemset once, then never touched by the host). One per rank, or per virtual rank. */

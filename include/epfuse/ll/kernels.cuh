@@ -122,9 +122,7 @@ EPF_DEVICE_INLINE epf_ll_ctx_t epf__ll_kernel_ctx(epf_team_t team, epf_ll_state_
 /* epf__ll_kernel_half — the send half (send) or the receive half (!send) of operation op (an
  * EPF__LL_OP_* literal) for one rank: the block function named beside op. [collective:block], as
  * that function. d: the rank's operands of DISPATCH, RM_DISPATCH, COMBINE_BACKWARD and
- * RM_COMBINE_BACKWARD; c: those of the others (the other pointer is not read). The combine sends
- * are the block functions' bodies with y_before_launch = EPF_LL_COMBINE_EARLY_SIGNAL: a ready-made
- * kernel's y was written by an earlier launch. */
+ * RM_COMBINE_BACKWARD; c: those of the others (the other pointer is not read). */
 EPF_DEVICE_INLINE void epf__ll_kernel_half(int op, bool send, const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                            const epf_ll_dispatch_args_t* d, const epf_ll_combine_args_t* c, void* smem) {
   switch (op) {
@@ -133,7 +131,7 @@ EPF_DEVICE_INLINE void epf__ll_kernel_half(int op, bool send, const epf_plan_t* 
       else (void)epf_ll_dispatch_recv_block(plan, ctx, d, smem);
       break;
     case EPF__LL_OP_COMBINE:
-      if (send) epf__ll_combine_send(plan, ctx, c, smem, false, EPF_LL_COMBINE_EARLY_SIGNAL != 0); /* y: earlier launch */
+      if (send) epf_ll_combine_send_block(plan, ctx, c, smem);
       else (void)epf_ll_combine_recv_block(plan, ctx, c, smem);
       break;
     case EPF__LL_OP_RM_DISPATCH:
@@ -149,7 +147,7 @@ EPF_DEVICE_INLINE void epf__ll_kernel_half(int op, bool send, const epf_plan_t* 
       else (void)epf_ll_dispatch_recv_block(plan, ctx, d, smem);
       break;
     case EPF__LL_OP_DISPATCH_BACKWARD:
-      if (send) epf__ll_combine_send(plan, ctx, c, smem, true, EPF_LL_COMBINE_EARLY_SIGNAL != 0); /* dx: earlier launch */
+      if (send) epf_ll_dispatch_backward_send_block(plan, ctx, c, smem);
       else (void)epf_ll_dispatch_backward_recv_block(plan, ctx, c, smem);
       break;
     case EPF__LL_OP_RM_COMBINE_BACKWARD:

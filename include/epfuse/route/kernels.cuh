@@ -7,7 +7,7 @@
  *   - epf_route_update  one kernel launch per step: counts + slots + count exchange + wait +
  *                       offsets (route/route.cuh's phases, as epf_route_update_block composes them;
  *                       for 2 or 3 blocks and a few entries the kernel arranges them differently,
- *                       a private choice, epf__route_split). CUDA-graph capturable: every
+ *                       epf_route_split_ok). CUDA-graph capturable: every
  *                       argument is captured by value (topk_idx address, T, K, index type), the
  *                       epoch lives in device memory and the update advances it itself, so a
  *                       graph replay needs no host work. T may instead come from device memory
@@ -80,9 +80,6 @@
 
 EPF_BEGIN_DECLS
 
-#ifndef EPF_ROUTE_BLOCK_THREADS
-#define EPF_ROUTE_BLOCK_THREADS 512
-#endif
 
 /* Per-step operands of epf_route_update (captured by value when the launch is captured). */
 typedef struct epf_route_step {
@@ -143,7 +140,7 @@ EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
   entries = (int64_t)num_tokens * route->layout.top_k;
   b = (int)((entries + EPF__ROUTE_ENTRIES_PER_BLOCK - 1) / EPF__ROUTE_ENTRIES_PER_BLOCK);
   fit = route->count > 0 ? route->resident_blocks / route->count : 1;
-  if (entries > 0 && epf__route_split_small(num_tokens, route->layout.top_k))
+  if (entries > 0 && epf_route_split_ok(2, num_tokens, route->layout.top_k))
     b = route->layout.exchange ? 3 : 2;
   else if (b > 1)
     b += 1;
@@ -160,9 +157,9 @@ EPF_HD int epf_route_blocks_per_rank(const epf_route_t* route, int num_tokens) {
 EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, int blocks_per_rank) {
   const int most = epf_route_block_threads(&route->layout);
   const int64_t all = (int64_t)num_tokens * route->layout.top_k;
-  const bool split = epf__route_split(blocks_per_rank, num_tokens, route->layout.top_k) != 0;
-  /* block 0 walks no tokens when B > 1, except in the kernel's SPLIT arrangement, where every
-   * block walks all */
+  const bool split = epf_route_split_ok(blocks_per_rank, num_tokens, route->layout.top_k) != 0;
+  /* block 0 walks no tokens when B > 1, except in the SPLIT arrangement, where every block walks
+   * all */
   const int workers = blocks_per_rank > 1 && !split ? blocks_per_rank - 1 : 1;
   const int64_t entries = (all + workers - 1) / workers;
   int64_t t = 32 * ((entries + EPF__ROUTE_BATCH - 1) / EPF__ROUTE_BATCH);
@@ -173,8 +170,8 @@ EPF_HD int epf_route_update_threads(const epf_route_t* route, int num_tokens, in
 /* The update kernel: grid = (blocks_per_rank, route.count): blockIdx.x is the block of the rank,
  * blockIdx.y the buffer of the group (the virtual rank; 0 for a real rank), so no block divides
  * its index; epf_route_update_threads threads, epf_route_smem_bytes dynamic shared memory. It
- * owns the whole topk_idx before it starts, so it may pick the private SPLIT arrangement
- * (epf__route_split; epf__route_update_block) where that is faster. */
+ * owns the whole topk_idx before it starts, so it takes the SPLIT arrangement
+ * (epf_route_update_split_block) where that applies. */
 static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_update_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan,
                                                 epf_route_step_t step, int virtual_ranks) {
   extern __shared__ uint4 epf__route_kernel_smem[];
@@ -192,10 +189,9 @@ static __global__ void __launch_bounds__(EPF_ROUTE_BLOCK_THREADS, 1) epf__route_
       epf_error_report(step.wait.record, EPF_ERR_TOKENS, me.rank, -1, step.num_tokens_dev + index,
                        (uint64_t)route.layout.max_tokens, (uint64_t)(int64_t)want, 0);
   }
-  epf__route_update_block(&route, index, me, &plan, topk, T, block_index, blocks_per_rank,
-                          epf__route_split(blocks_per_rank, T, route.layout.top_k), step.wait,
-                          step.recv_total_mapped != NULL ? step.recv_total_mapped + index : NULL,
-                          (void*)epf__route_kernel_smem);
+  epf_route_update_split_block(&route, index, me, &plan, topk, T, block_index, blocks_per_rank, step.wait,
+                               step.recv_total_mapped != NULL ? step.recv_total_mapped + index : NULL,
+                               (void*)epf__route_kernel_smem);
 }
 
 /* Writes the header of each of the route group's buffers (thread i: buffer i). */

@@ -60,6 +60,9 @@
  *   epf_status_t epf_route_update_block(const epf_route_t*, int index, epf_team_t, const epf_plan_t*,
  *                       const void* topk_idx, int num_tokens, int block_index, int num_blocks,
  *                       epf_wait_t, int64_t* recv_total_mapped, void* smem)              [collective:block]
+ *   epf_status_t epf_route_update_split_block(same arguments)   the SPLIT arrangement where it applies
+ *                                                                                       [collective:block]
+ *   int  epf_route_split_ok(int num_blocks, int num_tokens, int top_k)  when SPLIT applies     [EPF_HD]
  *   int  epf_route_rows_em(const epf_route_segment_t*, int num_local)  (host/device helper)
  *   void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1) [EPF_HD]
  *
@@ -107,6 +110,13 @@ EPF_HD int epf_route_rows_em(const epf_route_segment_t* seg, int num_local);
  *   B <= EPF_ROUTE_MAX_BLOCKS): the arithmetic is 32-bit there; on the host any int.
  *   Scope: any thread, host or device. Pure. */
 EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_blocks, int* out_t0, int* out_t1);
+
+/* epf_route_split_ok — THE rule for the SPLIT arrangement of an update
+ *   (epf_route_update_split_block): 1 when num_blocks is 2 or 3 and the update has at most 2304
+ *   (token, k) entries (num_tokens * top_k), else 0. The ready-made kernel, the launcher's block
+ *   size (epf_route_update_threads), epf_route_blocks_per_rank and the tests all ask this function.
+ *   Scope: any thread, host or device. Pure. */
+EPF_HD int epf_route_split_ok(int num_blocks, int num_tokens, int top_k);
 
 /* epf_route_ctx_make — this block's view of one rank's update.
  *   Scope: any thread (every thread of the block calls it with uniform arguments).
@@ -272,6 +282,26 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
                                                       const epf_plan_t* plan, const void* topk_idx, int num_tokens,
                                                       int block_index, int num_blocks, epf_wait_t w,
                                                       int64_t* recv_total_mapped, void* smem);
+
+/* epf_route_update_split_block — epf_route_update_block in the SPLIT arrangement where
+ *   epf_route_split_ok(num_blocks, num_tokens, top_k) says it applies (2 or 3 blocks, at most 2304
+ *   (token, k) entries), else exactly epf_route_update_block. SPLIT: every block walks all the
+ *   tokens itself, so none waits for another's counts: block 0 counts them, writes the
+ *   is_token_in_rank rows and publishes, block 1 writes every slot, block 2 (block 0 with 2 blocks)
+ *   counts the expert columns and computes the offsets; block 0 stores the next epoch after block
+ *   2's acknowledgement. The ready-made update kernel uses it: at small T it is one merge wait
+ *   shorter.
+ *   Scope:    as epf_route_update_block.
+ *   Requires: (beyond epf_route_update_block's) the rank's whole topk_idx[0, num_tokens) is
+ *             written before the kernel starts (or before a rank-level rendezvous that precedes
+ *             this call in every block): each block reads every token, not only its
+ *             epf_route_block_tokens share. A fused kernel that produces topk_idx block by block
+ *             must call epf_route_update_block instead.
+ *   Result, Epoch, Memory: as epf_route_update_block (the same bytes in the route buffer). */
+EPF_DEVICE_INLINE epf_status_t epf_route_update_split_block(const epf_route_t* route, int index, epf_team_t team,
+                                                            const epf_plan_t* plan, const void* topk_idx,
+                                                            int num_tokens, int block_index, int num_blocks,
+                                                            epf_wait_t w, int64_t* recv_total_mapped, void* smem);
 
 EPF_END_DECLS
 

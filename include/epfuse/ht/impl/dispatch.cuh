@@ -73,33 +73,11 @@
 
 EPF_BEGIN_DECLS
 
-/* Rows are moved in chunks of EPF_COPY_UNROLL 16-byte vectors per lane: that many loads are in
- * flight before the first store. */
-#ifndef EPF_COPY_UNROLL
-#define EPF_COPY_UNROLL 4
-#endif
-/* The sends (epf_dispatch_send_row_warp, the quantizing send) and the combine's put / push keep
- * more loads in flight: their kernels run 16 warps per SM (128 registers), and a token with one or
- * two copies does little else between loads. */
-#ifndef EPF_SEND_UNROLL
-#define EPF_SEND_UNROLL 8
-#endif
 /* The quantizing send's common path double-buffers: EPF_QSEND_UNROLL chunks quantized and stored
- * while the next EPF_QSEND_UNROLL chunks load (2 x EPF_QSEND_UNROLL vectors in registers). */
-#ifndef EPF_QSEND_UNROLL
+ * while the next EPF_QSEND_UNROLL chunks load (2 x EPF_QSEND_UNROLL vectors in registers). Fixed at
+ * 4: a group's scales then fill one warp-wide run (MXFP8: 4 chunks x 8 scales = 32 lanes), and the
+ * payload goes out as 16-byte stores of chunk pairs. */
 #define EPF_QSEND_UNROLL 4
-#endif
-/* The quantizing send's payload stores: 1 = 16 bytes per lane (two chunks' E4M3 bytes paired by a
- * shuffle), 0 = 8 bytes per lane and chunk. Copies from which a group's scales go out as one run
- * per copy: EPF_QSEND_RUN_MIN or more (below: one small store per chunk; 1 = always a run).
- * Performance only, the same bytes either way: 16-byte stores with runs from one copy on are the
- * fastest; 16-byte stores without the single-copy run are slower at top-1. */
-#ifndef EPF_QSEND_V16
-#define EPF_QSEND_V16 1
-#endif
-#ifndef EPF_QSEND_RUN_MIN
-#define EPF_QSEND_RUN_MIN 1
-#endif
 
 EPF_DEVICE_INLINE void epf_copy_row_warp(void* dst, const void* src, uint32_t bytes) {
   const uint4* s = (const uint4*)src;
@@ -208,6 +186,14 @@ EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, i
 #define EPF__QK_MX_FLOOR 1
 #define EPF__QK_FP8 2
 #define EPF__QK_FP8_UE8M0 3
+/* Where epf__qsend_compact_row stores scale column col of copy c (a constant per call; sp[c] is the
+ * position of the copy's column 0, epf_recv_scale_offset(plan, row, 0, seg_begin, seg_rows)):
+ *   COMPACT   sp[c] + col * (1 or 4): the row's scales are contiguous
+ *   SWIZZLED  sp[c] + (col / 4) * 512 + col % 4 (SWIZZLED_128X4, MXFP8)
+ *   MN        sp[c] + col * sm[c], sm[c] = 4 * the copy's segment rows (SEGMENT_MN_MAJOR, FP8-128) */
+#define EPF__QL_COMPACT 0
+#define EPF__QL_SWIZZLED 1
+#define EPF__QL_MN 2
 
 /* epf__qsend_group_amax — the scale groups' amax of EPF_QSEND_UNROLL 256-element chunks held in the
  * lane8 layout (x[u]: this lane's 8 BF16 of chunk u; zeros past the row), each phase over all chunks
@@ -251,19 +237,20 @@ EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* s
   }
 }
 
-/* epf__qsend_compact_row — the COMPACT quantizing send's row loop: nvec 16-byte vectors of BF16
- * from src into the n copies dp[c] (rows) / sp[c] (scale rows), EPF_QSEND_UNROLL chunks per group,
+/* epf__qsend_compact_row — the quantizing send's register-held row loop: nvec 16-byte vectors of
+ * BF16 from src into the n copies dp[c] (rows) / sp[c] (column 0 of the copy's scales; lay, an
+ * EPF__QL_* constant, says where column col goes; sm: MN's per-copy strides), EPF_QSEND_UNROLL
+ * chunks per group,
  * the next group's loads in flight while this one is quantized and stored (loading everything
  * first, then quantizing and storing, would leave the loads idle during the stores).
  * kind: EPF__QK_*, a constant. [collective:warp] */
-EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp, int kind) {
+EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp,
+                                              const int* sm, int kind, int lay) {
   const int lane = epf_lane_id();
   const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
-  /* With EPF_QSEND_RUN_MIN or more copies (default 1: always) a group's scales go out as one run
-   * per copy: lane p gathers the p-th scale of the group (MXFP8: 32 bytes, chunk p / 8, quad p % 8;
-   * FP8-128: 8 floats, chunk p / 2, half p % 2) and the warp stores the run with one instruction,
-   * instead of one small store per chunk: fewer, wider stores, faster from one copy on. */
-  const bool pack = n >= EPF_QSEND_RUN_MIN && EPF_QSEND_UNROLL == 4; /* a group's MXFP8 run is 32 scales: one per lane */
+  /* A group's scales go out as one run per copy: lane p gathers the p-th scale of the group
+   * (MXFP8: 32 bytes, chunk p / 8, quad p % 8; FP8-128: 8 floats, chunk p / 2, half p % 2) and the
+   * warp stores the run with one instruction instead of one small store per chunk. */
   const int gather_lane = mx ? 4 * (lane & 7) : 16 * (lane & 1);
   const int gather_chunk = mx ? lane >> 3 : lane >> 1;
   const int ncols = mx ? nvec >> 2 : nvec >> 4; /* scales per row */
@@ -277,8 +264,8 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
   for (base = 0; base < nvec; base += 32 * EPF_QSEND_UNROLL) {
     uint4 nx[EPF_QSEND_UNROLL];
     float a[EPF_QSEND_UNROLL];
-    uint32_t run = 0; /* pack: this lane's scale of the group's run */
-    uint2 qprev = make_uint2(0u, 0u); /* EPF_QSEND_V16: the even chunk's bytes, stored with the odd one's */
+    uint32_t run = 0; /* this lane's scale of the group's run */
+    uint2 qprev = make_uint2(0u, 0u); /* the even chunk's bytes, stored with the odd one's */
 #pragma unroll
     for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
       const int i = base + (EPF_QSEND_UNROLL + u) * 32 + lane;
@@ -287,56 +274,39 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
     epf__qsend_group_amax(v, kind, a); /* chunks past the row reduce zeros: nothing is stored */
 #pragma unroll
     for (u = 0; u < EPF_QSEND_UNROLL; ++u) {
-      const int i = base + u * 32 + lane;
       uint32_t sc;
       const uint2 q = epf__qsend_chunk(v[u], a[u], kind, &sc);
-      if (pack) {
-        const uint32_t t = __shfl_sync(0xffffffffu, sc, gather_lane);
-        if (gather_chunk == u) run = t;
-      }
-      if (!pack && i < nvec) {
+      const uint32_t t = __shfl_sync(0xffffffffu, sc, gather_lane);
+      if (gather_chunk == u) run = t;
+      /* chunks u - 1 and u as 16-byte stores: the even lane of a pair stores its own and its
+       * partner's bytes of chunk u - 1, the odd lane those of chunk u (the partner's by one
+       * shuffle each way); nvec is a multiple of 4, so a pair is in the row or past it whole */
+      if (u & 1) {
+        const uint2 send = (lane & 1) ? qprev : q; /* what the partner lacks */
+        const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+        const uint4 w = (lane & 1) ? make_uint4(got.x, got.y, q.x, q.y) : make_uint4(qprev.x, qprev.y, got.x, got.y);
+        const int j = base + (u - 1 + (lane & 1)) * 32 + (lane & ~1); /* the pair's first vector */
+        if (j < nvec) {
 #pragma unroll
-        for (c = 0; c < 8; ++c) {
-          if (c < n) {
-            if (mx && (lane & 3) == 0) sp[c][i >> 2] = (char)sc;
-            if (!mx && (lane & 15) == 0) ((uint32_t*)sp[c])[i >> 4] = sc;
-          }
+          for (c = 0; c < 8; ++c)
+            if (c < n) epf_st_v4_u32(dp[c] + (uint64_t)j * 8u, w);
         }
-      }
-      if (EPF_QSEND_V16 && EPF_QSEND_UNROLL % 2 == 0) {
-        /* chunks u - 1 and u as 16-byte stores: the even lane of a pair stores its own and its
-         * partner's bytes of chunk u - 1, the odd lane those of chunk u (the partner's by one
-         * shuffle each way); nvec is a multiple of 4, so a pair is in the row or past it whole */
-        if (u & 1) {
-          const uint2 send = (lane & 1) ? qprev : q; /* what the partner lacks */
-          const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
-          const uint4 w = (lane & 1) ? make_uint4(got.x, got.y, q.x, q.y) : make_uint4(qprev.x, qprev.y, got.x, got.y);
-          const int j = base + (u - 1 + (lane & 1)) * 32 + (lane & ~1); /* the pair's first vector */
-          if (j < nvec) {
-#pragma unroll
-            for (c = 0; c < 8; ++c)
-              if (c < n) epf_st_v4_u32(dp[c] + (uint64_t)j * 8u, w);
-          }
-        } else {
-          qprev = q;
-        }
-      } else if (i < nvec) {
-#pragma unroll
-        for (c = 0; c < 8; ++c)
-          if (c < n) *(uint2*)(dp[c] + (uint64_t)i * 8u) = q;
+      } else {
+        qprev = q;
       }
     }
-    if (pack) {
-      const int col = (mx ? base >> 2 : base >> 4) + lane; /* this lane's scale column */
-      if ((mx || lane < 2 * EPF_QSEND_UNROLL) && col < ncols) {
+    const int col = (mx ? base >> 2 : base >> 4) + lane; /* this lane's scale column of the run */
+    if ((mx || lane < 2 * EPF_QSEND_UNROLL) && col < ncols) {
 #pragma unroll
-        for (c = 0; c < 8; ++c) {
-          if (c < n) {
-            if (mx)
-              sp[c][col] = (char)run;
-            else
-              ((uint32_t*)sp[c])[col] = run;
-          }
+      for (c = 0; c < 8; ++c) {
+        if (c < n) {
+          const uint64_t off = lay == EPF__QL_SWIZZLED ? (uint64_t)(col >> 2) * 512u + (uint64_t)(col & 3)
+                               : lay == EPF__QL_MN     ? (uint64_t)col * (uint32_t)sm[c]
+                                                       : (uint64_t)col * (mx ? 1u : 4u);
+          if (mx)
+            *(sp[c] + off) = (char)run;
+          else
+            *(uint32_t*)(sp[c] + off) = run;
         }
       }
     }
@@ -364,33 +334,59 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
    * every copy's addresses in registers, the general one recomputes them per copy. One loop with
    * both store paths (or a shared load-then-quantize helper that holds a whole chunk's results)
    * raised the HT dispatch kernel's spills from 84 / 132 to 236 / 416 bytes (ptxas -v, sm_90). */
-  if (plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT && __popc(present) <= 8) {
-    /* The common case: every copy's row and scale-row addresses in registers, computed once per
-     * token instead of once per chunk and copy (that address arithmetic, not the bytes, bounded
-     * the quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule, so that each
-     * is straight-line code. */
+  /* every copy's scales where the register-held loop can address them: COMPACT; SWIZZLED_128X4
+   * (MXFP8); SEGMENT_MN_MAJOR (FP8-128) when every present copy's segment fits the capacity (a
+   * copy whose segment is cut gets no scales: the general loop below handles that token) */
+  const int lay = plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT                   ? EPF__QL_COMPACT
+                  : plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && mx    ? EPF__QL_SWIZZLED
+                  : plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR && !mx ? EPF__QL_MN
+                                                                                   : -1;
+  const bool fits = my_dst == NULL || epf_recv_scale_seg_fits(plan, dst_row, seg_begin, seg_rows);
+  if (lay >= 0 && __popc(present) <= 8 && __all_sync(0xffffffffu, fits)) {
+    /* The common case: every copy's row and scale addresses in registers, computed once per token
+     * instead of once per chunk and copy (that address arithmetic, not the bytes, bounded the
+     * quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule and scale
+     * addressing, so that each is straight-line code. */
     const int kind = mx ? (rule == EPF_MX_FLOOR ? EPF__QK_MX_FLOOR : EPF__QK_MX_RCEIL) : (ue8m0 ? EPF__QK_FP8_UE8M0 : EPF__QK_FP8);
     const int n = __popc(present);
     const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
-    char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, dst_row), dst_rank) : NULL;
+    char* my_sc = my_dst != NULL
+                      ? (char*)epf_peer_ptr(team, epf_recv_scale_offset(plan, dst_row, 0, seg_begin, seg_rows), dst_rank)
+                      : NULL;
+    const int my_sm = lay == EPF__QL_MN ? 4 * seg_rows : 0;
     const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
     const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
+    const int mj = __shfl_sync(0xffffffffu, my_sm, src_lane);
     char* dp[8];
     char* sp[8];
+    int sm[8];
     int c;
 #pragma unroll
     for (c = 0; c < 8; ++c) {
       dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
       sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
+      sm[c] = __shfl_sync(0xffffffffu, mj, c);
     }
-    if (kind == EPF__QK_MX_RCEIL)
-      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_RCEIL);
-    else if (kind == EPF__QK_MX_FLOOR)
-      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_FLOOR);
-    else if (kind == EPF__QK_FP8)
-      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8);
-    else
-      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8_UE8M0);
+    if (lay == EPF__QL_COMPACT) {
+      if (kind == EPF__QK_MX_RCEIL)
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_MX_RCEIL, EPF__QL_COMPACT);
+      else if (kind == EPF__QK_MX_FLOOR)
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_MX_FLOOR, EPF__QL_COMPACT);
+      else if (kind == EPF__QK_FP8)
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8, EPF__QL_COMPACT);
+      else
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8_UE8M0, EPF__QL_COMPACT);
+    } else if (lay == EPF__QL_SWIZZLED) {
+      if (kind == EPF__QK_MX_RCEIL)
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_MX_RCEIL, EPF__QL_SWIZZLED);
+      else
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_MX_FLOOR, EPF__QL_SWIZZLED);
+    } else {
+      if (kind == EPF__QK_FP8)
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8, EPF__QL_MN);
+      else
+        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8_UE8M0, EPF__QL_MN);
+    }
     return dropped;
   }
   /* EPF_SEND_UNROLL 256-element chunks per step: their loads are all in flight before the first

@@ -114,16 +114,6 @@ EPF_HD bool epf_ll_combine_pulls(const epf_plan_t* plan, int y_layout) {
 #define EPF__LL_COMBINE_WGRAD 2u
 
 
-/* Rounds of at most this many (token, k) pairs build the combine receive's slot table before the
- * waits even when the peers push (its routes then come from shared memory after the waits). */
-#ifndef EPF_LL_EARLY_SLOT_PAIRS
-#define EPF_LL_EARLY_SLOT_PAIRS 0
-#endif
-
-/* Rows in flight per lane in the combine reduction (loads issued before the first fma). */
-#ifndef EPF_LL_COMBINE_BATCH
-#define EPF_LL_COMBINE_BATCH 8
-#endif
 
 /* epf__ll_combine_publish_block — the end of a combine send round (the sends of ll/impl/combine.cuh and
  *   ll/impl/combine_rm.cuh): every block arrives; the last one signals (epoch, value) into this rank's
@@ -151,11 +141,10 @@ EPF_DEVICE_INLINE void epf__ll_combine_signal_block(const epf_plan_t* plan, epf_
   }
 }
 
-/* (signal: false when the round's signals already went out, epf__ll_combine_send's early signal) */
 EPF_DEVICE_INLINE void epf__ll_combine_publish_block(const epf_plan_t* plan, epf_ll_ctx_t ctx, const uint32_t* mask,
-                                                     uint32_t epoch, bool ok_round, uint32_t value, bool signal) {
+                                                     uint32_t epoch, bool ok_round, uint32_t value) {
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_SEND)) {
-    if (signal) epf__ll_combine_signal_block(plan, ctx, mask, epoch, ok_round, value);
+    epf__ll_combine_signal_block(plan, ctx, mask, epoch, ok_round, value);
     epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_SEND, epoch);
   }
 }
@@ -190,26 +179,24 @@ EPF_DEVICE_INLINE void epf__ll_send_chunks_load(uint4* v, const char* src, int c
 
 /* the body of the two send blocks below (defined after them) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
-                                            void* smem, bool bwd, bool y_before_launch);
+                                            void* smem, bool bwd);
 
 EPF_DEVICE_INLINE void epf_ll_combine_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                  const epf_ll_combine_args_t* a, void* smem) {
-  epf__ll_combine_send(plan, ctx, a, smem, false, false);
+  epf__ll_combine_send(plan, ctx, a, smem, false);
 }
 
 EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                            const epf_ll_combine_args_t* a, void* smem) {
-  epf__ll_combine_send(plan, ctx, a, smem, true, false);
+  epf__ll_combine_send(plan, ctx, a, smem, true);
 }
 
 /* (the body is epf__ll_combine_send, shared with epf_ll_dispatch_backward_send_block: bwd = true
- * also carries a->weight_grad; every caller passes a constant. y_before_launch: every row this
- * round reads was written before the launch began (the ready-made kernels: the experts ran in an
- * earlier launch), so a BF16 pull round, which moves nothing here, may signal from block 0 at
- * once instead of from the last block to arrive (EPF_LL_COMBINE_EARLY_SIGNAL; the public block
- * functions pass false: in a user's fused kernel other blocks may still be writing y)) */
+ * also carries a->weight_grad; every caller passes a constant. A BF16 pull round moves nothing
+ * here, yet it signals from the last block to arrive: in a fused kernel other blocks may still be
+ * writing the rows the sources will pull.) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
-                                            void* smem, bool bwd, bool y_before_launch) {
+                                            void* smem, bool bwd) {
   const epf_team_t team = ctx.team;
   const int R = team.nranks, rank = team.rank;
   const int Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts, H = plan->hidden;
@@ -233,8 +220,6 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   /* backward: this rank carries the router-weight gradients of its rows */
   const bool wgrad = bwd && a->weight_grad != NULL && ok_round;
-  /* nothing to move or write: the signal need not wait for the other blocks (see above) */
-  const bool early = y_before_launch && pull && !mx && !wgrad;
   int64_t u, units;
   int g;
 
@@ -246,8 +231,6 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
     epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
                      epoch, drecv, 0);
-  if (early && ctx.block == 0) /* block-uniform */
-    epf__ll_combine_signal_block(plan, ctx, mask, epoch, ok_round, EPF__LL_COMBINE_PULL);
   if (!pull || mx || wgrad) { /* block-uniform */
     for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
       const int s = g % R;
@@ -289,15 +272,11 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
     uint4 v[EPF_LL_SEND_CHUNKS];
     int ci;
     meta.v = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)));
-    if (EPF_LL_COMBINE_LOADS_FIRST) { /* the row's loads with the metadata's (see the switch) */
-      src = epf__ll_combine_send_src(plan, team, a, in_place, pre, gi, le, s, j, wrow);
-      epf__ll_send_chunks_load(v, src, c0, H, in_place);
-    }
     t = meta.m.src_token;
     src_rank = meta.m.src_rank;
     k = meta.m.k;
     if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
-    if (!EPF_LL_COMBINE_LOADS_FIRST) src = epf__ll_combine_send_src(plan, team, a, in_place, pre, gi, le, s, j, wrow);
+    src = epf__ll_combine_send_src(plan, team, a, in_place, pre, gi, le, s, j, wrow);
     dst = pull ? (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, wrow)) /* MXFP8 pull */
                : (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
     if (wgrad && c0 == 0 && lane == 0) { /* the row's gradient, into the other parity's landing row */
@@ -306,7 +285,7 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
       *(float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, k)), s) =
           a->weight_grad[yrow];
     }
-    if (!EPF_LL_COMBINE_LOADS_FIRST) epf__ll_send_chunks_load(v, src, c0, H, in_place);
+    epf__ll_send_chunks_load(v, src, c0, H, in_place);
 #pragma unroll
     for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
       const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
@@ -324,7 +303,7 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   }
 
   epf__ll_combine_publish_block(plan, ctx, mask, epoch, ok_round,
-                                (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u), !early);
+                                (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
 }
 
 /* the body of the two receive blocks below (defined after them) */
@@ -365,9 +344,9 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   /* an MXFP8 plan lets the peers pull iff it has EXPERT_OUT (the plan is the same on every rank) */
   const bool can_pull = !mx || epf_ll_combine_pulls(plan, a->y_layout);
-  /* the slot table is built before the waits when the peers will likely let this rank pull, and
-   * for small rounds whatever the transport: then the routes come from it, not from topk_idx */
-  const bool early_slots = T > 0 && (epf_ll_combine_pulls(plan, a->y_layout) || T * K <= EPF_LL_EARLY_SLOT_PAIRS);
+  /* the slot table is built before the waits when the peers will likely let this rank pull: then
+   * the routes come from it, not from topk_idx */
+  const bool early_slots = T > 0 && epf_ll_combine_pulls(plan, a->y_layout);
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
   int u;

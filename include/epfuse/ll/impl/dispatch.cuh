@@ -202,8 +202,7 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
 
   epf__ll_snapshot_mask_block(plan, ctx, mask);
   epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, slots,
-                          ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL, 0,
-                          EPF_LL_SLOT_UNROLL_SEND);
+                          ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL, 0);
 
   for (; u < units; u += ustride) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);

@@ -105,9 +105,8 @@ EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf
 
   epf__ll_snapshot_mask_block(plan, ctx, mask);
   epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, slots,
-                          ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL, 0,
-                          EPF_LL_SLOT_UNROLL_SEND);
-  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, rslots, NULL, 1, EPF_LL_SLOT_UNROLL_SEND);
+                          ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL, 0);
+  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, rslots, NULL, 1);
 
   for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);

@@ -95,7 +95,7 @@ EPF_HD epf_ll_slots_t epf_ll_rm_slots_at(const epf_plan_t* plan, void* smem, siz
 
 EPF_DEVICE_INLINE void epf_ll_rm_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type,
                                              int num_tokens, epf_ll_slots_t s) {
-  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, NULL, 1, 0);
+  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, NULL, 1);
 }
 
 EPF_DEVICE_INLINE uint32_t epf_ll_rm_slot(const epf_plan_t* plan, epf_ll_slots_t s, int pair, int* out_rank) {

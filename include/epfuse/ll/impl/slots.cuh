@@ -230,11 +230,11 @@ EPF_DEVICE_INLINE void epf__ll_slot_step(int p, int t, int k, int hi, int key, i
 
 /* epf__ll_slot_pass_block — the body of both slot passes: by_rank 0, epf_ll_slots_block (keys:
  * experts, E of them; dropped_routes counted); 1, epf_ll_rm_slots_block (keys: ranks, R of them;
- * dropped_routes unused). unrolled (a literal): the steps of a prefetch unrolled (the dispatch send
- * passes EPF_LL_SLOT_UNROLL_SEND) or rolled into one body (0). Scope and result: as the two. */
+ * dropped_routes unused). The steps of a prefetch run as one rolled body (unrolling them made the
+ * dispatch sends of both layouts larger and no faster on sm_90). Scope and result: as the two. */
 EPF_DEVICE_INLINE void epf__ll_slot_pass_block(const epf_plan_t* plan, const void* topk_idx, int index_type,
                                                int num_tokens, epf_ll_slots_t s, uint32_t* dropped_routes,
-                                               int by_rank, int unrolled) {
+                                               int by_rank) {
   const int K = plan->top_k, E = plan->num_experts;
   const int EL = by_rank ? plan->experts_per_rank : 1, nkeys = by_rank ? plan->nranks : E;
   const int TK = num_tokens * K;
@@ -253,25 +253,14 @@ EPF_DEVICE_INLINE void epf__ll_slot_pass_block(const epf_plan_t* plan, const voi
       /* the steps' keys: -1 none; an id outside [-1, E): -2 (experts, counted) or -1 (ranks) */
       epf__ll_slot_keys_t ks = epf__ll_slot_keys_load(topk_idx, is64, base0, hi, E, EL, by_rank ? -1 : -2);
       int st;
-      if (unrolled) {
-#pragma unroll
-        for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) {
-          const int base = base0 + st * 32;
-          const int p = base + lane;
-          const int t = p / K, k = p - t * K;
-          if (base >= hi) break; /* warp-uniform */
-          epf__ll_slot_step(p, t, k, hi, ks.key[st], K, E, EL, by_rank, topk_idx, is64, s.code, h, dropped_routes);
-        }
-      } else {
 #pragma unroll 1
-        for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
-          const int base = base0 + st * 32;
-          const int p = base + lane;
-          const int t = p / K, k = p - t * K;
-          if (base >= hi) break; /* warp-uniform */
-          epf__ll_slot_step(p, t, k, hi, epf__ll_slot_keys_pop(&ks), K, E, EL, by_rank, topk_idx, is64, s.code, h,
-                            dropped_routes);
-        }
+      for (st = 0; st < EPF__LL_SLOT_PREFETCH; ++st) { /* one body: the steps shift through ks */
+        const int base = base0 + st * 32;
+        const int p = base + lane;
+        const int t = p / K, k = p - t * K;
+        if (base >= hi) break; /* warp-uniform */
+        epf__ll_slot_step(p, t, k, hi, epf__ll_slot_keys_pop(&ks), K, E, EL, by_rank, topk_idx, is64, s.code, h,
+                          dropped_routes);
       }
     }
   }
@@ -280,7 +269,7 @@ EPF_DEVICE_INLINE void epf__ll_slot_pass_block(const epf_plan_t* plan, const voi
 
 EPF_DEVICE_INLINE void epf_ll_slots_block(const epf_plan_t* plan, const void* topk_idx, int index_type, int num_tokens,
                                           epf_ll_slots_t s, uint32_t* dropped_routes) {
-  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, dropped_routes, 0, 0);
+  epf__ll_slot_pass_block(plan, topk_idx, index_type, num_tokens, s, dropped_routes, 0);
 }
 
 EPF_DEVICE_INLINE uint32_t epf_ll_slot(const epf_plan_t* plan, epf_ll_slots_t s, int pair, int* out_expert) {

@@ -167,38 +167,12 @@ typedef enum epf_ll_buffer {
  * EPF_LL_SCAN_SEGMENTS segments, one per warp. */
 #define EPF_LL_UNIT_ELEMS 256
 #define EPF_LL_SCAN_SEGMENTS 16
-/* 256-element chunks of one row that a warp of the combine push moves per unit (loads in flight per
- * lane before the stores; one metadata lookup per unit). The dispatch send moves one chunk per unit:
- * grouping 4 there costs 1-2.5 us at T = 1. */
-#ifndef EPF_LL_SEND_CHUNKS
-#define EPF_LL_SEND_CHUNKS 4
-#endif
 #define EPF__LL_CODE_NONE 0xffffffffu
 /* a repeated expert of its token: EPF__LL_CODE_REPEAT | first k naming the expert (an expert id
  * is below EPF_MAX_EXPERTS <= 65535, so no slot code has 0xffff in its upper half) */
 #define EPF__LL_CODE_REPEAT 0xffff0000u
 /* 32-pair steps of a warp whose topk ids the slot pass loads at once */
 #define EPF__LL_SLOT_PREFETCH 4
-/* The dispatch send's slot passes with their EPF__LL_SLOT_PREFETCH steps unrolled (1) or as one
- * rolled body (0, the default; the combine's passes are always rolled). A build switch for
- * measuring: unrolled steps in every pass make the combines slower; whether the dispatch alone
- * gains is open. */
-#ifndef EPF_LL_SLOT_UNROLL_SEND
-#define EPF_LL_SLOT_UNROLL_SEND 0
-#endif
-/* The ready-made combine kernels' BF16 pull rounds (nothing to move on the expert side) signal
- * the sources from block 0 at once (1) instead of from the last block to arrive (0, the default).
- * A build switch for measuring the LL fixed chain; the public block
- * functions always signal from the last block (a fused kernel's other blocks may still write y). */
-#ifndef EPF_LL_COMBINE_EARLY_SIGNAL
-#define EPF_LL_COMBINE_EARLY_SIGNAL 0
-#endif
-/* The combine send (push, MXFP8 pull) issues a row's y loads together with its metadata load (1)
- * instead of after it (0, the default): one dependent round trip less per unit; the loads are in
- * bounds whatever the metadata says (rows below the clamped counts). A build switch for measuring. */
-#ifndef EPF_LL_COMBINE_LOADS_FIRST
-#define EPF_LL_COMBINE_LOADS_FIRST 0
-#endif
 /* epf_ll_slot: the pair has no copy of its own (id -1, dropped, or a repeated expert of its token) */
 #define EPF_LL_SLOT_NONE 0xffffffffu
 /* every scratch starts with the block's mask snapshot, then 16 bytes of scan temp storage */

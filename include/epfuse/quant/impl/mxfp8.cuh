@@ -26,11 +26,6 @@
 #error "epfuse/quant/impl/mxfp8.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
-/* 256-element chunks per warp iteration in the row functions: this many 16-byte loads per lane
- * are in flight before the first conversion. */
-#ifndef EPF_QUANT_UNROLL
-#define EPF_QUANT_UNROLL 4
-#endif
 
 /* Debug-only contract checks of the row functions (alignment, hidden). */
 #if EPF_DEBUG

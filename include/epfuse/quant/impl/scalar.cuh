@@ -37,9 +37,6 @@
 #error "epfuse/quant/impl/scalar.cuh is a CUDA header: compile it with nvcc or clang-cuda"
 #endif
 
-#ifndef EPF_QUANT_HW_E8M0
-#define EPF_QUANT_HW_E8M0 1
-#endif
 
 /* The E8M0 instruction exists on the arch-family targets of Blackwell and later (the same test
  * cuda_fp8.h uses); generic sm_100 code and sm_90 use the integer path. */

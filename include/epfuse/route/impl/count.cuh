@@ -29,7 +29,7 @@ EPF_DEVICE_INLINE void epf_route_count_block(epf_route_ctx_t* c) {
   EPF_STATIC_ASSERT(sizeof(epf__warp_reduce_temp_t) <= EPF__ROUTE_CUB_BYTES_PER_WARP, "cub temp storage");
   const int lane = epf_lane_id(), warp = epf_warp_id(), W = c->num_warps;
   const int E = c->num_experts, R = c->nranks, K = c->top_k, row = E + R;
-  /* the private SPLIT arrangement (epf__route_ctx_init): the control block's warps add into the
+  /* the SPLIT arrangement (epf__route_ctx_init): the control block's warps add into the
    * block's totals c->tot directly (no per-warp rows to zero and prefix: nothing reads them) and
    * it writes the is_token_in_rank rows; so do the offsets block's (block 2 of 3: expert columns;
    * rank columns for RANK_MAJOR's own receive count). The token block's totals are not the
@@ -165,7 +165,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_merge_block(epf_route_ctx_t* c, epf_wai
       return st;
     }
   }
-  /* B == 1 (or the private SPLIT arrangement, where block 0 counted every token: its totals are
+  /* B == 1 (or the SPLIT arrangement, where block 0 counted every token: its totals are
    * the rank's): the __syncthreads above made epf_route_count_block's c->tot visible */
   if (c->block_index == 0) {
     int32_t* const expert_count = EPF__ROUTE_ARR(c, EPF_ROUTE_EXPERT_COUNT, int32_t);

@@ -2,8 +2,8 @@
  *
  * What it is: the shared-memory carve-up of one rank-block's view of a route update
  * (epf__route_smem_carve: the one owner, sizes and pointers), epf_route_ctx_make,
- * epf_route_block_tokens, and the rule of the ready-made kernel's private SPLIT arrangement
- * (epf__route_split); the context type and the passes' constants are in types.cuh. Include
+ * epf_route_block_tokens, and the rule of the SPLIT arrangement (epf_route_split_ok); the
+ * context type and the passes' constants are in types.cuh. Include
  * epfuse/route/route.cuh, not this file (it stands alone too, for the compile tests).
  *
  * Contents: see route/route.cuh.
@@ -102,23 +102,13 @@ EPF_HD void epf_route_block_tokens(int num_tokens, int block_index, int num_bloc
 #endif
 }
 
-/* epf__route_split_small — a few enough (token, k) entries for the ready-made kernel's SPLIT
- * arrangement: T K <= EPF__ROUTE_SPLIT_ENTRIES. Scope: any thread, host or device. Pure. */
-EPF_HD int epf__route_split_small(int num_tokens, int top_k) {
-  return (int64_t)num_tokens * top_k <= EPF__ROUTE_SPLIT_ENTRIES;
-}
-
-/* epf__route_split — THE rule for the ready-made kernel's SPLIT arrangement of an update: 2 or 3
- * blocks per rank and epf__route_split_small. The kernel (epf__route_update_kernel), the
- * launcher's block size (epf_route_update_threads) and the tests all ask this function. Scope:
- * any thread, host or device. Pure. */
-EPF_HD int epf__route_split(int num_blocks, int num_tokens, int top_k) {
-  return (num_blocks == 2 || num_blocks == 3) && epf__route_split_small(num_tokens, top_k);
+EPF_HD int epf_route_split_ok(int num_blocks, int num_tokens, int top_k) {
+  return (num_blocks == 2 || num_blocks == 3) && (int64_t)num_tokens * top_k <= EPF__ROUTE_SPLIT_ENTRIES;
 }
 
 /* epf__route_ctx_init — epf_route_ctx_make with the arrangement chosen: split = 0 is the public
- *   one (epf_route_ctx_make); split = 1 (only where epf__route_split says so; the ready-made
- *   kernel's private SPLIT arrangement, epf__route_update_block) makes every block walk all of
+ *   one (epf_route_ctx_make); split = 1 (only where epf_route_split_ok says so; the SPLIT
+ *   arrangement, epf_route_update_split_block) makes every block walk all of
  *   [0, T): block 0 counts them, writes the is_token_in_rank rows and publishes; block 1 writes
  *   every slot; block 2 (3 blocks) counts the expert columns and computes the offsets (with 2,
  *   block 0 does); no scratch row, no merge wait; block 0 stores the next epoch only after block

@@ -247,7 +247,7 @@ EPF_DEVICE_INLINE epf_status_t epf_route_offsets_block(epf_route_ctx_t* c, epf_t
   return EPF_OK;
 }
 
-/* epf__route_epoch_ack_wait_block — the private SPLIT arrangement with 3 blocks: before
+/* epf__route_epoch_ack_wait_block — the SPLIT arrangement with 3 blocks: before
  * epf_route_finish_block, block 0 waits (bounded by w) until block 2 has acknowledged reading this
  * update's epoch (block 2 writes the acknowledgement at the start of its epf_route_count_block),
  * so block 0's epoch store cannot reach a block that has not read the epoch yet. Every other
@@ -278,13 +278,8 @@ EPF_DEVICE_INLINE void epf_route_finish_block(const epf_route_ctx_t* c, epf_stat
   }
 }
 
-/* epf__route_update_block — epf_route_update_block with the arrangement chosen: split = 0 is the
- * public one; split = 1 (only where epf__route_split says so) is the ready-made kernel's private
- * SPLIT arrangement (epf__route_ctx_init): every block walks all the tokens, block 1 writes the
- * slots, block 2 (or 0 with 2 blocks) the offsets, and block 0 stores the next epoch after block
- * 2's acknowledgement. Same inputs, results and memory contract as epf_route_update_block; the
- * blocks' token ownership differs, which is why only the ready-made kernel (which owns the whole
- * topk_idx before it starts) uses it. */
+/* epf__route_update_block — the body of epf_route_update_block (split = 0) and
+ * epf_route_update_split_block (split = epf_route_split_ok(...)). */
 EPF_DEVICE_INLINE epf_status_t epf__route_update_block(const epf_route_t* route, int index, epf_team_t team,
                                                        const epf_plan_t* plan, const void* topk_idx, int num_tokens,
                                                        int block_index, int num_blocks, int split, epf_wait_t w,
@@ -314,6 +309,15 @@ EPF_DEVICE_INLINE epf_status_t epf_route_update_block(const epf_route_t* route, 
                                                       int block_index, int num_blocks, epf_wait_t w,
                                                       int64_t* recv_total_mapped, void* smem) {
   return epf__route_update_block(route, index, team, plan, topk_idx, num_tokens, block_index, num_blocks, 0, w,
+                                 recv_total_mapped, smem);
+}
+
+EPF_DEVICE_INLINE epf_status_t epf_route_update_split_block(const epf_route_t* route, int index, epf_team_t team,
+                                                            const epf_plan_t* plan, const void* topk_idx,
+                                                            int num_tokens, int block_index, int num_blocks,
+                                                            epf_wait_t w, int64_t* recv_total_mapped, void* smem) {
+  return epf__route_update_block(route, index, team, plan, topk_idx, num_tokens, block_index, num_blocks,
+                                 epf_route_split_ok(num_blocks, num_tokens, route->layout.top_k), w,
                                  recv_total_mapped, smem);
 }
 

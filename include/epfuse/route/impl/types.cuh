@@ -40,10 +40,10 @@ EPF_BEGIN_DECLS
 /* Shared memory a block gets without the opt-in attribute: the slot pass's tag rows are kept
  * within it (epf__route_smem_carve), and so is the ready-made kernel's block (route/kernels.cuh). */
 #define EPF__ROUTE_SMEM_LIMIT (48u * 1024u)
-/* The ready-made kernel's SPLIT arrangement of an update (private; epf__route_split says when):
+/* The SPLIT arrangement of an update (epf_route_update_split_block; epf_route_split_ok says when):
  * with 2 or 3 blocks per rank and at most this many (token, k) entries, every block walks all the
- * tokens itself and none waits for another's counts. The public blocks never see it: a ctx from
- * epf_route_ctx_make is never SPLIT. */
+ * tokens itself and none waits for another's counts. A ctx from epf_route_ctx_make is never
+ * SPLIT. */
 #define EPF__ROUTE_SPLIT_ENTRIES 2304
 
 /* One rank-block's view of an update: this rank's arrays, the shapes, this update's epoch and the
@@ -62,10 +62,10 @@ typedef struct epf_route_ctx {
   int32_t rank_major, exchange, alignment, mark_pads;
   int32_t rank;               /* team rank this block plays */
   int32_t block_index, num_blocks, num_warps;
-  int32_t split;              /* private: 0 from epf_route_ctx_make; 1 only in the ready-made
-                                 kernel's SPLIT arrangement (epf__route_update_block) */
-  int32_t offsets_block;      /* the block that computes the offsets: 0 (private: 2 in a 3-block
-                                 SPLIT arrangement) */
+  int32_t split;              /* 0 from epf_route_ctx_make; 1 only in the SPLIT arrangement
+                                 (epf_route_update_split_block) */
+  int32_t offsets_block;      /* the block that computes the offsets: 0 (2 in a 3-block SPLIT
+                                 arrangement) */
   int32_t batch_tokens;       /* whole tokens per warp batch: EPF__ROUTE_BATCH / K */
   uint32_t el_inv;            /* destination rank of expert e = __umulhi(e, el_inv) (0: EL == 1) */
   int32_t ebits, rbits;       /* bits of E - 1 and of R - 1: ballots per equality mask (epf__route_match) */
