@@ -11,7 +11,7 @@
    such loops warp-uniformly instead: `for (base = 0; base < n; base += 32) { i = base + lane;
    ... if (i < n) ... }`.
 2. A spin loop (`for (;;)`, `while (1)`, `while (true)`) in device code (include/*.cuh) that is not
-   marked as bounded: every spin goes through the one bounded wait (signal.cuh) or falls back to
+   marked as bounded: every spin goes through the one bounded wait (core/signal.cuh) or falls back to
    it; the line must say `bounded:` and why in a comment. (Host code polls against deadlines too,
    e.g. host_nccl.h, but is not scanned for this.)
 

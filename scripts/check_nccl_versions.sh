@@ -9,8 +9,8 @@
 #
 # For each NCCL it compiles, without running anything (no GPU needed):
 #   - include/epfuse/host_nccl.h as C11 and as C++17 (-Werror);
-#   - include/epfuse/nccl.cuh + host_nccl.h in a CUDA translation unit whose kernel and host
-#     function use every function of nccl.cuh, to an object for sm_90;
+#   - include/epfuse/core/nccl.cuh + host_nccl.h in a CUDA translation unit whose kernel and host
+#     function use every function of core/nccl.cuh, to an object for sm_90;
 #   - examples/02_nccl_ranks/main.cu to an object, then links it against that release's libnccl.
 # The translation unit checks NCCL_VERSION_CODE, so a stray nccl.h (the toolkit's) cannot stand in
 # for the release under test. Wheels are unpacked (headers and libnccl only) into
@@ -62,9 +62,9 @@ nccl_version_string() {
     "$(sed -n 's/^#define NCCL_PATCH \([0-9]*\).*/\1/p' "$inc/nccl.h")"
 }
 
-# The CUDA translation unit: every function of nccl.cuh, device and host.
+# The CUDA translation unit: every function of core/nccl.cuh, device and host.
 cat >"$work/nccl_check.cu" <<'EOF'
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #include "epfuse/host_nccl.h"
 #if NCCL_VERSION_CODE != EPF_EXPECT_NCCL_VERSION_CODE
 #error "this nccl.h is not the release under test (include order)"
@@ -149,7 +149,7 @@ check() {
   step "host_nccl.h (C++17)" "$d/cxx.log" "$cxx" -std=c++17 -Wall -Wextra -Wpedantic -Werror \
     "${common[@]}" -isystem "$cuda_inc" -fsyntax-only "$work/host_nccl_check.cpp"
   [ $step_ok = 1 ] || ok=0
-  step "nccl.cuh + host_nccl.h (CUDA, $arch, every function used)" "$d/cu.log" "$nvcc" "${cuflags[@]}" \
+  step "core/nccl.cuh + host_nccl.h (CUDA, $arch, every function used)" "$d/cu.log" "$nvcc" "${cuflags[@]}" \
     "${common[@]}" -DEPF_EXPECT_NCCL_VERSION_CODE="$code" -c "$work/nccl_check.cu" -o "$d/nccl_check.o"
   [ $step_ok = 1 ] || ok=0
   step "examples/02_nccl_ranks (compile only, not run)" "$d/ex02.log" "$nvcc" "${cuflags[@]}" \

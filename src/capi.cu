@@ -15,11 +15,11 @@
 #include <cuda_runtime_api.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_route.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/route/kernels.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
 #if EPF_CAPI_WITH_NCCL
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 #include "epfuse/capi.h"
 

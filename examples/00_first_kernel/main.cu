@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"        /* the device blocks */
-#include "epfuse/kernels_route.cuh" /* epf_route_init */
+#include "epfuse/route/kernels.cuh" /* epf_route_init */
 
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { puts(cudaGetErrorString(e_)); exit(1); } } while (0)
 enum { R = 4, T = 64, H = 256, E = 32, K = 4, EL = E / R }; /* ranks, tokens per rank, hidden, experts, top-k */

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_vranks.h"
 
 static const char* usage =

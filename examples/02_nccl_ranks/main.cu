@@ -26,8 +26,8 @@
 
 #include "epfuse/epfuse.cuh"
 #include "epfuse/host_nccl.h"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/nccl.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/core/nccl.cuh"
 #include "ex_common.h"
 
 typedef struct {

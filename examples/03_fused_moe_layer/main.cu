@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 
 #define ROUTER_THREADS 256 /* E <= ROUTER_THREADS */

@@ -54,7 +54,7 @@
 #include <cuda_fp8.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 #include "gemm.cuh"      /* the expert stage: weights, SiLU * up, cuBLASLt */
 #include "layer.h"       /* options, inputs, weights, the CPU model of the placement */

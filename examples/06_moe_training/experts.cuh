@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "expert_math.h"
 
 /* ============================================================================================ */

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 #include "experts.cuh"
 #include "model.h"

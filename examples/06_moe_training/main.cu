@@ -60,7 +60,7 @@
 #include <vector>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 #include "expert_math.h" /* the expert math, host and device */
 #include "model.h"       /* options, cases, inputs, the placement model, Result */

@@ -4,7 +4,7 @@
  * Learning objectives
  *   - Plan an LL window (cfg.mode = EPF_MODE_LL, checked with epf_ll_plan_check): nothing to
  *     budget; every (local expert, source) pair owns T fixed receive slots per parity.
- *   - Run one round with the ready-made launchers (kernels_ll.cuh): no route update (every pair has
+ *   - Run one round with the ready-made launchers (ll/kernels.cuh): no route update (every pair has
  *     fixed slots, so nothing is exchanged before the rows move): epf_ll_launch_make +
  *     epf_ll_state_reset -> epf_ll_dispatch (send + receive fused, all R ranks in one launch; rows
  *     stay in the window, zero copy) -> your experts (they find the round's parity in the
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 #include "ex_ll.h"
 
 static const char* usage =

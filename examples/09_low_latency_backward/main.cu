@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 #include "ex_ll.h"
 
 static const char* usage =

@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
 #include "ex_ll.h"
 
 #define EX_WARMUP 3 /* timed iterations that do not count */

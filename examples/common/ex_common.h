@@ -8,8 +8,8 @@
  *   ex_rand()          splitmix64
  *   ex_bf16_rne()      FP32 -> BF16, round to nearest even (the CPU side of the references)
  *   ex_expert_factor() the "expert" of the examples: y = bf16(x * f(local expert, rank))
- *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with kernels_ht.cuh,
- *                      and with kernels_ll.cuh for an expert-major plan); _residual: + a residual
+ *   ex_ref_combine()   CPU reference of one token's combine output (bit-exact with ht/kernels.cuh,
+ *                      and with ll/kernels.cuh for an expert-major plan); _residual: + a residual
  * and, compiled by nvcc:
  *   ex_vteam_make()    R virtual ranks of an HT plan: window, team, route buffers
  *   ex_vteam_make_strided(), ex_vteam_stride_expert_out()   the same at a stride of the caller's:
@@ -30,7 +30,7 @@
 #include <cuda_runtime.h>
 
 #include "epfuse/host.h"
-#include "epfuse/quant.cuh"
+#include "epfuse/quant/quant.cuh"
 
 #define EX_CK(call)                                                                                  \
   do {                                                                                               \
@@ -248,7 +248,7 @@ static inline void ex_ref_combine(const epf_plan_t* p, const uint16_t* x, const 
 }
 
 #ifdef __CUDACC__
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/route/kernels.cuh"
 
 /* ex_vteam_t — R = plan.nranks virtual ranks of an HT plan on this GPU: one cudaMalloc of R window
  * slices of `stride` bytes (zeroed: epochs start at 0; virtual rank r owns slice r, at

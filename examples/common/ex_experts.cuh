@@ -12,8 +12,8 @@
 
 #include <stdint.h>
 
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/ll.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/ll.cuh"
 #include "ex_common.h"
 
 /* ex_expert_row_warp — the examples' expert on ONE received row, one warp: y[h] =

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 #include "ex_vranks.h"
 
 /* ex_ll_plan_make — the LL plan of the options. Nothing to budget: every (local expert, source)

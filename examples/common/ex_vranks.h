@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
 
 typedef struct {

@@ -8,9 +8,9 @@
  *
  * The library also exports every public host function of the headers, with C linkage and the
  * same name and signature (src/capi_api.def lists them): host.h (plans, statuses, the route
- * layout), team.cuh / signal.cuh (epf_team_virtual, epf_wait_make, epf_cuda_last_error), the
- * ready-made launchers of kernels_route.cuh, kernels_ht.cuh and kernels_ll.cuh, and with NCCL
- * host_nccl.h / nccl.cuh. Their contracts are in those headers. The plain-data structs they take
+ * layout), core/team.cuh / core/signal.cuh (epf_team_virtual, epf_wait_make, epf_cuda_last_error), the
+ * ready-made launchers of route/kernels.cuh, ht/kernels.cuh and ll/kernels.cuh, and with NCCL
+ * host_nccl.h / core/nccl.cuh. Their contracts are in those headers. The plain-data structs they take
  * (epf_team_t, epf_wait_t, epf_route_step_t, epf_ht_step_t, epf_ll_*_args_t, epf_ll_launch_t) are
  * fixed-layout C structs; a binding mirrors them and checks each mirror with epf_abi_sizeof.
  * epf_ht_step_t is versioned (size, magic, version first, as epf_config_t): fill it with

@@ -14,7 +14,7 @@
  *   EPF_DEVICE_ASSERT(c) device assert hook, default: trap when !(c) (only in EPF_DEBUG).
  *   EPF_ENABLE_TIMEOUT   default 1. 0 makes every bounded wait unbounded (it still polls abort). agree.
  *   EPF_ABORT_POLL_MASK  default 1023: a wait checks its abort word every (mask+1) polls.
- *   EPF_ENABLE_NC_LOADS  default 0. 1 allows ld.global.nc on peer-written data (see ptx.cuh).
+ *   EPF_ENABLE_NC_LOADS  default 0. 1 allows ld.global.nc on peer-written data (see core/ptx.cuh).
  *   EPF_MAX_RANKS        72  (LSA team size limit; NVL72).                                 agree.
  *   EPF_MAX_EXPERTS      1024.                                                             agree.
  *   EPF_MAX_TOPK         32.                                                               agree.
@@ -39,8 +39,8 @@
 
 #if defined(__CUDACC_RTC__)
 /* NVRTC (run-time compilation; no C library headers). size_t, ptrdiff_t and bool are built in.
- * With the toolkit's CCCL directory on the include path (needed anyway for cub in route.cuh and
- * ll.cuh) the fixed-width types come from libcu++; with only epfuse's include directory, from the
+ * With the toolkit's CCCL directory on the include path (needed anyway for cub in route/route.cuh and
+ * ll/ll.cuh) the fixed-width types come from libcu++; with only epfuse's include directory, from the
  * same typedefs here (identical types, so the two can meet in one program). Host-only code in the
  * headers is guarded by #if !defined(__CUDACC_RTC__); EPF_ASSERT (a host hook) is a no-op. */
 #if defined(__has_include) && __has_include(<cuda/std/cstdint>)

@@ -2,7 +2,7 @@
  *
  * What it is: the status strings (epf_status_name / epf_status_message, from status.h's one
  * X-macro list), the version the headers carry, and the error record — the host-mapped struct
- * device code reports into (signal.cuh: epf_error_report) and the host reads without a device
+ * device code reports into (core/signal.cuh: epf_error_report) and the host reads without a device
  * sync. Plain C11, also C++17 and CUDA; part of host.h.
  *
  * What it does NOT do: keep a "last error" (the record is the caller's memory), print or abort.
@@ -66,7 +66,7 @@ EPF_INLINE int epf_version(void) { return EPF_VERSION; }
 
 /* One per rank (or per virtual-rank group), in host-mapped memory (cudaHostAlloc with
  * cudaHostAllocMapped; the device uses the mapped pointer), written by that one GPU only. Device code records the FIRST error
- * in full and counts all of them (signal.cuh: epf_error_report). The host reads it at any time
+ * in full and counts all of them (core/signal.cuh: epf_error_report). The host reads it at any time
  * with epf_error_read; fields other than the counters mean something only when valid == 1. */
 typedef struct epf_error_record {
   uint32_t status;      /* epf_status_t of the first error; 0 = none. Set once (CAS from 0). */

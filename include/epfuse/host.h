@@ -9,7 +9,7 @@
  *
  * What it does NOT do: allocate, call CUDA or NCCL, launch kernels, print, abort or exit. NCCL
  * helpers (symmetric allocation, window registration, communicator creation with a deadline) are
- * in host_nccl.h; the device communicator helpers in nccl.cuh.
+ * in host_nccl.h; the device communicator helpers in core/nccl.cuh.
  *
  * Usage (examples/04_plan_from_c has it whole):
  *   epf_config_t cfg = EPF_CONFIG_INIT;           // zero fields mean "default"

@@ -5,7 +5,7 @@
  * deadline and aborts on expiry (no silent hang at init), symmetric allocation + window
  * registration (ncclMemAlloc + ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)) + teardown,
  * and ncclResult_t -> epf_status_t with NCCL's own message. The device communicator
- * (ncclDevCommCreate, C++ only in NCCL) is in nccl.cuh.
+ * (ncclDevCommCreate, C++ only in NCCL) is in core/nccl.cuh.
  *
  * What it does NOT do: pick devices, create unique ids, or keep global state. Every call returns
  * an epf_status_t; on EPF_ERR_NCCL, epf_nccl_last_message() says what NCCL said; on
@@ -20,7 +20,7 @@
  *   epf_plan_compute(&cfg, &plan);
  *   if (epf_nccl_comm_init_rank(&comm, nranks, id, rank, 60.0) != EPF_OK) ...;
  *   if (epf_nccl_window_create(comm, plan.total_bytes, 60.0, &win) != EPF_OK) ...;  // zeroed
- *   ... kernels use win.window (nccl.cuh: epf_team_from_devcomm) ...
+ *   ... kernels use win.window (core/nccl.cuh: epf_team_from_devcomm) ...
  *   epf_nccl_window_destroy(comm, &win, 60.0);
  *   epf_nccl_comm_destroy(comm, 60.0);
  *

@@ -372,7 +372,7 @@ EPF_HD uint64_t epf_plan_counts_offset(const epf_plan_t* plan, int parity, int s
 
 /* epf_plan_recv_token_offset / _scale_offset / _meta_offset — row `row` of the receive region
  * (row in [0, rows of RECV_TOKENS)). The compact scale layout only; every layout's scale position
- * (compact, swizzled, segment MN-major) is epf_recv_scale_offset's (dispatch.cuh).
+ * (compact, swizzled, segment MN-major) is epf_recv_scale_offset's (ht/impl/dispatch.cuh).
  * EPF_OFFSET_INVALID for NULL or row < 0 (host). */
 EPF_HD uint64_t epf_plan_recv_token_offset(const epf_plan_t* plan, int64_t row) {
   if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;

@@ -313,7 +313,7 @@ EPF_HD epf_status_t epf_config_resolve(const epf_config_t* in, epf_config_t* out
 
 /* epf_config_hash — FNV-1a 64 of every field that changes the window layout or the protocol
  * (not timeout_ns), the library's major version and EPF_CONFIG_SIGNATURE. Never 0 for a config;
- * 0 (the hash sentinel) for NULL. Ranks exchange it in the setup handshake (signal.cuh). Input: a
+ * 0 (the hash sentinel) for NULL. Ranks exchange it in the setup handshake (core/signal.cuh). Input: a
  * resolved config. Scope: any thread, host or device. Pure. */
 EPF_HD uint64_t epf__fnv1a_u64(uint64_t h, uint64_t v) {
   int i;

@@ -3,10 +3,10 @@
  * What it is: the memory of a route (the handle): the route configuration, the header every
  * route buffer starts with, and epf_route_layout_compute, the ONE function that computes offsets
  * inside a route buffer (device and host code read the same epf_route_layout_t). The kernels that
- * fill a route are in route.cuh / kernels_route.cuh. Plain C11, also C++17 and CUDA; part of
+ * fill a route are in route/route.cuh / route/kernels.cuh. Plain C11, also C++17 and CUDA; part of
  * host.h.
  *
- * What it does NOT do: allocate or launch (kernels_route.cuh: epf_route_init, epf_route_update).
+ * What it does NOT do: allocate or launch (route/kernels.cuh: epf_route_init, epf_route_update).
  *
  * Requirements: C11 or C++17. No CUDA, no NCCL.
  */
@@ -28,7 +28,7 @@ EPF_BEGIN_DECLS
  * computes offsets inside a route buffer; device code and host code read the same
  * epf_route_layout_t. A route buffer holds no pointers (only offsets from its own start), so a
  * byte copy of it is a valid route buffer: epf_route_header_check validates the header a copy
- * starts with and rebuilds the layout (kernels_route.cuh: epf_route_import).
+ * starts with and rebuilds the layout (route/kernels.cuh: epf_route_import).
  *
  * Buffer = [header][arrays...], each array at a multiple of EPF_ALIGN from the buffer start.
  * With VIRTUAL RANKS a route group is `count` = nranks buffers back to back (buffer i at
@@ -175,7 +175,7 @@ typedef struct epf_route_layout {
 } epf_route_layout_t;
 
 /* The handle: a route group in device memory, as the host launchers and kernels see it (passed
- * by value into kernels). Filled by epf_route_init / epf_route_import (kernels_route.cuh). */
+ * by value into kernels). Filled by epf_route_init / epf_route_import (route/kernels.cuh). */
 typedef struct epf_route {
   uint32_t size, magic, version; /* sizeof(epf_route_t), EPF_ROUTE_HANDLE_MAGIC, _VERSION */
   int32_t count;                 /* buffers: 1 (one real rank) or plan.nranks (virtual ranks) */

@@ -2,7 +2,7 @@
  *
  * What it is: one X-macro list, EPF_STATUS_LIST, that produces the epf_status_t enum here and the
  * name and message tables in host.h (epf_status_name, epf_status_message). Device code returns
- * the same codes and records them in the host-mapped error record (signal.cuh).
+ * the same codes and records them in the host-mapped error record (core/signal.cuh).
  *
  * What it does NOT do: print, abort or keep a "last error" global.
  *

@@ -6,9 +6,9 @@
  * Compiling this file is the test (nvcc). */
 #include <stddef.h>
 
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
+#include "epfuse/route/kernels.cuh"
 
 #define EPF_ABI(cond) EPF_STATIC_ASSERT(cond, #cond)
 

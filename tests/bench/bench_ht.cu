@@ -17,7 +17,7 @@
 
 #include "epf_bench.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 static uint64_t rng = 0x1234567;
 

@@ -50,7 +50,7 @@
 
 #include "epf_bench.h"
 #include "epf_bench_floor.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 
 static uint64_t bl_rng = 0x5eed5eed12345678ull;

@@ -1,5 +1,5 @@
 /* bench_match — what one warp's equality masks cost on the GPU: the route's ballot masks
- * (route.cuh epf__route_match: one vote per bit of the id), __match_any_sync (one MATCH
+ * (route/route.cuh epf__route_match: one vote per bit of the id), __match_any_sync (one MATCH
  * instruction per step) and shared-memory tags (epf__route_match_tags), for the route's batch of
  * EPF__ROUTE_STEPS 32-entry steps. A program, not a test: it decides which one the slot pass
  * uses (docs/dev/perf-log/route.md, v5).
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "epf_bench.h"
-#include "epfuse/route.cuh"
+#include "epfuse/route/route.cuh"
 
 __global__ void match_kernel(int method, int nbits, uint32_t seed, uint32_t* out_masks, long long* out_cycles) {
   extern __shared__ int32_t smem[]; /* method 2: [W][2^nbits] tags, then [W][EPF__ROUTE_BATCH] words */

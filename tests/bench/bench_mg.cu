@@ -9,8 +9,8 @@
  * EPF_MG_GPUS=1 allows a 1-rank smoke run on one GPU (no byte crosses a link there).
  *
  * Per EP size, on the standard shape (hidden 7168, top-8 of 256 experts; K distinct uniform experts
- * per token, expert-major layout), with the ready-made launchers (kernels_route.cuh,
- * kernels_ht.cuh, kernels_ll.cuh) and the team of tests/common/epf_mg.h (NCCL window + devComm):
+ * per token, expert-major layout), with the ready-made launchers (route/kernels.cuh,
+ * ht/kernels.cuh, ll/kernels.cuh) and the team of tests/common/epf_mg.h (NCCL window + devComm):
  *   HT  T = 4096 per rank: route update, dispatch (send + receive), combine (pull); BF16, then an
  *       MXFP8 dispatch (quantized on the way) with its BF16 combine.
  *   LL  T = 1 and 128 per rank, BF16 both ways: dispatch, combine push (EPF_LL_Y_IN_PLACE) and
@@ -49,9 +49,9 @@
 #include "epf_bench.h"
 #include "epf_mg.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
+#include "epfuse/route/kernels.cuh"
 
 #define MG_NVLINK_GBS 450.0        /* H200 NVLink 4, per direction per GPU */
 #define MG_HT_TARGET_GBS 380.0     /* issue #8: HT dispatch / combine, received-logical, EP 8 */

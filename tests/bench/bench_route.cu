@@ -1,4 +1,4 @@
-/* bench_route — route update latency (kernels_route.cuh) on one GPU, and the count-exchange round
+/* bench_route — route update latency (route/kernels.cuh) on one GPU, and the count-exchange round
  * trip among 8 virtual ranks. A program, not a test.
  *
  *   ./bench_route [reps]          (default 2000)
@@ -14,7 +14,7 @@
  *     publish (E + R counts into every peer, release signal) + wait for every peer, per round;
  *   - the launch floor: an empty kernel with the update's grid, block size and shared memory
  *     (event and graph), so the update's own time is the difference;
- *   - a phase breakdown: the update's phases, route.cuh's public blocks composed here as
+ *   - a phase breakdown: the update's phases, route/route.cuh's public blocks composed here as
  *     epf_route_update_block composes them, with a __syncthreads + clock64 stamp between them;
  *     the median over launches of the slowest block's time per phase (and block 0's), in us.
  *     Coarser than a profile: one stamp per phase, nothing inside a phase (the library has no
@@ -34,8 +34,8 @@
 
 #include "epf_bench.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_route.cuh"
-#include "epfuse/route.cuh"
+#include "epfuse/route/kernels.cuh"
+#include "epfuse/route/route.cuh"
 
 
 static uint64_t g_rng = 0x1234567ull;
@@ -236,7 +236,7 @@ static void time_empty(int grid, int threads, size_t smem, int reps, double* out
 enum { PH_START = 0, PH_CTX, PH_COUNT, PH_MERGE, PH_PUBLISH, PH_SLOTS, PH_OFFSETS, PH_FINISH, PH_N };
 static const char* const ph_name[PH_N] = {"start", "ctx", "count", "merge", "publish", "slots", "offsets+wait", "finish"};
 
-/* epf_route_update_block's phases in its order, composed from route.cuh's public blocks, with a
+/* epf_route_update_block's phases in its order, composed from route/route.cuh's public blocks, with a
  * clock64 stamp after each (one extra __syncthreads per phase). `iters` updates in one launch (epochs e0 + i; block 0 stores the epoch
  * word at each finish, the others count it themselves); stamps of the LAST one, so iters = 2
  * shows the update with warm instruction caches. stamps: [grid][PH_N]. Virtual ranks only. */
@@ -405,7 +405,7 @@ int main(int argc, char** argv) {
   printf("\nphase breakdown (clock64 per block, a __syncthreads + stamp after each phase; median of 200 launches;\n"
          "slowest block / block 0, us; total = slowest block start..finish; E = 256, K = 8, full update;\n"
          "cold = one update per launch, warm = the second of two updates in one launch)\n"
-         "route.cuh's public blocks composed as epf_route_update_block does: one stamp per phase, nothing\n"
+         "route/route.cuh's public blocks composed as epf_route_update_block does: one stamp per phase, nothing\n"
          "inside a phase; with 2 or 3 blocks and <= 2304 entries the ready-made kernel uses a private\n"
          "arrangement (SPLIT) instead, so those rows time the public composition, not the kernel\n\n");
   printf("| ranks | T/rank | blocks | threads | icache |");

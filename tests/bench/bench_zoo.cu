@@ -136,8 +136,8 @@
 #include "epf_bench.h"
 #include "epf_bench_floor.cuh"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 /* ---- the matrix -------------------------------------------------------------------------------- */
 

@@ -16,7 +16,7 @@
  * without a case here fails it.
  *
  * Group "test_null_ll_launchers" (run with the argument --ll-launchers; ctest
- * test_capi_null_ll_launchers): the launchers of kernels_ll.cuh, kept apart because that header
+ * test_capi_null_ll_launchers): the launchers of ll/kernels.cuh, kept apart because that header
  * is changed elsewhere; its cases say what the launchers must do with NULL.
  *
  * The NCCL functions are called only when epf_abi_has_nccl() (skipped otherwise). */
@@ -356,7 +356,7 @@ static void c_epf_route_array_name(void) {
 }
 
 /* ================================================================================================ */
-/* team.cuh, signal.cuh: constructors by value (nothing to dereference), the CUDA error slot         */
+/* core/team.cuh, core/signal.cuh: constructors by value (nothing to dereference), the CUDA error slot */
 /* ================================================================================================ */
 
 static void c_epf_team_affine(void) {
@@ -393,7 +393,7 @@ static void c_epf_cuda_last_error_clear(void) {
 }
 
 /* ================================================================================================ */
-/* kernels_route.cuh                                                                                 */
+/* route/kernels.cuh                                                                                 */
 /* ================================================================================================ */
 
 typedef struct {
@@ -502,7 +502,7 @@ static void c_epf_route_import(void) {
 }
 
 /* ================================================================================================ */
-/* kernels_ht.cuh                                                                                    */
+/* ht/kernels.cuh                                                                                    */
 /* ================================================================================================ */
 
 static void c_epf_ht_check(void) {
@@ -561,7 +561,7 @@ static void c_epf_ht_dispatch_backward(void) {
 }
 
 /* ================================================================================================ */
-/* ll.cuh: plan checks, rows, buffers                                                                */
+/* ll/ll.cuh: plan checks, rows, buffers                                                             */
 /* ================================================================================================ */
 
 static void c_epf_ll_plan_check(void) {
@@ -763,7 +763,7 @@ static void c_epf_ll_rm_combine_row(void) {
 }
 
 /* ================================================================================================ */
-/* kernels_ll.cuh: the launchers (group test_null_ll_launchers)                                      */
+/* ll/kernels.cuh: the launchers (group test_null_ll_launchers)                                      */
 /* ================================================================================================ */
 
 typedef epf_status_t (*ll_op_fn)(const void*, const void*, int, void*);
@@ -957,7 +957,7 @@ static void c_epf_cuda_stream_synchronize(void) {
 }
 
 /* ================================================================================================ */
-/* host_nccl.h, nccl.cuh, capi.h (NCCL builds only)                                                  */
+/* host_nccl.h, core/nccl.cuh, capi.h (NCCL builds only)                                             */
 /* ================================================================================================ */
 
 #define NEED_NCCL()                                \
@@ -1089,7 +1089,7 @@ typedef struct {
   const char* name;
   void (*run)(void);
   int nccl;        /* EPF_CAPI_NCCL in capi_api.def */
-  int ll_launcher; /* kernels_ll.cuh launcher: group test_null_ll_launchers */
+  int ll_launcher; /* ll/kernels.cuh launcher: group test_null_ll_launchers */
 } null_case_t;
 
 #define CASE(name) {#name, c_##name, 0, 0}
@@ -1106,23 +1106,23 @@ static const null_case_t cases[] = {
     CASE(epf_region_name), CASE(epf_error_read), CASE(epf_error_clear), CASE(epf_route_layout_compute),
     CASE(epf_route_size), CASE(epf_route_header_init), CASE(epf_route_header_check), CASE(epf_route_ptr),
     CASE(epf_route_epoch_ptr), CASE(epf_route_array_name),
-    /* team.cuh, signal.cuh */
+    /* core/team.cuh, core/signal.cuh */
     CASE(epf_team_affine), CASE(epf_team_virtual), CASE(epf_team_from_table), CASE(epf_wait_make),
     CASE(epf_cuda_last_error), CASE(epf_cuda_last_error_clear),
-    /* kernels_route.cuh */
+    /* route/kernels.cuh */
     CASE(epf_route_step_make), CASE(epf_route_blocks_per_rank), CASE(epf_route_init), CASE(epf_route_update),
     CASE(epf_route_create), CASE(epf_route_read_header), CASE(epf_route_import),
-    /* kernels_ht.cuh */
+    /* ht/kernels.cuh */
     CASE(epf_ht_check), CASE(epf_ht_dispatch), CASE(epf_ht_expand), CASE(epf_ht_combine),
     CASE(epf_ht_combine_backward), CASE(epf_ht_dispatch_backward),
-    /* ll.cuh */
+    /* ll/ll.cuh */
     CASE(epf_ll_plan_check), CASE(epf_ll_tokens_check), CASE(epf_ll_index_type_ok), CASE(epf_ll_rank_bytes),
     CASE(epf_ll_recv_row), CASE(epf_ll_packed_row), CASE(epf_ll_combine_row), CASE(epf_ll_dispatch_args_for_rank),
     CASE(epf_ll_combine_args_for_rank), CASE(epf_ll_payload_supported), CASE(epf_ll_combine_payload_supported),
     CASE(epf_ll_combine_pulls), CASE(epf_ll_state_init), CASE(epf_ll_backward_check), CASE(epf_ll_weight_grad_row),
     CASE(epf_ll_rm_fixed_row), CASE(epf_ll_rm_recv_row), CASE(epf_ll_rm_dispatch_signal_index),
     CASE(epf_ll_rm_count_offset), CASE(epf_ll_rm_combine_row),
-    /* kernels_ll.cuh launchers */
+    /* ll/kernels.cuh launchers */
     CASE_LL(epf_ll_launch_make), CASE_LL(epf_ll_blocks_per_rank), CASE_LL(epf_ll_dispatch), CASE_LL(epf_ll_combine),
     CASE_LL(epf_ll_state_reset), CASE_LL(epf_ll_mask_query_async), CASE_LL(epf_ll_mask_update),
     CASE_LL(epf_ll_mask_clean), CASE_LL(epf_ll_error_clear_async), CASE_LL(epf_ll_combine_backward),
@@ -1222,7 +1222,7 @@ static int run_group(const char* group, int ll_launchers) {
   return _cmocka_run_group_tests(group, group_tests, n, NULL, NULL);
 }
 
-/* test_null_ll_launchers — the launchers of kernels_ll.cuh with NULL (a separate group and ctest
+/* test_null_ll_launchers — the launchers of ll/kernels.cuh with NULL (a separate group and ctest
  *   test: that header is changed elsewhere; epf_ll_launch_make and epf_ll_blocks_per_rank
  *   dereference their NULL argument until it is). */
 static int test_null_ll_launchers(void) { return run_group("test_null_ll_launchers", 1); }

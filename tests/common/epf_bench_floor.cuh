@@ -18,7 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "epf_bench.h"
-#include "epfuse/signal.cuh"
+#include "epfuse/core/signal.cuh"
 
 static __global__ void epf_bench_floor_empty(int unused) { (void)unused; }
 

@@ -7,7 +7,7 @@
  *   model_t, model_alloc/free     inputs of all R ranks ([R][T][...]) and the derived row placement
  *   model_generate(c, plan, m, &seed)  fresh routing, x, weights (and the payload's reference
  *                                 quantization) for all R ranks from one splitmix64 state
- *   model_place(c, m)             every copy's receive row and expert-major view row (route.cuh)
+ *   model_place(c, m)             every copy's receive row and expert-major view row (route/route.cuh)
  *   check_recv_rank / check_expand_rank   one rank's receive regions / RANK_MAJOR expand view
  *                                 against the model: 0, or 1 and the first difference in msg
  *   ref_combine_token(...)        the bit-exact BF16 combine output of one token
@@ -39,7 +39,7 @@
 
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 enum { ROUTE_RANDOM = 0, ROUTE_SKEWED = 1, ROUTE_PARTIAL = 2 };
 
@@ -148,7 +148,7 @@ static inline int ht_ref_first_k(const int32_t* r, int k) {
   return k;
 }
 
-/* row placement, exactly as documented in route.cuh / docs/route.md: one copy per (token, distinct
+/* row placement, exactly as documented in route/route.cuh / docs/route.md: one copy per (token, distinct
  * expert) in EXPERT_MAJOR (a repeated expert id of a token is carried by its first occurrence: its
  * own row is -1, its em_row is the first occurrence's), one per (token, destination rank) in
  * RANK_MAJOR */
@@ -400,7 +400,7 @@ static inline int check_recv_rank_ex(const ht_case_t* c, const model_t* m, const
         if (memcmp(tok + (uint64_t)row * p->row_bytes, want, p->row_bytes) != 0)
           HT_REF_FAIL("rank %d row %lld: payload of (src %d, token %d, k %d) differs", dst, (long long)row, s, t, k);
         if (sbr) {
-          /* every layout through the one owner of a receive scale's position (dispatch.cuh), the
+          /* every layout through the one owner of a receive scale's position (ht/impl/dispatch.cuh), the
            * expert-major segment of the row's expert for SEGMENT_MN_MAJOR; the bytes must equal
            * the reference's compact scales of the row */
           const int esz = c->payload == EPF_PAYLOAD_MXFP8 ? 1 : 4, ncols = sbr / esz;

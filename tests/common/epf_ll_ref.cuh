@@ -4,7 +4,7 @@
  * what it computes; what changed is that everything works on ONE rank's buffers, so a test can
  * check the rank it owns:
  *   llref_in_t                host inputs of one round, all R ranks: x, routing, weights and the
- *                             FP8 payloads of x (scalar quant.cuh references)
+ *                             FP8 payloads of x (scalar quant/quant.cuh references)
  *   llref_in_init / _free     allocate / free them; llref_fill(in, T, bad_ids, seed): fresh inputs
  *                             (the draws test_ll always made, so its seeds reproduce)
  *   llref_dispatch            what every rank must receive (counts, slot -> (token, k)), with
@@ -39,7 +39,7 @@
 
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 #define LLREF_MSG 512
 
@@ -173,7 +173,7 @@ static inline int llref_in_init(llref_in_t* in, int R, int Tmax, int H, int K, i
   return 0;
 }
 
-/* the scalar quant reference (quant.cuh) of token row (s, t) into hq / hs */
+/* the scalar quant reference (quant/quant.cuh) of token row (s, t) into hq / hs */
 static inline void llref_quantize_row(llref_in_t* in, int s, int t) {
   const size_t row = (size_t)s * in->Tmax + t;
   const uint16_t* x = in->hx + row * in->H;

@@ -26,7 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "epfuse/host_nccl.h"
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 
 #define EPF_MG_MAX 8
 #define EPF_MG_TIMEOUT_S 120.0

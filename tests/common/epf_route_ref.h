@@ -1,7 +1,7 @@
 /* epf_route_ref.h — a CPU reference of the whole HT route of a team (counts, slots, destination
  * ranks, is_token_in_rank, rank-major slots, send offsets, receive segments and per-source
  * starts, receive totals) from every rank's topk_idx, in plain C loops that share nothing with
- * route.cuh, and a check of one rank's route buffer against it (not part of the library). It
+ * route/route.cuh, and a check of one rank's route buffer against it (not part of the library). It
  * follows the rules of docs/route.md; used by the multi-GPU tests, whose rank threads call it, and
  * by tests/gpu/test_shapes.cu (no cmocka here: failures are returned).
  *

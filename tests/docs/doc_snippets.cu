@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 /* docs/route.md — the route lifecycle */
 epf_status_t epf_doc_route_lifecycle(const epf_plan_t* plan_in, epf_team_t team, const void* d_topk, int T,

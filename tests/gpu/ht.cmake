@@ -1,4 +1,4 @@
-# High-throughput dispatch + combine (kernels_ht.cuh)
+# High-throughput dispatch + combine (ht/kernels.cuh)
 if(TARGET epfuse::nccl)
   epf_add_test(test_ht SOURCES test_ht.cu GPUS 1 TIMEOUT 900 LIBS epfuse::nccl)
   target_compile_definitions(test_ht PRIVATE EPF_TEST_WITH_NCCL=1)

@@ -1,4 +1,4 @@
-# quant.cuh on one GPU (label gpu; exits 77 without a GPU, so CTest reports "Not Run" there).
+# quant/quant.cuh on one GPU (label gpu; exits 77 without a GPU, so CTest reports "Not Run" there).
 epf_add_test(test_quant SOURCES test_quant.cu GPUS 1 TIMEOUT 300)
 
 # libepf_quant_shim.so: extern "C" launchers of the quantization blocks for

@@ -1,4 +1,4 @@
-/* quant_shim.cu -> libepf_quant_shim.so — C launchers of quant.cuh's row functions for Python
+/* quant_shim.cu -> libepf_quant_shim.so — C launchers of quant/quant.cuh's row functions for Python
  * (ctypes): scripts/check_quant_torch.py compares our bytes with PyTorch's float8_e4m3fn cast,
  * scripts/bench_quant_torch.py times us next to PyTorch eager and torch.compile. tests/bench/
  * bench_quant.cu includes this file too, so the benchmark and the scripts time the same kernels.
@@ -23,7 +23,7 @@
 
 #include <cuda_runtime.h>
 
-#include "epfuse/quant.cuh"
+#include "epfuse/quant/quant.cuh"
 
 /* one warp per row, grid-stride over rows; swizzled MXFP8 scales: every thread also zeroes its
  * share of the padding (disjoint bytes, no ordering needed) */

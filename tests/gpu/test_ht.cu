@@ -1,4 +1,4 @@
-/* test_ht — high-throughput dispatch + combine (kernels_ht.cuh over route, dispatch, combine and
+/* test_ht — high-throughput dispatch + combine (ht/kernels.cuh over route, dispatch, combine and
  * quant blocks) against a CPU reference written here, bit-exact:
  *   - receive regions: every row of every rank (payload bytes, scales, metadata) where the
  *     reference says it lands (expert-major: by local expert, source, (token, k); rank-major: by
@@ -27,9 +27,9 @@
 #include "epf_test_gpu.h"
 #include "epf_ht_ref.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 #if EPF_TEST_WITH_NCCL
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 
 static uint64_t g_seed;

@@ -20,7 +20,7 @@
 #include "epf_cmocka.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 static uint64_t g_seed;
 

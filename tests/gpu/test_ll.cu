@@ -1,5 +1,5 @@
-/* test_ll — low-latency dispatch and combine (ll.cuh, dispatch_ll.cuh, combine_ll.cuh,
- * kernels_ll.cuh) on one GPU, against the CPU reference of tests/common/epf_ll_ref.cuh (shared with
+/* test_ll — low-latency dispatch and combine (ll/ll.cuh, ll/impl/dispatch.cuh, ll/impl/combine.cuh,
+ * ll/kernels.cuh) on one GPU, against the CPU reference of tests/common/epf_ll_ref.cuh (shared with
  * tests/multigpu/test_mg_ll.cu):
  *   - the matrix: virtual ranks R in {1, 2, 4, 8} x T in {1, 7, 128, 256} x hidden in {2880, 7168}
  *     x top-k in {1, 8}, E = 64 or 256; random routing with -1 entries, repeated experts and (in
@@ -59,9 +59,9 @@
 #include "epf_rng.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 #if defined(EPF_TEST_WITH_NCCL)
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 
 static uint64_t g_seed;
@@ -1001,7 +1001,7 @@ static void test_not_fault_tolerant(void** state) {
 }
 
 /* ============================================================================================ */
-/* RANK_MAJOR (dispatch_ll_rm.cuh, combine_ll_rm.cuh): one copy per (token, rank), expand, pre-reduce */
+/* RANK_MAJOR (ll/impl/dispatch_rm.cuh, ll/impl/combine_rm.cuh): one copy per (token, rank), expand, pre-reduce */
 /* ============================================================================================ */
 
 /* the RANK_MAJOR blocks with a token count per rank (the launchers pass one num_tokens to every

@@ -1,4 +1,4 @@
-/* test_quant — quant.cuh on one GPU, bit-exact against the EPF_HD scalar reference on the CPU:
+/* test_quant — quant/quant.cuh on one GPU, bit-exact against the EPF_HD scalar reference on the CPU:
  *   - MXFP8 rows (BF16 and FP32 in, RCEIL and FLOOR, compact and swizzled scales) and per-128 FP8
  *     rows (BF16 and FP32, plain and UE8M0 scales, row-major and MN-major scale strides) for
  *     H in {32, 2880, 4096, 7168} (per-128: {128, 4096, 7168}; 2880 is refused by epf_quant_check)
@@ -23,8 +23,8 @@
 #include "epf_cmocka.h"
 
 #include "epf_test_gpu.h"
-#include "epfuse/dispatch.cuh" /* the quantizing send's group quantizer (epf__qsend_group_amax / _chunk) */
-#include "epfuse/quant.cuh"
+#include "epfuse/ht/ht.cuh" /* the quantizing send's group quantizer (epf__qsend_group_amax / _chunk) */
+#include "epfuse/quant/quant.cuh"
 
 static uint64_t g_seed;
 
@@ -145,9 +145,9 @@ __global__ void k_amax_all(uint8_t* rceil, uint8_t* floor_, float* s, float* s_u
     floor_[x] = epf_e8m0_from_amax(a, EPF_MX_FLOOR);
     s[x] = epf_fp8_128_scale(a, false);
     s_ue[x] = epf_fp8_128_scale(a, true);
-    fast[x] = epf__fp8_128_scale_fast(fabsf(a), false, &y);
+    fast[x] = epf_fp8_128_scale_fast(fabsf(a), false, &y);
     recip[x] = y;
-    fast_ue[x] = epf__fp8_128_scale_fast(fabsf(a), true, &y);
+    fast_ue[x] = epf_fp8_128_scale_fast(fabsf(a), true, &y);
   }
 }
 

@@ -1,4 +1,4 @@
-/* test_route — route.cuh + kernels_route.cuh on one GPU against an independent CPU reference
+/* test_route — route/route.cuh + route/kernels.cuh on one GPU against an independent CPU reference
  * (plain loops, written here), bit-exact on every output array, the route header, the host-mapped
  * receive total and the pad rows' metadata:
  *   - one rank: T in {1, 37, 4096} x E in {8, 256, 1024} x K in {1, 8, 32} x int32/int64 x
@@ -30,10 +30,10 @@
 
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_route.cuh"
-#include "epfuse/route.cuh"
+#include "epfuse/route/kernels.cuh"
+#include "epfuse/route/route.cuh"
 #ifdef EPF_TEST_WITH_NCCL
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 #endif
 
 static uint64_t g_seed;
@@ -44,7 +44,7 @@ static const char* const pat_name[] = {"random", "skewed", "all-1", "out-of-rang
 #define POISON_BYTE 0xA5
 #define META_POISON_BYTE 0x5A
 
-/* ---- the CPU reference (plain loops; shares nothing with route.cuh) ----------------------------- */
+/* ---- the CPU reference (plain loops; shares nothing with route/route.cuh) ----------------------------- */
 
 struct RefRank {
   std::vector<int32_t> expert_count, rank_count, dst, slot, rm_slot, send_off, send_rm, seg, src_off, rm_off;

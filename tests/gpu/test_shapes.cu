@@ -78,9 +78,9 @@
 #include "epf_route_ref.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/kernels_ll.cuh"
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/ll/kernels.cuh"
+#include "epfuse/route/kernels.cuh"
 
 /* ============================================================================================ */
 /* globals, failure handling, watchdog                                                           */
@@ -582,7 +582,7 @@ static float gen_w(Rng& g) {
   return (float)((int64_t)((r >> 8) % 2001) - 500) / 997.0f;
 }
 
-/* the reference quantization (quant.cuh scalar rules) of one BF16 row */
+/* the reference quantization (quant/quant.cuh scalar rules) of one BF16 row */
 static void quantize_row(int payload, uint32_t flags, int H, const uint16_t* x, uint8_t* q, uint8_t* s) {
   float buf[128];
   if (payload == EPF_PAYLOAD_MXFP8) {

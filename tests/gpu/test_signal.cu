@@ -1,4 +1,4 @@
-/* test_signal — signal.cuh and team.cuh on one GPU with virtual ranks:
+/* test_signal — core/signal.cuh and core/team.cuh on one GPU with virtual ranks:
  *   - all-to-all signal ping-pong among R in {1, 2, 4, 8} virtual ranks for 10,000 epochs with no
  *     reset, a warp's 512-byte payload per (epoch, source, destination) double-buffered by parity
  *     and checked word by word;

@@ -43,8 +43,8 @@
 #include "epf_route_ref.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ht.cuh"
-#include "epfuse/nccl.cuh"
+#include "epfuse/ht/kernels.cuh"
+#include "epfuse/core/nccl.cuh"
 
 #define MG_B2B 3     /* rounds back to back without a host sync */
 #define MG_REPLAYS 4 /* graph replays */

@@ -1,4 +1,4 @@
-/* test_mg_ll — low-latency dispatch + combine (kernels_ll.cuh launchers, virtual_ranks = 0) over
+/* test_mg_ll — low-latency dispatch + combine (ll/kernels.cuh launchers, virtual_ranks = 0) over
  * real NCCL on every visible GPU, one thread per GPU (tests/common/epf_mg.h), against the CPU
  * reference of tests/common/epf_ll_ref.cuh (the one tests/gpu/test_ll.cu checks virtual ranks
  * with). Needs 2 GPUs (else exit 77, "Not Run"); EPF_MG_GPUS=1 makes a 1-rank smoke run. Hidden
@@ -44,7 +44,7 @@
 #include "epf_mg.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 #define MG_H 7168
 #define MG_K 8

@@ -12,7 +12,7 @@
 #include "epf_cmocka.h"
 #include "epf_test_gpu.h"
 #include "epfuse/epfuse.cuh"
-#include "epfuse/nccl.cuh"
+#include "epfuse/core/nccl.cuh"
 
 #define MG_MAX 8
 

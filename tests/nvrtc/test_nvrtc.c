@@ -5,7 +5,8 @@
  *   test_nvrtc [--strict] <epfuse include dir> [<extra include dir>...]
  *
  * The extra directories are the toolkit's include directory and its CCCL directory
- * (<cuda>/include/cccl since CUDA 13): route.cuh and ll.cuh use cub, combine.cuh <cuda_bf16.h>.
+ * (<cuda>/include/cccl since CUDA 13): route/route.cuh and ll/ll.cuh use cub, core/bf16.cuh (and so
+ * ht/ht.cuh and ll/ll.cuh) <cuda_bf16.h>.
  *
  * What it checks:
  *   1. every device header alone (twice in one program: the include guard), with all include
@@ -41,25 +42,23 @@ static int g_ninc = 0;
 static int g_strict = 0;
 static int g_fail = 0;
 
-/* The device headers (epfuse.cuh's blocks and the LL blocks), and the ready-made kernels
- * (kernels_*.cuh: their host launchers are left out under NVRTC, the kernels compile). nccl.cuh is
- * left out: NCCL's own device headers include <stdint.h> and the CUDA runtime and do not compile
- * under NVRTC. */
+/* The device headers (what epfuse.cuh includes, and epfuse.cuh), and the ready-made kernels
+ * (<module>/kernels.cuh: their host launchers are left out under NVRTC, the kernels compile).
+ * core/nccl.cuh is left out: NCCL's own device headers include <stdint.h> and the CUDA runtime
+ * and do not compile under NVRTC. */
 static const char* const k_headers[] = {
-    "config.h",   "status.h",    "version.h",     "host.h",         "ptx.cuh",
-    "team.cuh",   "signal.cuh",  "quant.cuh",     "route.cuh",      "dispatch.cuh",
-    "combine.cuh", "ht.cuh",     "ll.cuh",     "dispatch_ll.cuh", "combine_ll.cuh", "epfuse.cuh",
-    "kernels_route.cuh", "kernels_ht.cuh", "kernels_ll.cuh"};
+    "config.h",        "status.h",        "version.h",       "host.h",          "core/ptx.cuh",
+    "core/team.cuh",   "core/signal.cuh", "core/rows.cuh",   "core/bf16.cuh",   "quant/quant.cuh",
+    "route/route.cuh", "ht/ht.cuh",       "ll/ll.cuh",       "epfuse.cuh",      "route/kernels.cuh",
+    "ht/kernels.cuh",  "ll/kernels.cuh"};
 /* ... and those that compile with only epfuse's include directory */
-static const char* const k_headers_standalone[] = {"config.h",  "status.h",   "version.h",
-                                                    "host.h",    "ptx.cuh",    "team.cuh",
-                                                    "signal.cuh", "quant.cuh", "dispatch.cuh"};
+static const char* const k_headers_standalone[] = {"config.h",      "status.h",        "version.h",
+                                                    "host.h",        "core/ptx.cuh",    "core/team.cuh",
+                                                    "core/signal.cuh", "core/rows.cuh", "quant/quant.cuh"};
 
 /* The program of step 3, one line per string (C11 limits a literal to 4095 characters). */
 static const char* const k_program[] = {
-    "#include \"epfuse/epfuse.cuh\"",
-    "#include \"epfuse/dispatch_ll.cuh\"",
-    "#include \"epfuse/combine_ll.cuh\"",
+    "#include \"epfuse/epfuse.cuh\"", /* every block, HT and LL */
     /* team views, the bounded wait, the setup handshake, MXFP8 and per-128 FP8 quantization */
     "extern \"C\" __global__ void epf_nvrtc_quant(void* base, const epf_plan_t* plan, int nranks,",
     "    epf_error_record_t* rec, const uint32_t* abort_word, const void* x, int hidden,",

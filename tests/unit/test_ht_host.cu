@@ -1,4 +1,4 @@
-/* test_ht_host — the host-side checks of the ready-made HT launchers (kernels_ht.cuh) on the CPU, no
+/* test_ht_host — the host-side checks of the ready-made HT launchers (ht/kernels.cuh) on the CPU, no
  * GPU needed: every case breaks one rule and must be refused with its status BEFORE any CUDA call
  * (a machine without a GPU would otherwise answer with a CUDA error or a launch). Regression tests
  * of issue #14 §3: the team's rank, size and memory (item 1), expert_rows of an expert-major
@@ -11,7 +11,7 @@
 
 #include "epf_cmocka.h"
 
-#include "epfuse/kernels_ht.cuh"
+#include "epfuse/ht/kernels.cuh"
 
 typedef struct {
   epf_plan_t plan;

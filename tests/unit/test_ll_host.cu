@@ -1,4 +1,4 @@
-/* test_ll_host — the EPF_HD parts of ll.cuh / dispatch_ll.cuh / combine_ll.cuh on the CPU (no GPU):
+/* test_ll_host — the EPF_HD parts of ll/ll.cuh / ll/impl/dispatch.cuh / ll/impl/combine.cuh on the CPU (no GPU):
  * the LL state's initial value, plan and token checks (every refusal status), the fixed-layout
  * accessors (every (parity, expert, source, slot) row, signal word and combine row is distinct and
  * inside its region, for random configurations), epoch parity, per-rank buffer sizes and virtual
@@ -21,7 +21,7 @@
 #include "epf_rng.h"
 #include "epf_route_ref.h"
 
-#include "epfuse/kernels_ll.cuh"
+#include "epfuse/ll/kernels.cuh"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static int rnd_in(int lo, int hi) { return epf_rng_in(&rng, lo, hi); }

@@ -1,4 +1,4 @@
-/* test_quant_host — quant.cuh's EPF_HD reference functions, run on the CPU (no GPU needed):
+/* test_quant_host — quant/quant.cuh's EPF_HD reference functions, run on the CPU (no GPU needed):
  *   - every one of the 65,536 BF16 bit patterns as a block amax -> the scale byte, RCEIL and FLOOR,
  *     against an independent reference written here from the formula in double precision
  *     (frexp/ldexp), also through the block quantizer (a block {x, 0, ..., 0});
@@ -20,7 +20,7 @@
 #include "epf_cmocka.h"
 #include "epf_rng.h"
 
-#include "epfuse/quant.cuh"
+#include "epfuse/quant/quant.cuh"
 
 /* ---- independent references (double precision, no library calls) ---------------------------- */
 
@@ -411,7 +411,7 @@ static void test_fp8_128_scale(void** state) {
       float y, fast;
       if (bits(got) != bits(want)) fail_msg("amax %a ue8m0 %d: %a want %a", (double)a, ue, (double)got, (double)want);
       if (isnan(a) || signbit(a)) continue;
-      fast = epf__fp8_128_scale_fast(a, ue != 0, &y);
+      fast = epf_fp8_128_scale_fast(a, ue != 0, &y);
       if (bits(fast) != bits(want)) fail_msg("fast amax %a ue8m0 %d: %a want %a", (double)a, ue, (double)fast, (double)want);
       if (bits(y) != bits(1.0f / want)) fail_msg("fast recip amax %a: %a want %a", (double)a, (double)y, 1.0 / want);
     }
@@ -420,7 +420,7 @@ static void test_fp8_128_scale(void** state) {
   for (int i = 0; i < 2000000; ++i) {
     const float a = f32((uint32_t)(rnd() % 0x7f800000u));
     float y;
-    assert_int_equal(bits(epf__fp8_128_scale_fast(a, false, &y)), bits(ref_fp8_128_scale(a, 0)));
+    assert_int_equal(bits(epf_fp8_128_scale_fast(a, false, &y)), bits(ref_fp8_128_scale(a, 0)));
   }
   /* the rules, one assertion each */
   assert_true(epf_fp8_128_scale(0.0f, false) == 1e-4f / 448.0f); /* floor */

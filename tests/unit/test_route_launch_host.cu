@@ -1,4 +1,4 @@
-/* test_route_launch_host — the EPF_HD launch arithmetic of route.cuh / kernels_route.cuh on the CPU
+/* test_route_launch_host — the EPF_HD launch arithmetic of route/route.cuh / route/kernels.cuh on the CPU
  * (no GPU): the token partition of the blocks (epf_route_block_tokens), the default blocks per rank
  * (few entries: 3 blocks when the route exchanges counts, 2 when it is local-only; one token block
  * per 2304 entries plus the control block above that; within max_blocks and co-residency), the
@@ -15,7 +15,7 @@
 #include "epf_cmocka.h"
 #include "epf_rng.h"
 
-#include "epfuse/kernels_route.cuh"
+#include "epfuse/route/kernels.cuh"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static int rnd_in(int lo, int hi) { return epf_rng_in(&rng, lo, hi); }

@@ -1,4 +1,4 @@
-/* test_signal_host — the EPF_HD parts of team.cuh and signal.cuh, run on the CPU (no GPU needed):
+/* test_signal_host — the EPF_HD parts of core/team.cuh and core/signal.cuh, run on the CPU (no GPU needed):
  * wrap-safe epoch comparison, signal word packing, the active mask's initial value and peer
  * addressing for affine (virtual ranks / NCCL) and table teams. */
 #include <stddef.h>
@@ -7,8 +7,8 @@
 
 #include "epf_cmocka.h"
 
-#include "epfuse/signal.cuh"
-#include "epfuse/team.cuh"
+#include "epfuse/core/signal.cuh"
+#include "epfuse/core/team.cuh"
 
 static void test_epoch_reached(void** state) {
   (void)state;

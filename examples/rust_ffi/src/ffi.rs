@@ -183,7 +183,7 @@ extern "C" {
     pub fn epf_error_describe(rec: *const EpfErrorRecord, buf: *mut c_char, buf_bytes: usize) -> usize;
     pub fn epf_cuda_device_count(count: *mut c_int) -> EpfStatus;
     pub fn epf_cuda_set_device(device: c_int) -> EpfStatus;
-    // team.cuh: the cudaError_t behind the last EPF_ERR_CUDA of this thread
+    // core/team.cuh: the cudaError_t behind the last EPF_ERR_CUDA of this thread
     pub fn epf_cuda_last_error() -> c_int;
     pub fn epf_cuda_error_string(cuda_error: c_int) -> *const c_char;
 }
