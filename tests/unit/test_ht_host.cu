@@ -112,6 +112,38 @@ static void test_expert_rows(void** state) {
   assert_int_equal(epf_ht_expand(&f.route, f.team, &f.plan, &f.step, 0), EPF_ERR_INVALID_ARGUMENT);
 }
 
+/* expert outputs already in the window's EXPERT_OUT rows: a BF16 combine pulls them in place (the
+ * put is skipped where source and destination coincide); an MXFP8 combine would skip quantizing a
+ * row that sits at its own destination, so the launcher refuses the overlap */
+static void test_expert_out_in_window(void** state) {
+  fix_t f;
+  epf_config_t c = EPF_CONFIG_INIT;
+  char* far_away = (char*)malloc(64);
+  (void)state;
+  fix_make(&f, 6, EPF_LAYOUT_EXPERT_MAJOR, 0);
+  c.nranks = 6;
+  c.num_experts = 48;
+  c.top_k = 4;
+  c.hidden = 2880;
+  c.max_tokens_per_rank = 64;
+  c.combine_payload = EPF_PAYLOAD_MXFP8;
+  assert_int_equal(epf_plan_compute(&c, &f.plan), EPF_OK);
+  assert_true(f.plan.region[EPF_REGION_EXPERT_OUT].bytes > 0);
+  f.step.expert_rows = f.plan.recv_capacity;
+  /* rank 3's EXPERT_OUT rows (the team's slices: dummy + p * total_bytes) */
+  f.step.expert_out = f.dummy + 3 * f.plan.total_bytes + f.plan.region[EPF_REGION_EXPERT_OUT].offset;
+  assert_int_equal(epf__ht_expert_out_in_window(&f.route, f.team, &f.plan, &f.step), 1);
+  assert_int_equal(epf_ht_combine(&f.route, f.team, &f.plan, &f.step, f.dummy, 0), EPF_ERR_INVALID_ARGUMENT);
+  /* a separate buffer does not overlap; a table team's slices are not known on the host */
+  f.step.expert_out = far_away;
+  assert_int_equal(epf__ht_expert_out_in_window(&f.route, f.team, &f.plan, &f.step), 0);
+  f.step.expert_out = f.dummy + f.plan.region[EPF_REGION_EXPERT_OUT].offset;
+  assert_int_equal(epf__ht_expert_out_in_window(&f.route, f.team, &f.plan, &f.step), 1);
+  f.team.base = NULL;
+  assert_int_equal(epf__ht_expert_out_in_window(&f.route, f.team, &f.plan, &f.step), 0);
+  free(far_away);
+}
+
 /* item 3: blocks_per_rank has a bound (bpr * count overflowed int: 4 blocks all playing rank 0) */
 static void test_blocks_per_rank(void** state) {
   fix_t f;
@@ -251,7 +283,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_fixture), cmocka_unit_test(test_team),          cmocka_unit_test(test_expert_rows),
       cmocka_unit_test(test_blocks_per_rank), cmocka_unit_test(test_route_handle), cmocka_unit_test(test_phases),
-      cmocka_unit_test(test_step_prefix),
+      cmocka_unit_test(test_step_prefix), cmocka_unit_test(test_expert_out_in_window),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

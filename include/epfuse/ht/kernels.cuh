@@ -468,9 +468,31 @@ EPF_INLINE epf_status_t epf_ht_expand(const epf_route_t* route, epf_team_t team,
   return epf__cuda_status(cudaGetLastError());
 }
 
+/* epf__ht_expert_out_in_window — does [expert_out, + count * expert_rows * H * 2) overlap the
+ *   EXPERT_OUT region of any rank's slice of an affine team (virtual ranks, or an affine mapping)?
+ *   Only a BF16 combine may read its outputs there in place (the put is skipped where source and
+ *   destination coincide); an MXFP8 combine must quantize them into that region, so the launcher
+ *   refuses the overlap. A table team's slices are not known on the host: 0. Host; pure. */
+EPF_INLINE int epf__ht_expert_out_in_window(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
+                                            const epf_ht_step_t* step) {
+  const epf_region_t r = plan->region[EPF_REGION_EXPERT_OUT];
+  const uintptr_t b = (uintptr_t)step->expert_out;
+  const uintptr_t e = b + (uintptr_t)route->count * (uintptr_t)step->expert_rows * (uintptr_t)plan->hidden * 2u;
+  int p;
+  if (team.base == NULL || step->expert_out == NULL || r.bytes == 0) return 0;
+  for (p = 0; p < team.nranks; ++p) {
+    const uintptr_t a = (uintptr_t)team.base + (uintptr_t)p * (uintptr_t)team.stride + (uintptr_t)r.offset;
+    if (a < e && a + (uintptr_t)r.bytes > b) return 1;
+  }
+  return 0;
+}
+
 /* epf_ht_combine — launch the combine of this step (pull, or push with EPF_FLAG_COMBINE_PUSH):
  *   expert side puts its outputs in place and signals; source side waits and reduces in k order
- *   (RANK_MAJOR: pre-reduced per rank, then summed in rank order). Graph-capturable. */
+ *   (RANK_MAJOR: pre-reduced per rank, then summed in rank order). Graph-capturable. A BF16
+ *   combine may find its outputs already in the window (expert_out = the window's EXPERT_OUT
+ *   rows, where the expert GEMM wrote them): nothing is put. With an MXFP8 combine an expert_out
+ *   that overlaps an EXPERT_OUT region of an affine team is refused (EPF_ERR_INVALID_ARGUMENT). */
 EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team, const epf_plan_t* plan,
                                        const epf_ht_step_t* step, const void* topk_idx, cudaStream_t stream) {
   int bpr, virt;
@@ -484,6 +506,9 @@ EPF_INLINE epf_status_t epf_ht_combine(const epf_route_t* route, epf_team_t team
   /* expert_out's rows: one per receive row (EXPERT_MAJOR), at least one (RANK_MAJOR view) */
   if (step->expert_out != NULL &&
       (plan->layout == EPF_LAYOUT_EXPERT_MAJOR ? step->expert_rows < plan->recv_capacity : step->expert_rows < 1))
+    return EPF_ERR_INVALID_ARGUMENT;
+  /* outputs already in the window: a BF16 combine reads them in place; an MXFP8 one cannot */
+  if (plan->combine_payload != EPF_PAYLOAD_BF16 && epf__ht_expert_out_in_window(route, team, plan, step))
     return EPF_ERR_INVALID_ARGUMENT;
   st = epf__ht_grid(route, plan, step, (const void*)epf_ht_combine_kernel, &bpr, &virt);
   if (st != EPF_OK) return st;
