@@ -260,6 +260,8 @@ static PathResult run_path(const Opts& o, const Model& m, const Placement& pl, D
   };
 
   EX_CK(cudaMemset(d_out, 0xA7, (size_t)n * H * 2)); /* poison */
+  /* every memset above ran on the legacy default stream, which st (non-blocking) does not wait for */
+  EX_CK(cudaDeviceSynchronize());
   res.ok = layer(false, true);
   EX_CK(cudaDeviceSynchronize());
   {

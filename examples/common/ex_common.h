@@ -301,6 +301,9 @@ static inline void ex_vteam_make_strided(const epf_plan_t* plan, uint64_t stride
   EX_CS(epf_route_size(plan, &rc, &rbytes));
   EX_CK(cudaMalloc(&v->route_buf, (size_t)rbytes * R));
   EX_CS(epf_route_init(plan, &rc, v->route_buf, rbytes * R, R, 1u, 0, &v->route));
+  /* the memsets above run on the legacy default stream, which a non-blocking stream does not wait
+   * for: finish them before any kernel of the caller's stream touches the window */
+  EX_CK(cudaDeviceSynchronize());
 }
 
 static inline void ex_vteam_make(const epf_plan_t* plan, ex_vteam_t* v) {
