@@ -128,9 +128,9 @@ EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, i
  *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
  *   scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's destination segment
  *   seg_begin / seg_rows, read by a SEGMENT_MN_MAJOR plan only: the route's SEND_SEGMENT begin and
- *   padded_count of the copy's expert). Up to 8 copies whose scales all land (every scale layout,
- *   SEGMENT_MN_MAJOR when each segment fits the capacity) take the register-held loop; other
- *   tokens the general one. Copies are lane-held exactly as for
+ *   padded_count of the copy's expert). Up to 8 copies in a COMPACT plan, or in a SEGMENT_MN_MAJOR one
+ *   whose segments all fit the capacity, take the register-held loop; other tokens (and
+ *   SWIZZLED_128X4) the general one. Copies are lane-held exactly as for
  *   epf_dispatch_send_row_warp (lane j < ncopies: copy j, dst_rank < 0 = none, dst_row at or past
  *   recv_capacity = dropped). Returns the dropped copies (the same value in every lane): the caller
  *   counts them (epf_error_count_add(&rec->recv_overflow, n) from lane 0). Each element is
