@@ -129,6 +129,13 @@ static void test_expert_out_in_window(void** state) {
   c.combine_payload = EPF_PAYLOAD_MXFP8;
   assert_int_equal(epf_plan_compute(&c, &f.plan), EPF_OK);
   assert_true(f.plan.region[EPF_REGION_EXPERT_OUT].bytes > 0);
+  { /* the route and the team follow the new plan */
+    epf_route_config_t rc = EPF_ROUTE_CONFIG_INIT;
+    assert_int_equal(epf_route_layout_compute(&f.plan, &rc, &f.route.layout), EPF_OK);
+    f.team = epf_team_affine(f.dummy, f.plan.total_bytes, 5, 6);
+  }
+  f.step.expert_out = far_away; /* the control: the same plan with a separate buffer is not refused for it */
+  assert_int_equal(epf_ht_check(&f.plan, &f.route, &f.step), EPF_OK);
   f.step.expert_rows = f.plan.recv_capacity;
   /* rank 3's EXPERT_OUT rows (the team's slices: dummy + p * total_bytes) */
   f.step.expert_out = f.dummy + 3 * f.plan.total_bytes + f.plan.region[EPF_REGION_EXPERT_OUT].offset;
