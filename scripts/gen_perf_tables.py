@@ -13,6 +13,8 @@ CSVs before issue #31); the source line under the table says which. Application 
 app, bench_zoo --apps) are not part of the model-zoo tables or their stage families.
     route   docs/perf-route.csv  the newest measured value of each case
     quant   docs/perf-data.csv   the 'quant' rows
+    apps    docs/perf-apps.csv   the application rows (bench_zoo --apps), each beside the benchmarked
+                                 path of the same shape it should match (its twin) and the ratio
 Usage:
     python3 scripts/gen_perf_tables.py [--root DIR]           rewrite the regions in place
     python3 scripts/gen_perf_tables.py --check [--root DIR]   exit 1 if a region differs from what the
@@ -233,7 +235,53 @@ def table_quant(root):
     return out
 
 
-TABLES = {"ht": table_ht, "ll": table_ll, "route": table_route, "quant": table_quant}
+
+def app_twin(case, by_case):
+    """the benchmarked path of the same shape an application row should match: a GEMM-ready scale
+    layout's dispatch -> the COMPACT one; a combine through a buffer (or LL fixed y) -> the in-place
+    pull of the same tag (or, HT, the window combine); a backward stage -> its forward twin"""
+    parts = case.split("/")
+    tag, stage = parts[-2], parts[-1]
+    base = "/".join(parts[:-2])
+    cands = []
+    if stage == "dispatch" and tag.endswith(("-segmn", "-swz")):
+        cands.append(f"{base}/{tag.rsplit('-', 1)[0]}-compact/dispatch")
+    if stage in ("combine-eo", "combine-fixed"):
+        cands += [f"{base}/{tag}/combine-window", f"{base}/{tag}/combine-pull", f"{base}/bf16/combine-pull"]
+    if stage == "dispatch-backward":
+        cands += [f"{base}/{tag}/combine-eo"]
+    if stage == "combine-backward":
+        cands += [f"{base}/{tag}/dispatch"]
+    if stage == "combine-backward+expand":
+        cands += [f"{base}/{tag}/dispatch+expand"]
+    for c in cands:
+        if c in by_case and c != case:
+            return by_case[c]
+    return None
+
+
+def table_apps(root):
+    rel = "docs/perf-apps.csv"
+    notes, rows = read_csv(root / rel)
+    rows = [r for r in rows if r.get("app")]
+    by_case = zoo_by_case(rows)
+    out = ["| example | row | µs | % (min bytes) | benchmarked twin | twin µs | ratio |",
+           "| --- | --- | ---: | ---: | --- | ---: | ---: |"]
+    for r in rows:
+        t = app_twin(r["case"], by_case)
+        # a push twin of a pull row, a rank-major twin of an expert-major one: in the CSV
+        if (t is None or "-push/" in r["case"] or "/ht-rm/" in r["case"] or "-compact/combine-eo" in r["case"]
+                or (r["app"] == "python-ll" and r["tokens"] != "128")):
+            continue
+        name = "/".join([r["case"].split("/")[-4]] + r["case"].split("/")[-2:])
+        tname = "/".join(t["case"].split("/")[-2:])
+        ratio = float(r["us"]) / float(t["us"]) if float(t["us"]) > 0 else float("nan")
+        out.append(f"| {r['app']} | {name} (T {r['tokens']}) | {float(r['us']):.0f} | {pct(r['min_frac'])} | {tname} | "
+                   f"{float(t['us']):.0f} | {ratio:.2f}× |")
+    out += ["", source(rel, notes)]
+    return out
+
+TABLES = {"ht": table_ht, "ll": table_ll, "route": table_route, "quant": table_quant, "apps": table_apps}
 
 
 def render(text, root):
