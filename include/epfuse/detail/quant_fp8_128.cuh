@@ -9,5 +9,6 @@
 #define EPF_DETAIL_QUANT_FP8_128_CUH
 
 #include "../quant/impl/fp8_128.cuh"
+#include "../quant/impl/rows.cuh" /* its row quantizers, now there */
 
 #endif /* EPF_DETAIL_QUANT_FP8_128_CUH */

@@ -9,5 +9,6 @@
 #define EPF_DETAIL_QUANT_MXFP8_CUH
 
 #include "../quant/impl/mxfp8.cuh"
+#include "../quant/impl/rows.cuh" /* its row quantizers, now there */
 
 #endif /* EPF_DETAIL_QUANT_MXFP8_CUH */

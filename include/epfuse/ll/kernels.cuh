@@ -460,9 +460,139 @@ EPF_INLINE int epf__ll_combine_bpr_kind(const epf_ll_launch_t* L, const epf_ll_c
                                                                                        : EPF_LL_BPR_COMBINE;
 }
 
-/* the body of epf_ll_dispatch and epf_ll_combine_backward (defined after them) */
-EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
-                                            cudaStream_t stream, bool bwd);
+/* ---- the four calls with a send and a receive half: one table, one body ---------------------- */
+
+/* What distinguishes epf_ll_dispatch, epf_ll_combine, epf_ll_combine_backward and
+ * epf_ll_dispatch_backward (epf__ll_calls): their operands, their direction and their kernels. */
+typedef struct epf__ll_call {
+  int combine; /* operands: epf_ll_combine_args_t (1: epf__ll_combine_operands_check, the combine
+                  payload, the combine grid) or epf_ll_dispatch_args_t (0) */
+  int bwd;     /* the training direction: epf_ll_backward_check first */
+  int op[2];   /* the kernel, an EPF__LL_OP_* (epf__ll_op_kernel): [0] EXPERT_MAJOR, [1] RANK_MAJOR plan */
+} epf__ll_call_t;
+
+#define EPF__LL_CALL_DISPATCH 0          /* epf_ll_dispatch */
+#define EPF__LL_CALL_COMBINE 1           /* epf_ll_combine */
+#define EPF__LL_CALL_COMBINE_BACKWARD 2  /* epf_ll_combine_backward */
+#define EPF__LL_CALL_DISPATCH_BACKWARD 3 /* epf_ll_dispatch_backward */
+
+/* epf__ll_calls — the table row of call (an EPF__LL_CALL_*). Host. */
+EPF_INLINE epf__ll_call_t epf__ll_calls(int call) {
+  static const epf__ll_call_t table[4] = {
+      {0, 0, {EPF__LL_OP_DISPATCH, EPF__LL_OP_RM_DISPATCH}},
+      {1, 0, {EPF__LL_OP_COMBINE, EPF__LL_OP_RM_COMBINE}},
+      {0, 1, {EPF__LL_OP_COMBINE_BACKWARD, EPF__LL_OP_RM_COMBINE_BACKWARD}},
+      {1, 1, {EPF__LL_OP_DISPATCH_BACKWARD, EPF__LL_OP_RM_DISPATCH_BACKWARD}},
+  };
+  return table[call];
+}
+
+/* epf__ll_op_kernel — the ready-made kernel of operation op (an EPF__LL_OP_*). Host. */
+EPF_INLINE const void* epf__ll_op_kernel(int op) {
+  switch (op) {
+    case EPF__LL_OP_DISPATCH: return (const void*)epf_ll_dispatch_kernel;
+    case EPF__LL_OP_COMBINE: return (const void*)epf_ll_combine_kernel;
+    case EPF__LL_OP_RM_DISPATCH: return (const void*)epf_ll_rm_dispatch_kernel;
+    case EPF__LL_OP_RM_COMBINE: return (const void*)epf_ll_rm_combine_kernel;
+    case EPF__LL_OP_COMBINE_BACKWARD: return (const void*)epf_ll_combine_backward_kernel;
+    case EPF__LL_OP_DISPATCH_BACKWARD: return (const void*)epf_ll_dispatch_backward_kernel;
+    case EPF__LL_OP_RM_COMBINE_BACKWARD: return (const void*)epf_ll_rm_combine_backward_kernel;
+    default: return (const void*)epf_ll_rm_dispatch_backward_kernel; /* EPF__LL_OP_RM_DISPATCH_BACKWARD */
+  }
+}
+
+/* epf__ll_dispatch_operands_check — the operands of a dispatch-shaped call (epf_ll_dispatch,
+ * epf_ll_combine_backward), as epf_ll_dispatch documents them. Host. */
+EPF_INLINE epf_status_t epf__ll_dispatch_operands_check(const epf_ll_dispatch_args_t* args, int halves) {
+  if (halves & EPF_LL_SEND) {
+    if (args->num_tokens > 0 && (args->x == NULL || args->topk_idx == NULL)) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->x)) return EPF_ERR_ALIGNMENT;
+  }
+  if (halves & EPF_LL_RECV) {
+    if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
+  }
+  return EPF_OK;
+}
+
+/* epf__ll_combine_operands_check — the operands of a combine-shaped call (epf_ll_combine,
+ * epf_ll_dispatch_backward with bwd), as epf_ll_combine documents them; rm: a RANK_MAJOR plan
+ * (y in the expert-major view's order, FIXED, PACKED or PACKED_PULL, a buffer). Host. */
+EPF_INLINE epf_status_t epf__ll_combine_operands_check(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args,
+                                                       int halves, bool rm, bool bwd) {
+  const bool in_place = args->y_layout == EPF_LL_Y_IN_PLACE || args->y_layout == EPF_LL_Y_IN_PLACE_PULL;
+  if (halves & EPF_LL_SEND) {
+    if (rm) {
+      if (args->recv_counts == NULL || args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
+      if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && args->y_layout != EPF_LL_Y_PACKED_PULL)
+        return EPF_ERR_INVALID_ARGUMENT;
+    } else {
+      if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
+      if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && !in_place)
+        return EPF_ERR_INVALID_ARGUMENT;
+      if (in_place && L->plan.payload != EPF_PAYLOAD_BF16) return EPF_ERR_PAYLOAD;
+      if (!in_place && args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
+    }
+    if (!epf__ll_aligned16(args->y)) return EPF_ERR_ALIGNMENT;
+  }
+  if (halves & EPF_LL_RECV) {
+    if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
+    if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
+  }
+  /* backward: the router-weight gradient's buffers, 4-byte aligned FP32 */
+  if (bwd && (((uintptr_t)args->weight_grad & 3u) != 0u || ((uintptr_t)args->topk_weights_grad & 3u) != 0u))
+    return EPF_ERR_ALIGNMENT;
+  return EPF_OK;
+}
+
+/* epf__ll_call_launch — the body of the four calls: call (an EPF__LL_CALL_*) picks the operands'
+ * type (args), the checks and the kernel from epf__ll_calls. Checks, in this order: the launch,
+ * epf_ll_backward_check (backward calls), args and halves, the index type, the payload (the
+ * dispatch's or the combine's: EPF_ERR_NOT_SUPPORTED), the tokens, the operands (by the plan's
+ * layout), the grid; then one launch of the kernel of (call, layout) with the kernels' common
+ * parameters and *args (cudaLaunchKernel, as `<<<>>>` does). Host; stream-ordered; capturable. */
+EPF_INLINE epf_status_t epf__ll_call_launch(const epf_ll_launch_t* L, int call, const void* args, int halves,
+                                            cudaStream_t stream) {
+  const epf__ll_call_t c = epf__ll_calls(call);
+  const epf_ll_dispatch_args_t* da = (const epf_ll_dispatch_args_t*)args; /* read only if !c.combine */
+  const epf_ll_combine_args_t* ca = (const epf_ll_combine_args_t*)args;   /* read only if c.combine */
+  int bpr = 0, grid = 0, num_tokens, threads;
+  size_t smem = 0;
+  bool rm;
+  const void* kernel;
+  epf_status_t st = epf__ll_launch_check(L);
+  if (st != EPF_OK) return st;
+  if (c.bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st;
+  if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
+  if (!epf_ll_index_type_ok(c.combine ? ca->index_type : da->index_type)) return EPF_ERR_INVALID_ARGUMENT;
+  if (c.combine ? !epf_ll_combine_payload_supported(L->plan.combine_payload) : !epf_ll_payload_supported(L->plan.payload))
+    return EPF_ERR_NOT_SUPPORTED;
+  num_tokens = c.combine ? ca->num_tokens : da->num_tokens;
+  st = epf_ll_tokens_check(&L->plan, num_tokens);
+  if (st != EPF_OK) return st;
+  rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
+  st = c.combine ? epf__ll_combine_operands_check(L, ca, halves, rm, c.bwd != 0) : epf__ll_dispatch_operands_check(da, halves);
+  if (st != EPF_OK) return st;
+  kernel = epf__ll_op_kernel(c.op[rm ? 1 : 0]);
+  st = epf__ll_grid(L, kernel, halves, num_tokens, c.combine ? epf__ll_combine_bpr_kind(L, ca) : 0, &bpr, &grid, &smem);
+  if (st != EPF_OK) return st;
+  threads = epf__ll_threads(L);
+  {
+    /* the parameters of every kernel of epf__ll_op_kernel, in order; args: that call's operand type */
+    void* params[9];
+    params[0] = (void*)&L->plan;
+    params[1] = (void*)&L->team;
+    params[2] = (void*)&L->state;
+    params[3] = (void*)&L->record;
+    params[4] = (void*)&L->abort_word;
+    params[5] = (void*)&L->virtual_ranks;
+    params[6] = &bpr;
+    params[7] = &halves;
+    params[8] = (void*)args;
+    (void)cudaLaunchKernel(kernel, dim3((unsigned)grid), dim3((unsigned)threads), params, smem, stream);
+  }
+  return epf__cuda_status(cudaGetLastError());
+}
 
 /* epf_ll_dispatch — launch the LL dispatch: send half, receive half, or both fused.
  *   Checks (EPF_OK or the first failure): the launch (epf_ll_plan_check: EPF_ERR_MODE for a non-LL
@@ -478,7 +608,7 @@ EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_
  *   (EPF_ERR_CUDA). Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
                                         cudaStream_t stream) {
-  return epf__ll_dispatch_op(L, args, halves, stream, false);
+  return epf__ll_call_launch(L, EPF__LL_CALL_DISPATCH, args, halves, stream);
 }
 
 /* epf_ll_combine_backward — the backward of the LL combine (training): an LL dispatch round of the
@@ -496,59 +626,8 @@ EPF_INLINE epf_status_t epf_ll_dispatch(const epf_ll_launch_t* L, const epf_ll_d
  *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_combine_backward(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args,
                                                 int halves, cudaStream_t stream) {
-  return epf__ll_dispatch_op(L, args, halves, stream, true);
+  return epf__ll_call_launch(L, EPF__LL_CALL_COMBINE_BACKWARD, args, halves, stream);
 }
-
-/* (the body is epf__ll_dispatch_op, shared with epf_ll_combine_backward: bwd = true also needs
- * epf_ll_backward_check and launches epf_ll_combine_backward_kernel) */
-EPF_INLINE epf_status_t epf__ll_dispatch_op(const epf_ll_launch_t* L, const epf_ll_dispatch_args_t* args, int halves,
-                                            cudaStream_t stream, bool bwd) {
-  int bpr = 0, grid = 0;
-  size_t smem = 0;
-  const void* kernel;
-  bool rm;
-  epf_status_t st = epf__ll_launch_check(L);
-  if (st != EPF_OK) return st;
-  if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st;
-  if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
-  if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
-  if (!epf_ll_payload_supported(L->plan.payload)) return EPF_ERR_NOT_SUPPORTED;
-  st = epf_ll_tokens_check(&L->plan, args->num_tokens);
-  if (st != EPF_OK) return st;
-  if (halves & EPF_LL_SEND) {
-    if (args->num_tokens > 0 && (args->x == NULL || args->topk_idx == NULL)) return EPF_ERR_INVALID_ARGUMENT;
-    if (!epf__ll_aligned16(args->x)) return EPF_ERR_ALIGNMENT;
-  }
-  if (halves & EPF_LL_RECV) {
-    if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
-    if (!epf__ll_aligned16(args->packed_x) || !epf__ll_aligned16(args->packed_meta)) return EPF_ERR_ALIGNMENT;
-  }
-  /* (layout, direction) -> kernel */
-  rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
-  kernel = bwd ? (rm ? (const void*)epf_ll_rm_combine_backward_kernel : (const void*)epf_ll_combine_backward_kernel)
-               : (rm ? (const void*)epf_ll_rm_dispatch_kernel : (const void*)epf_ll_dispatch_kernel);
-  st = epf__ll_grid(L, kernel, halves, args->num_tokens, 0, &bpr, &grid, &smem);
-  if (st != EPF_OK) return st;
-  if (bwd && rm)
-    epf_ll_rm_combine_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
-        L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
-  else if (bwd)
-    epf_ll_combine_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
-        L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
-  else if (rm)
-    epf_ll_rm_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                           L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                           *args);
-  else
-    epf_ll_dispatch_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                        L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                        *args);
-  return epf__cuda_status(cudaGetLastError());
-}
-
-/* the body of epf_ll_combine and epf_ll_dispatch_backward (defined after them) */
-EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
-                                           cudaStream_t stream, bool bwd);
 
 /* epf_ll_combine — launch the LL combine: send half (push, or pull: epf_ll_combine_pulls), reduce
  *   half, or both fused.
@@ -562,7 +641,7 @@ EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_l
  *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
                                        cudaStream_t stream) {
-  return epf__ll_combine_op(L, args, halves, stream, false);
+  return epf__ll_call_launch(L, EPF__LL_CALL_COMBINE, args, halves, stream);
 }
 
 /* epf_ll_dispatch_backward — the backward of the LL dispatch (training): an LL combine round of
@@ -582,78 +661,7 @@ EPF_INLINE epf_status_t epf_ll_combine(const epf_ll_launch_t* L, const epf_ll_co
  *   Scope: host; stream-ordered; capturable. */
 EPF_INLINE epf_status_t epf_ll_dispatch_backward(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args,
                                                  int halves, cudaStream_t stream) {
-  return epf__ll_combine_op(L, args, halves, stream, true);
-}
-
-/* (the body is epf__ll_combine_op, shared with epf_ll_dispatch_backward: bwd = true also needs
- * epf_ll_backward_check, checks the gradient operands and launches epf_ll_dispatch_backward_kernel) */
-EPF_INLINE epf_status_t epf__ll_combine_op(const epf_ll_launch_t* L, const epf_ll_combine_args_t* args, int halves,
-                                           cudaStream_t stream, bool bwd) {
-  int bpr = 0, grid = 0;
-  size_t smem = 0;
-  const bool in_place =
-      args != NULL && (args->y_layout == EPF_LL_Y_IN_PLACE || args->y_layout == EPF_LL_Y_IN_PLACE_PULL);
-  const void* kernel = bwd ? (const void*)epf_ll_dispatch_backward_kernel : (const void*)epf_ll_combine_kernel;
-  bool rm;  /* RANK_MAJOR: its own kernels (forward / backward) */
-  epf_status_t st = epf__ll_launch_check(L);
-  if (st != EPF_OK) return st;
-  if (bwd && (st = epf_ll_backward_check(&L->plan)) != EPF_OK) return st;
-  rm = L->plan.layout == EPF_LAYOUT_RANK_MAJOR;
-  if (args == NULL || halves < EPF_LL_SEND || halves > EPF_LL_BOTH) return EPF_ERR_INVALID_ARGUMENT;
-  if (!epf_ll_index_type_ok(args->index_type)) return EPF_ERR_INVALID_ARGUMENT;
-  if (!epf_ll_combine_payload_supported(L->plan.combine_payload)) return EPF_ERR_NOT_SUPPORTED;
-  st = epf_ll_tokens_check(&L->plan, args->num_tokens);
-  if (st != EPF_OK) return st;
-  if (rm) { /* RANK_MAJOR: y in the expert-major view's order (FIXED, PACKED, PACKED_PULL), a buffer */
-    if (halves & EPF_LL_SEND) {
-      if (args->recv_counts == NULL || args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
-      if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && args->y_layout != EPF_LL_Y_PACKED_PULL)
-        return EPF_ERR_INVALID_ARGUMENT;
-      if (!epf__ll_aligned16(args->y)) return EPF_ERR_ALIGNMENT;
-    }
-    if (halves & EPF_LL_RECV) {
-      if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
-      if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
-    }
-    if (bwd && (((uintptr_t)args->weight_grad & 3u) != 0u || ((uintptr_t)args->topk_weights_grad & 3u) != 0u))
-      return EPF_ERR_ALIGNMENT;
-    kernel = bwd ? (const void*)epf_ll_rm_dispatch_backward_kernel : (const void*)epf_ll_rm_combine_kernel;
-    st = epf__ll_grid(L, kernel, halves, args->num_tokens, epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
-    if (st != EPF_OK) return st;
-    if (bwd)
-      epf_ll_rm_dispatch_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
-          L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
-    else
-      epf_ll_rm_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                            L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                            *args);
-    return epf__cuda_status(cudaGetLastError());
-  }
-  if (halves & EPF_LL_SEND) {
-    if (args->recv_counts == NULL) return EPF_ERR_INVALID_ARGUMENT;
-    if (args->y_layout != EPF_LL_Y_FIXED && args->y_layout != EPF_LL_Y_PACKED && !in_place)
-      return EPF_ERR_INVALID_ARGUMENT;
-    if (in_place && L->plan.payload != EPF_PAYLOAD_BF16) return EPF_ERR_PAYLOAD;
-    if (!in_place && args->y == NULL) return EPF_ERR_INVALID_ARGUMENT;
-    if (!epf__ll_aligned16(args->y)) return EPF_ERR_ALIGNMENT;
-  }
-  if (halves & EPF_LL_RECV) {
-    if (args->num_tokens > 0 && (args->topk_idx == NULL || args->out == NULL)) return EPF_ERR_INVALID_ARGUMENT;
-    if (!epf__ll_aligned16(args->out)) return EPF_ERR_ALIGNMENT;
-  }
-  /* backward: the router-weight gradient's buffers, 4-byte aligned FP32 */
-  if (bwd && (((uintptr_t)args->weight_grad & 3u) != 0u || ((uintptr_t)args->topk_weights_grad & 3u) != 0u))
-    return EPF_ERR_ALIGNMENT;
-  st = epf__ll_grid(L, kernel, halves, args->num_tokens, epf__ll_combine_bpr_kind(L, args), &bpr, &grid, &smem);
-  if (st != EPF_OK) return st;
-  if (bwd)
-    epf_ll_dispatch_backward_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(
-        L->plan, L->team, L->state, L->record, L->abort_word, L->virtual_ranks, bpr, halves, *args);
-  else
-    epf_ll_combine_kernel<<<grid, epf__ll_threads(L), smem, stream>>>(L->plan, L->team, L->state, L->record,
-                                                                       L->abort_word, L->virtual_ranks, bpr, halves,
-                                                                       *args);
-  return epf__cuda_status(cudaGetLastError());
+  return epf__ll_call_launch(L, EPF__LL_CALL_DISPATCH_BACKWARD, args, halves, stream);
 }
 
 /* epf_ll_expand — RANK_MAJOR: launch epf_ll_rm_expand_block, the expand of the last dispatch round

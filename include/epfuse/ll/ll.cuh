@@ -751,6 +751,7 @@ EPF_END_DECLS
 #include "impl/phase.cuh"       /* device: waits, epochs, phase completion, mask, mask clean */
 #include "impl/slots.cuh"       /* device: the slot pass, private block helpers */
 #include "impl/rm.cuh"          /* RANK_MAJOR: rows, signal / count words, combine rows, per-rank slots */
+#include "impl/frame.cuh"       /* private: the prologue of the LL bodies, built once */
 #include "impl/dispatch.cuh"    /* the dispatch blocks (EXPERT_MAJOR) */
 #include "impl/dispatch_rm.cuh" /* the dispatch blocks (RANK_MAJOR) and the rank-major expand */
 #include "impl/combine.cuh"     /* the combine blocks (EXPERT_MAJOR) */

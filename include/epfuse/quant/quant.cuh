@@ -416,6 +416,7 @@ EPF_END_DECLS
 #include "impl/scalar.cuh"   /* EPF_HD reference rules, scale layouts, epf_quant_check */
 #include "impl/mxfp8.cuh"    /* MXFP8 device blocks */
 #include "impl/fp8_128.cuh"  /* per-128 FP8 device blocks */
+#include "impl/rows.cuh"     /* the row quantizers of both formats (one row loop) */
 
 #endif /* EPF_QUANT_QUANT_CUH */
 /* SPDX-License-Identifier: Apache-2.0 */

@@ -84,6 +84,7 @@
 #include "phase.cuh"
 #include "slots.cuh"
 #include "rm.cuh"
+#include "frame.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -197,24 +198,16 @@ EPF_DEVICE_INLINE void epf_ll_dispatch_backward_send_block(const epf_plan_t* pla
  * writing the rows the sources will pull.) */
 EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
                                             void* smem, bool bwd) {
-  const epf_team_t team = ctx.team;
-  const int R = team.nranks, rank = team.rank;
-  const int Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts, H = plan->hidden;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_SEND);
-  const uint32_t drecv = epf_ld_relaxed_gpu_u32(&ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV]);
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_COMBINE_SEND, smem);
   const bool in_place = a->y_layout == EPF_LL_Y_IN_PLACE || a->y_layout == EPF_LL_Y_IN_PLACE_PULL;
-  const bool ok_round = drecv == epoch && a->recv_counts != NULL && (a->y != NULL || in_place) &&
+  const bool ok_round = f.dispatch_round == f.epoch && a->recv_counts != NULL && (a->y != NULL || in_place) &&
                         (!in_place || plan->payload == EPF_PAYLOAD_BF16) &&
                         (a->y_layout == EPF_LL_Y_FIXED || a->y_layout == EPF_LL_Y_PACKED || in_place);
   /* pull: the sources read the outputs from this rank's window: BF16 from the receive rows (nothing
    * to move), MXFP8 from EXPERT_OUT (quantized below, into this rank's own window) */
   const bool pull = epf_ll_combine_pulls(plan, a->y_layout);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
-  void* ws = (char*)smem + sl.scan;
-  uint32_t* pre = (uint32_t*)((char*)smem + sl.push_prefix); /* [E + 1], group g = le * R + src */
-  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  uint32_t* pre = f.push_prefix; /* [E + 1], group g = le * R + src */
+  const int nchunks = (f.H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const int ngroups = (nchunks + EPF_LL_SEND_CHUNKS - 1) / EPF_LL_SEND_CHUNKS;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
@@ -223,45 +216,45 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
   int64_t u, units;
   int g;
 
-  epf__ll_snapshot_mask_block(plan, ctx, mask);
+  epf__ll_snapshot_mask_block(plan, ctx, f.mask);
   /* sources whose dispatch of this round we missed get nothing, not even the signal */
-  for (g = (int)threadIdx.x; g < R; g += (int)blockDim.x)
-    if (epf_ld_relaxed_gpu_u32(&ctx.state->dispatch_fail[g]) == epoch) atomicAnd(&mask[g >> 5], ~(1u << (g & 31)));
+  for (g = (int)threadIdx.x; g < f.R; g += (int)blockDim.x)
+    if (epf_ld_relaxed_gpu_u32(&ctx.state->dispatch_fail[g]) == f.epoch) atomicAnd(&f.mask[g >> 5], ~(1u << (g & 31)));
   __syncthreads();
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
-    epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
-                     epoch, drecv, 0);
+    epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, f.rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
+                     f.epoch, f.dispatch_round, 0);
   if (!pull || mx || wgrad) { /* block-uniform */
-    for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
-      const int s = g % R;
-      int32_t n = ok_round && epf__ll_active(mask, s) ? a->recv_counts[g] : 0;
-      pre[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
+    for (g = (int)threadIdx.x; g < f.E; g += (int)blockDim.x) {
+      const int s = g % f.R;
+      int32_t n = ok_round && epf__ll_active(f.mask, s) ? a->recv_counts[g] : 0;
+      pre[g] = (uint32_t)(n < 0 ? 0 : (n > f.Tmax ? f.Tmax : n));
     }
-    epf__ll_scan_block(pre, E, ws);
-    units = pull && !mx ? 0 : (int64_t)pre[E] * ngroups;
+    epf__ll_scan_block(pre, f.E, f.scan);
+    units = pull && !mx ? 0 : (int64_t)pre[f.E] * ngroups;
   } else {
     units = 0;
   }
   if (wgrad && pull) { /* the sources read each row's gradient from the weight field of its metadata */
-    for (u = (int64_t)ctx.block * blockDim.x + threadIdx.x; u < (int64_t)pre[E]; u += (int64_t)ctx.nblocks * blockDim.x) {
+    for (u = (int64_t)ctx.block * blockDim.x + threadIdx.x; u < (int64_t)pre[f.E]; u += (int64_t)ctx.nblocks * blockDim.x) {
       const uint32_t r = (uint32_t)u;
-      const int gi = epf__ll_find_group(pre, E, r);
-      const int le = gi / R, s = gi - le * R, j = (int)(r - pre[gi]);
+      const int gi = epf__ll_find_group(pre, f.E, r);
+      const int le = gi / f.R, s = gi - le * f.R, j = (int)(r - pre[gi]);
       epf_recv_meta_em_t* m =
-          (epf_recv_meta_em_t*)epf_local_ptr(team, epf_plan_recv_meta_offset(plan, epf_ll_recv_row(plan, epoch, le, s, j)));
+          (epf_recv_meta_em_t*)epf_local_ptr(f.team, epf_plan_recv_meta_offset(plan, epf_ll_recv_row(plan, f.epoch, le, s, j)));
       m->weight = a->weight_grad[epf_ll_fixed_row(plan, le, s, j)];
     }
   }
 
   /* one unit = (row, group of EPF_LL_SEND_CHUNKS 256-element chunks): one metadata load per
    * group, then all the group's loads in flight before its stores */
-  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+  for (u = (int64_t)ctx.block * f.nwarps + f.warp; u < units; u += (int64_t)ctx.nblocks * f.nwarps) {
     const uint32_t r = (uint32_t)(u / ngroups);
     const int c0 = (int)(u - (int64_t)r * ngroups) * EPF_LL_SEND_CHUNKS;
-    const int gi = epf__ll_find_group(pre, E, r);
-    const int le = gi / R, s = gi - le * R;
+    const int gi = epf__ll_find_group(pre, f.E, r);
+    const int le = gi / f.R, s = gi - le * f.R;
     const int j = (int)(r - pre[gi]);
-    const int64_t wrow = epf_ll_recv_row(plan, epoch, le, s, j); /* this round's receive row */
+    const int64_t wrow = epf_ll_recv_row(plan, f.epoch, le, s, j); /* this round's receive row */
     union {
       uint4 v;
       epf_recv_meta_em_t m;
@@ -271,38 +264,38 @@ EPF_DEVICE_INLINE void epf__ll_combine_send(const epf_plan_t* plan, epf_ll_ctx_t
     char* dst;
     uint4 v[EPF_LL_SEND_CHUNKS];
     int ci;
-    meta.v = epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)));
+    meta.v = epf_ld_v4_u32(epf_local_ptr(f.team, epf_plan_recv_meta_offset(plan, wrow)));
     t = meta.m.src_token;
     src_rank = meta.m.src_rank;
     k = meta.m.k;
-    if (t < 0 || t >= Tmax || k < 0 || k >= K || src_rank != s) continue; /* warp-uniform */
-    src = epf__ll_combine_send_src(plan, team, a, in_place, pre, gi, le, s, j, wrow);
-    dst = pull ? (char*)epf_local_ptr(team, epf_plan_expert_out_offset(plan, wrow)) /* MXFP8 pull */
-               : (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, k)), s);
-    if (wgrad && c0 == 0 && lane == 0) { /* the row's gradient, into the other parity's landing row */
-      const int64_t yrow = a->y_layout == EPF_LL_Y_PACKED ? epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * R]) + j)
+    if (t < 0 || t >= f.Tmax || k < 0 || k >= f.K || src_rank != s) continue; /* warp-uniform */
+    src = epf__ll_combine_send_src(plan, f.team, a, in_place, pre, gi, le, s, j, wrow);
+    dst = pull ? (char*)epf_local_ptr(f.team, epf_plan_expert_out_offset(plan, wrow)) /* MXFP8 pull */
+               : (char*)epf_peer_ptr(f.team, epf_plan_combine_offset(plan, epf_ll_combine_row(plan, f.epoch, t, k)), s);
+    if (wgrad && c0 == 0 && f.lane == 0) { /* the row's gradient, into the other parity's landing row */
+      const int64_t yrow = a->y_layout == EPF_LL_Y_PACKED ? epf_ll_packed_row(plan, le, (int)(pre[gi] - pre[le * f.R]) + j)
                                                           : epf_ll_fixed_row(plan, le, s, j);
-      *(float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, k)), s) =
+      *(float*)epf_peer_ptr(f.team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, f.epoch, t, k)), s) =
           a->weight_grad[yrow];
     }
-    epf__ll_send_chunks_load(v, src, c0, H, in_place);
+    epf__ll_send_chunks_load(v, src, c0, f.H, in_place);
 #pragma unroll
     for (ci = 0; ci < EPF_LL_SEND_CHUNKS; ++ci) {
-      const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + lane * 8;
+      const int col = (c0 + ci) * EPF_LL_UNIT_ELEMS + f.lane * 8;
       if (!mx) {
-        if (col < H) epf_st_v4_u32(dst + (int64_t)col * 2, v[ci]);
+        if (col < f.H) epf_st_v4_u32(dst + (int64_t)col * 2, v[ci]);
       } else if (c0 + ci < nchunks) { /* warp-uniform; landing row: hidden E4M3 bytes, then hidden / 32 E8M0 bytes */
         uint8_t sb = 0;
         const uint2 q = epf_mxfp8_quantize_lane8_bf16_warp(v[ci], mx_rule, &sb); /* all lanes, converged */
-        if (col < H) {
+        if (col < f.H) {
           *(uint2*)(dst + col) = q;
-          if ((lane & 3) == 0) ((uint8_t*)dst)[epf_combine_row_scale_at(H, col)] = sb;
+          if ((f.lane & 3) == 0) ((uint8_t*)dst)[epf_combine_row_scale_at(f.H, col)] = sb;
         }
       }
     }
   }
 
-  epf__ll_combine_publish_block(plan, ctx, mask, epoch, ok_round,
+  epf__ll_combine_publish_block(plan, ctx, f.mask, f.epoch, ok_round,
                                 (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
 }
 
@@ -325,60 +318,50 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_backward_recv_block(const epf_pla
  * passes a constant) */
 EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                     const epf_ll_combine_args_t* a, void* smem, bool bwd) {
-  const epf_team_t team = ctx.team;
-  const int R = team.nranks, rank = team.rank, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank;
-  const int H = plan->hidden, Tmax = plan->max_tokens_per_rank;
-  const int T = a->num_tokens;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_RECV);
-  const epf_wait_t w = epf_ll_wait(plan, ctx);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* present = (uint32_t*)((char*)smem + sl.reduce_present); /* [EPF_MASK_WORDS] */
-  uint32_t* pulled = (uint32_t*)((char*)smem + sl.reduce_pulled);   /* [EPF_MASK_WORDS] */
-  uint32_t* wgbits = (uint32_t*)((char*)smem + sl.reduce_wgrad);     /* [EPF_MASK_WORDS], backward */
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_COMBINE_RECV, smem);
+  /* f.reduce_present, f.reduce_pulled, f.reduce_wgrad (backward): [EPF_MASK_WORDS] each; f.slots: the
+   * dispatch's slot table of this round (pull) */
   float* const wg_out = bwd ? a->topk_weights_grad : NULL;
-  /* the dispatch's slot table of this round (pull) */
-  const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.reduce_slots, T, (int)blockDim.x);
-  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int64_t units = (int64_t)T * nchunks;
+  const int nchunks = (f.H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int64_t units = (int64_t)f.T * nchunks;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   /* an MXFP8 plan lets the peers pull iff it has EXPERT_OUT (the plan is the same on every rank) */
   const bool can_pull = !mx || epf_ll_combine_pulls(plan, a->y_layout);
   /* the slot table is built before the waits when the peers will likely let this rank pull: then
    * the routes come from it, not from topk_idx */
-  const bool early_slots = T > 0 && epf_ll_combine_pulls(plan, a->y_layout);
+  const bool early_slots = f.T > 0 && epf_ll_combine_pulls(plan, a->y_layout);
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
   int u;
   int i;
 
   for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
-    present[i] = 0u;
-    pulled[i] = 0u;
-    if (bwd) wgbits[i] = 0u;
+    f.reduce_present[i] = 0u;
+    f.reduce_pulled[i] = 0u;
+    if (bwd) f.reduce_wgrad[i] = 0u;
   }
   if (early_slots) /* block-uniform; dropped ids were counted by the dispatch send */
-    epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
+    epf_ll_slots_block(plan, a->topk_idx, a->index_type, f.T, f.slots, NULL);
   __syncthreads();
-  for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
+  for (i = (int)threadIdx.x; i < f.R; i += (int)blockDim.x) {
     const uint64_t off =
-        epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE, epf_ll_combine_signal_index(plan, epoch, i));
+        epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE, epf_ll_combine_signal_index(plan, f.epoch, i));
     uint32_t v = 0u;
-    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, &v);
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(f.team, off), f.epoch, f.w, i, &v);
     if (st == EPF_OK) {
-      atomicOr(&present[i >> 5], 1u << (i & 31));
-      if (can_pull && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
-      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&wgbits[i >> 5], 1u << (i & 31));
+      atomicOr(&f.reduce_present[i >> 5], 1u << (i & 31));
+      if (can_pull && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&f.reduce_pulled[i >> 5], 1u << (i & 31));
+      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&f.reduce_wgrad[i >> 5], 1u << (i & 31));
     } else if (mine == EPF_OK) {
       mine = st;
     }
   }
   res = epf__block_status(mine); /* __syncthreads: present[] / pulled[] complete, rows acquired */
-  for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || pulled[i] != 0u; /* block-uniform */
-  if (any_pull && !early_slots && T > 0) /* a peer lets this rank pull although it did not expect it */
-    epf_ll_slots_block(plan, a->topk_idx, a->index_type, T, slots, NULL);
+  for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || f.reduce_pulled[i] != 0u; /* block-uniform */
+  if (any_pull && !early_slots && f.T > 0) /* a peer lets this rank pull although it did not expect it */
+    epf_ll_slots_block(plan, a->topk_idx, a->index_type, f.T, f.slots, NULL);
   /* with the slot table built, the routes come from it (shared memory) instead of topk_idx */
-  const bool table = early_slots || (any_pull && T > 0);
+  const bool table = early_slots || (any_pull && f.T > 0);
 
   /* Each warp walks one contiguous range of (token, chunk) units, so consecutive units share their
    * token: with K <= 32 (one lane per k) the lane's route of the token (its source row and weight)
@@ -386,58 +369,58 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
    * token's other chunks in the range. A warp always works the route out at a token's chunk 0 (its
    * range starts there, or its previous unit was another token's), where the router-weight
    * gradient is written. */
-  const int64_t gw = (int64_t)ctx.block * nwarps + warp, nw = (int64_t)ctx.nblocks * nwarps;
+  const int64_t gw = (int64_t)ctx.block * f.nwarps + f.warp, nw = (int64_t)ctx.nblocks * f.nwarps;
   const int u_end = (int)(units * (gw + 1) / nw); /* units <= 2^16 tokens x 2^12 chunks */
-  uint4* const route = (uint4*)((char*)smem + sl.reduce_route) + threadIdx.x; /* this lane's slot */
+  uint4* const route = (uint4*)((char*)smem + f.sl.reduce_route) + threadIdx.x; /* this lane's slot */
   bool kept = false; /* the slot holds the previous unit's token (K <= 32) */
   for (u = (int)(units * gw / nw); u < u_end; ++u) {
     const int t = u / nchunks, c = u - t * nchunks;
-    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
-    const bool on = col < H;
+    const int col = c * EPF_LL_UNIT_ELEMS + f.lane * 8;
+    const bool on = col < f.H;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     int kb;
-    for (kb = 0; kb < K && (EPF_MAX_TOPK > 32 || kb == 0); kb += 32) { /* K <= EPF_MAX_TOPK (plan) */
+    for (kb = 0; kb < f.K && (EPF_MAX_TOPK > 32 || kb == 0); kb += 32) { /* K <= EPF_MAX_TOPK (plan) */
       const char* src = NULL;
       float wk = 0.f;
       uint32_t m;
-      if (K <= 32 && kept && c != 0) { /* warp-uniform: the previous unit was (t, c - 1) */
+      if (f.K <= 32 && kept && c != 0) { /* warp-uniform: the previous unit was (t, c - 1) */
         const uint4 r = *route;
         src = (const char*)(uintptr_t)(((uint64_t)r.y << 32) | r.x);
         wk = __uint_as_float(r.z);
       } else {
-        const int k = kb + lane;
+        const int k = kb + f.lane;
         /* the weight's load is issued with the route's, not after it */
-        const float wt = !bwd && a->topk_weights != NULL && k < K ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
-        if (k < K) {
+        const float wt = !bwd && a->topk_weights != NULL && k < f.K ? a->topk_weights[(int64_t)t * f.K + k] : 1.0f;
+        if (k < f.K) {
           int first_k;
-          const int e = table ? epf__ll_slot_route(slots, t * K + k, k, &first_k)
-                              : epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, K, E, &first_k);
-          const int d = e >= 0 ? e / EL : 0;
+          const int e = table ? epf__ll_slot_route(f.slots, t * f.K + k, k, &first_k)
+                              : epf__ll_route(a->topk_idx, epf_ll_index_is64(a->index_type), t, k, f.K, f.E, &first_k);
+          const int d = e >= 0 ? e / f.EL : 0;
           float wg = 0.f; /* backward: the router-weight gradient of (t, k) */
-          if (e >= 0 && epf__ll_active(present, d)) {
-            if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
-              src = (const char*)epf_local_ptr(team,
-                                               epf_plan_combine_offset(plan, epf_ll_combine_row(plan, epoch, t, first_k)));
-              if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
+          if (e >= 0 && epf__ll_active(f.reduce_present, d)) {
+            if (!epf__ll_active(f.reduce_pulled, d)) { /* pushed into this rank's COMBINE rows */
+              src = (const char*)epf_local_ptr(f.team,
+                                               epf_plan_combine_offset(plan, epf_ll_combine_row(plan, f.epoch, t, first_k)));
+              if (wg_out != NULL && c == 0 && epf__ll_active(f.reduce_wgrad, d))
                 wg = *(const float*)epf_local_ptr(
-                    team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, epoch, t, first_k)));
+                    f.team, epf_plan_combine_offset(plan, epf_ll_weight_grad_row(plan, f.epoch, t, first_k)));
             } else { /* pull: the dispatch slot of (t, first_k) in d's receive rows (MXFP8: EXPERT_OUT) */
               int se;
-              const uint32_t slot = epf_ll_slot(plan, slots, t * K + first_k, &se);
-              if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)Tmax) {
-                const int64_t rr = epf_ll_recv_row(plan, epoch, e - d * EL, rank, (int)slot);
+              const uint32_t slot = epf_ll_slot(plan, f.slots, t * f.K + first_k, &se);
+              if (slot != EPF_LL_SLOT_NONE && se == e && slot < (uint32_t)f.Tmax) {
+                const int64_t rr = epf_ll_recv_row(plan, f.epoch, e - d * f.EL, f.rank, (int)slot);
                 src = (const char*)epf_peer_ptr(
-                    team, mx ? epf_plan_expert_out_offset(plan, rr) : epf_plan_recv_token_offset(plan, rr), d);
-                if (wg_out != NULL && c == 0 && epf__ll_active(wgbits, d))
-                  wg = ((const epf_recv_meta_em_t*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, rr), d))->weight;
+                    f.team, mx ? epf_plan_expert_out_offset(plan, rr) : epf_plan_recv_token_offset(plan, rr), d);
+                if (wg_out != NULL && c == 0 && epf__ll_active(f.reduce_wgrad, d))
+                  wg = ((const epf_recv_meta_em_t*)epf_peer_ptr(f.team, epf_plan_recv_meta_offset(plan, rr), d))->weight;
               }
             }
             if (bwd && first_k != k) src = NULL; /* a repeat: its gradient is in the first occurrence's row */
             if (src != NULL) wk = wt;
           }
-          if (wg_out != NULL && c == 0) wg_out[(int64_t)t * K + k] = wg;
+          if (wg_out != NULL && c == 0) wg_out[(int64_t)t * f.K + k] = wg;
         }
-        if (K <= 32) {
+        if (f.K <= 32) {
           *route = make_uint4((uint32_t)(uintptr_t)src, (uint32_t)((uint64_t)(uintptr_t)src >> 32), __float_as_uint(wk), 0u);
           kept = true;
         }
@@ -459,7 +442,7 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
                 v[b] = epf_ld_v4_u32(sj + (int64_t)col * 2);
               } else { /* x, y: the 8 E4M3 bytes; z: the group's E8M0 byte */
                 const uint2 q = *(const uint2*)(sj + col);
-                v[b] = make_uint4(q.x, q.y, (uint32_t)((const uint8_t*)sj)[epf_combine_row_scale_at(H, col)], 0u);
+                v[b] = make_uint4(q.x, q.y, (uint32_t)((const uint8_t*)sj)[epf_combine_row_scale_at(f.H, col)], 0u);
               }
             }
             n = b + 1;
@@ -478,11 +461,11 @@ EPF_DEVICE_INLINE epf_status_t epf__ll_combine_recv(const epf_plan_t* plan, epf_
         }
       }
     }
-    if (on) epf_st_v4_u32((char*)a->out + ((int64_t)t * H + col) * 2, epf_bf16x8_from_f32(acc));
+    if (on) epf_st_v4_u32((char*)a->out + ((int64_t)t * f.H + col) * 2, epf_bf16x8_from_f32(acc));
   }
 
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_RECV))
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_RECV, epoch);
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_RECV, f.epoch);
   return res;
 }
 

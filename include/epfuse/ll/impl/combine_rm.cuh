@@ -69,6 +69,7 @@
 #include "phase.cuh"
 #include "slots.cuh"
 #include "rm.cuh"
+#include "frame.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -137,81 +138,69 @@ EPF_DEVICE_INLINE void epf_ll_rm_dispatch_backward_send_block(const epf_plan_t* 
  * view rows and carries a->weight_grad; every caller passes a constant) */
 EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_combine_args_t* a,
                                                void* smem, bool bwd) {
-  const epf_team_t team = ctx.team;
-  const int R = team.nranks, rank = team.rank;
-  const int Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank, H = plan->hidden;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_SEND);
-  const uint32_t drecv = epf_ld_relaxed_gpu_u32(&ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV]);
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_COMBINE_SEND, smem);
   const bool packed = a->y_layout == EPF_LL_Y_PACKED || a->y_layout == EPF_LL_Y_PACKED_PULL;
-  const bool ok_round = drecv == epoch && a->recv_counts != NULL && a->y != NULL && (packed || a->y_layout == EPF_LL_Y_FIXED);
+  const bool ok_round = f.dispatch_round == f.epoch && a->recv_counts != NULL && a->y != NULL && (packed || a->y_layout == EPF_LL_Y_FIXED);
   /* pull: the partials stay in this rank's receive rows (BF16 rows both ways: one fits over the other) */
   const bool pull = epf_ll_combine_pulls(plan, a->y_layout);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
-  uint32_t* present = (uint32_t*)((char*)smem + sl.rm_present);
-  uint32_t* rows = (uint32_t*)((char*)smem + sl.rm_rows);
-  uint32_t* cnt = (uint32_t*)((char*)smem + sl.rm_cnt);
-  const int32_t* off = (const int32_t*)((char*)smem + sl.rm_off);
-  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int nchunks = (f.H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
-  const epf_wait_t w = epf_ll_wait(plan, ctx);
   /* backward: this rank carries the router-weight gradients of its view rows */
   const bool wgrad = bwd && a->weight_grad != NULL && ok_round;
   int64_t u, units;
   int g;
 
-  epf__ll_snapshot_mask_block(plan, ctx, mask);
+  epf__ll_snapshot_mask_block(plan, ctx, f.mask);
   /* sources whose dispatch of this round we missed get nothing, not even the signal */
-  for (g = (int)threadIdx.x; g < R; g += (int)blockDim.x)
-    if (epf_ld_relaxed_gpu_u32(&ctx.state->dispatch_fail[g]) == epoch) atomicAnd(&mask[g >> 5], ~(1u << (g & 31)));
+  for (g = (int)threadIdx.x; g < f.R; g += (int)blockDim.x)
+    if (epf_ld_relaxed_gpu_u32(&ctx.state->dispatch_fail[g]) == f.epoch) atomicAnd(&f.mask[g >> 5], ~(1u << (g & 31)));
   __syncthreads();
   if (!ok_round && ctx.block == 0 && threadIdx.x == 0)
-    epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
-                     epoch, drecv, 0);
-  epf__ll_rm_rows_block(plan, ctx, epoch, mask, present, rows);
-  for (g = (int)threadIdx.x; g < EL * R; g += (int)blockDim.x) {
-    const int32_t n = ok_round && epf__ll_active(present, g % R) ? a->recv_counts[g] : 0;
-    cnt[g] = (uint32_t)(n < 0 ? 0 : (n > Tmax ? Tmax : n));
+    epf_error_report(ctx.record, EPF_ERR_INVALID_ARGUMENT, f.rank, -1, &ctx.state->epoch[EPF_LL_PHASE_DISPATCH_RECV],
+                     f.epoch, f.dispatch_round, 0);
+  epf__ll_rm_rows_block(plan, ctx, f.epoch, f.mask, f.rm_present, f.rm_rows);
+  for (g = (int)threadIdx.x; g < f.EL * f.R; g += (int)blockDim.x) {
+    const int32_t n = ok_round && epf__ll_active(f.rm_present, g % f.R) ? a->recv_counts[g] : 0;
+    f.rm_cnt[g] = (uint32_t)(n < 0 ? 0 : (n > f.Tmax ? f.Tmax : n));
   }
   if (!ok_round)
-    for (g = (int)threadIdx.x; g < R; g += (int)blockDim.x) rows[g] = 0u;
-  epf__ll_rm_prefix_block(plan, &sl, smem, packed); /* __syncthreads before and after */
-  units = (int64_t)rows[R] * nchunks;
+    for (g = (int)threadIdx.x; g < f.R; g += (int)blockDim.x) f.rm_rows[g] = 0u;
+  epf__ll_rm_prefix_block(plan, &f.sl, smem, packed); /* __syncthreads before and after */
+  units = (int64_t)f.rm_rows[f.R] * nchunks;
 
-  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+  for (u = (int64_t)ctx.block * f.nwarps + f.warp; u < units; u += (int64_t)ctx.nblocks * f.nwarps) {
     const uint32_t r = (uint32_t)(u / nchunks);
     const int c = (int)(u - (int64_t)r * nchunks);
-    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
-    const bool on = col < H;
-    const int s = epf__ll_find_group(rows, R, r);
-    const int64_t wrow = epf_ll_rm_recv_row(plan, epoch, s, (int)(r - rows[s]));
-    const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(team, plan, wrow, off);
+    const int col = c * EPF_LL_UNIT_ELEMS + f.lane * 8;
+    const bool on = col < f.H;
+    const int s = epf__ll_find_group(f.rm_rows, f.R, r);
+    const int64_t wrow = epf_ll_rm_recv_row(plan, f.epoch, s, (int)(r - f.rm_rows[s]));
+    const epf_recv_meta_rm_lane_t m = epf_recv_meta_rm_read_warp(f.team, plan, wrow, f.rm_off);
     const bool hdr_ok = m.token_ok && m.src_rank == s; /* warp-uniform */
-    const bool ok = hdr_ok && epf__ll_rm_entry_ok(plan, &m, off, cnt, s);
-    const char* y = ok ? (const char*)a->y + m.em_row * (int64_t)H * 2 : NULL;
+    const bool ok = hdr_ok && epf__ll_rm_entry_ok(plan, &m, f.rm_off, f.rm_cnt, s);
+    const char* y = ok ? (const char*)a->y + m.em_row * (int64_t)f.H * 2 : NULL;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     char* dst;
     if (c == 0)
-      epf_error_report_warp(&w, hdr_ok ? (lane < m.num_local && !ok) : lane == 0, EPF_ERR_BAD_METADATA,
-                            epf_local_ptr(team, epf_plan_recv_meta_offset(plan, wrow)), 0, 0);
+      epf_error_report_warp(&f.w, hdr_ok ? (f.lane < m.num_local && !ok) : f.lane == 0, EPF_ERR_BAD_METADATA,
+                            epf_local_ptr(f.team, epf_plan_recv_meta_offset(plan, wrow)), 0, 0);
     if (!hdr_ok) continue; /* warp-uniform */
-    dst = pull ? (char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, wrow))
-               : (char*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_combine_row(plan, epoch, m.src_token, rank)), s);
+    dst = pull ? (char*)epf_local_ptr(f.team, epf_plan_recv_token_offset(plan, wrow))
+               : (char*)epf_peer_ptr(f.team, epf_plan_combine_offset(plan, epf_ll_rm_combine_row(plan, f.epoch, m.src_token, f.rank)), s);
     if (!bwd) {
-      epf__ll_rm_reduce_chunk_warp(y, m.weight, __ballot_sync(0xffffffffu, y != NULL), col, on, false, H, true, acc);
+      epf__ll_rm_reduce_chunk_warp(y, m.weight, __ballot_sync(0xffffffffu, y != NULL), col, on, false, f.H, true, acc);
     } else { /* unit weights, each view row once, at its first entry in k (the lowest lane) */
-      const uint32_t same = __match_any_sync(0xffffffffu, y != NULL ? (unsigned long long)m.em_row : ~(unsigned long long)lane);
-      epf__ll_rm_reduce_chunk_warp(y, 1.0f, __ballot_sync(0xffffffffu, y != NULL && __ffs((int)same) - 1 == lane), col, on,
-                                   false, H, true, acc);
-      if (wgrad && c == 0 && lane < m.num_local) { /* entry j = lane: its view row's gradient */
+      const uint32_t same = __match_any_sync(0xffffffffu, y != NULL ? (unsigned long long)m.em_row : ~(unsigned long long)f.lane);
+      epf__ll_rm_reduce_chunk_warp(y, 1.0f, __ballot_sync(0xffffffffu, y != NULL && __ffs((int)same) - 1 == f.lane), col, on,
+                                   false, f.H, true, acc);
+      if (wgrad && c == 0 && f.lane < m.num_local) { /* entry j = lane: its view row's gradient */
         const float g = y != NULL ? a->weight_grad[m.em_row] : 0.0f;
         if (pull)
-          *epf_combine_weight_grad_ptr(team, plan, wrow, lane, rank) = g;
+          *epf_combine_weight_grad_ptr(f.team, plan, wrow, f.lane, f.rank) = g;
         else
-          ((float*)epf_peer_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_weight_grad_row(plan, epoch, m.src_token, rank)),
-                                s))[lane] = g;
+          ((float*)epf_peer_ptr(f.team, epf_plan_combine_offset(plan, epf_ll_rm_weight_grad_row(plan, f.epoch, m.src_token, f.rank)),
+                                s))[f.lane] = g;
       }
     }
     if (!mx) {
@@ -221,12 +210,12 @@ EPF_DEVICE_INLINE void epf__ll_rm_combine_send(const epf_plan_t* plan, epf_ll_ct
       const uint2 q = epf_mxfp8_quantize_lane8_warp(acc, mx_rule, &sb);
       if (on) {
         *(uint2*)(dst + col) = q;
-        if ((lane & 3) == 0) ((uint8_t*)dst)[epf_combine_row_scale_at(H, col)] = sb;
+        if ((f.lane & 3) == 0) ((uint8_t*)dst)[epf_combine_row_scale_at(f.H, col)] = sb;
       }
     }
   }
 
-  epf__ll_combine_publish_block(plan, ctx, mask, epoch, ok_round,
+  epf__ll_combine_publish_block(plan, ctx, f.mask, f.epoch, ok_round,
                                 (pull ? EPF__LL_COMBINE_PULL : 0u) | (wgrad ? EPF__LL_COMBINE_WGRAD : 0u));
 }
 
@@ -244,100 +233,91 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_dispatch_backward_recv_block(const epf_
  * caller passes a constant) */
 EPF_DEVICE_INLINE epf_status_t epf__ll_rm_combine_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                        const epf_ll_combine_args_t* a, void* smem, bool bwd) {
-  const epf_team_t team = ctx.team;
-  const int R = team.nranks, rank = team.rank, K = plan->top_k, E = plan->num_experts, EL = plan->experts_per_rank;
-  const int H = plan->hidden, Tmax = plan->max_tokens_per_rank;
-  const int T = a->num_tokens;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_COMBINE_RECV);
-  const epf_wait_t w = epf_ll_wait(plan, ctx);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* present = (uint32_t*)((char*)smem + sl.reduce_present); /* [EPF_MASK_WORDS] */
-  uint32_t* pulled = (uint32_t*)((char*)smem + sl.reduce_pulled);   /* [EPF_MASK_WORDS] */
-  uint32_t* wgbits = (uint32_t*)((char*)smem + sl.reduce_wgrad);     /* [EPF_MASK_WORDS], backward */
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_COMBINE_RECV, smem);
+  /* f.reduce_present, f.reduce_pulled, f.reduce_wgrad (backward): [EPF_MASK_WORDS] each; f.rslots:
+   * the dispatch's per-rank slot table of this round (pull) */
   float* const wg_out = bwd ? a->topk_weights_grad : NULL;
-  const epf_ll_slots_t rslots = epf_ll_rm_slots_at(plan, smem, sl.rm_reduce_slots, T, (int)blockDim.x);
   const int is64 = epf_ll_index_is64(a->index_type);
-  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int64_t units = (int64_t)T * nchunks;
+  const int nchunks = (f.H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
+  const int64_t units = (int64_t)f.T * nchunks;
   const bool mx = plan->combine_payload == EPF_PAYLOAD_MXFP8;
   /* peers pull only with BF16 both ways (the plan is the same on every rank) */
   const bool can_pull = !mx && plan->payload == EPF_PAYLOAD_BF16;
-  const bool early_slots = epf_ll_combine_pulls(plan, a->y_layout) && T > 0;
+  const bool early_slots = epf_ll_combine_pulls(plan, a->y_layout) && f.T > 0;
   epf_status_t mine = EPF_OK, res;
   bool any_pull = false;
   int64_t u;
   int i;
 
   for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) {
-    present[i] = 0u;
-    pulled[i] = 0u;
-    if (bwd) wgbits[i] = 0u;
+    f.reduce_present[i] = 0u;
+    f.reduce_pulled[i] = 0u;
+    if (bwd) f.reduce_wgrad[i] = 0u;
   }
   if (early_slots) /* block-uniform */
-    epf_ll_rm_slots_block(plan, a->topk_idx, a->index_type, T, rslots);
+    epf_ll_rm_slots_block(plan, a->topk_idx, a->index_type, f.T, f.rslots);
   __syncthreads();
-  for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
+  for (i = (int)threadIdx.x; i < f.R; i += (int)blockDim.x) {
     const uint64_t off =
-        epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE, epf_ll_combine_signal_index(plan, epoch, i));
+        epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_COMBINE, epf_ll_combine_signal_index(plan, f.epoch, i));
     uint32_t v = 0u;
-    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, &v);
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(f.team, off), f.epoch, f.w, i, &v);
     if (st == EPF_OK) {
-      atomicOr(&present[i >> 5], 1u << (i & 31));
-      if (can_pull && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&pulled[i >> 5], 1u << (i & 31));
-      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&wgbits[i >> 5], 1u << (i & 31));
+      atomicOr(&f.reduce_present[i >> 5], 1u << (i & 31));
+      if (can_pull && (v & EPF__LL_COMBINE_PULL) != 0u) atomicOr(&f.reduce_pulled[i >> 5], 1u << (i & 31));
+      if (bwd && (v & EPF__LL_COMBINE_WGRAD) != 0u) atomicOr(&f.reduce_wgrad[i >> 5], 1u << (i & 31));
     } else if (mine == EPF_OK) {
       mine = st;
     }
   }
   res = epf__block_status(mine); /* __syncthreads: present[] / pulled[] complete, rows acquired */
-  for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || pulled[i] != 0u; /* block-uniform */
-  if (any_pull && !early_slots && T > 0)
-    epf_ll_rm_slots_block(plan, a->topk_idx, a->index_type, T, rslots);
+  for (i = 0; i < EPF_MASK_WORDS; ++i) any_pull = any_pull || f.reduce_pulled[i] != 0u; /* block-uniform */
+  if (any_pull && !early_slots && f.T > 0)
+    epf_ll_rm_slots_block(plan, a->topk_idx, a->index_type, f.T, f.rslots);
 
-  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
+  for (u = (int64_t)ctx.block * f.nwarps + f.warp; u < units; u += (int64_t)ctx.nblocks * f.nwarps) {
     const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
-    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
-    const bool on = col < H;
+    const int col = c * EPF_LL_UNIT_ELEMS + f.lane * 8;
+    const bool on = col < f.H;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    int first_k = lane;
-    const int e = lane < K ? epf__ll_route(a->topk_idx, is64, t, lane, K, E, &first_k) : -1;
-    const int d = e >= 0 ? e / EL : -1;
+    int first_k = f.lane;
+    const int e = f.lane < f.K ? epf__ll_route(a->topk_idx, is64, t, f.lane, f.K, f.E, &first_k) : -1;
+    const int d = e >= 0 ? e / f.EL : -1;
     /* the lowest lane of each rank is its first occurrence in k: the partials in that order */
-    const uint32_t same = __match_any_sync(0xffffffffu, d >= 0 ? d : -1 - lane);
+    const uint32_t same = __match_any_sync(0xffffffffu, d >= 0 ? d : -1 - f.lane);
     const char* src = NULL;
     char* wsrc = NULL; /* backward: where the gradients of the token's entries on d wait (lead lane) */
-    if (d >= 0 && __ffs((int)same) - 1 == lane && epf__ll_active(present, d)) {
-      const bool wg_here = bwd && wg_out != NULL && c == 0 && epf__ll_active(wgbits, d);
-      if (!epf__ll_active(pulled, d)) { /* pushed into this rank's COMBINE rows */
-        src = (const char*)epf_local_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_combine_row(plan, epoch, t, d)));
-        if (wg_here) wsrc = (char*)epf_local_ptr(team, epf_plan_combine_offset(plan, epf_ll_rm_weight_grad_row(plan, epoch, t, d)));
+    if (d >= 0 && __ffs((int)same) - 1 == f.lane && epf__ll_active(f.reduce_present, d)) {
+      const bool wg_here = bwd && wg_out != NULL && c == 0 && epf__ll_active(f.reduce_wgrad, d);
+      if (!epf__ll_active(f.reduce_pulled, d)) { /* pushed into this rank's COMBINE rows */
+        src = (const char*)epf_local_ptr(f.team, epf_plan_combine_offset(plan, epf_ll_rm_combine_row(plan, f.epoch, t, d)));
+        if (wg_here) wsrc = (char*)epf_local_ptr(f.team, epf_plan_combine_offset(plan, epf_ll_rm_weight_grad_row(plan, f.epoch, t, d)));
       } else { /* pull: the copy's receive row at d, slot rebuilt as the dispatch send computed it */
         int sd;
-        const uint32_t slot = epf_ll_rm_slot(plan, rslots, t * K + lane, &sd);
-        if (slot != EPF_LL_SLOT_NONE && sd == d && slot < (uint32_t)Tmax) {
-          src = (const char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, epf_ll_rm_recv_row(plan, epoch, rank, (int)slot)), d);
+        const uint32_t slot = epf_ll_rm_slot(plan, f.rslots, t * f.K + f.lane, &sd);
+        if (slot != EPF_LL_SLOT_NONE && sd == d && slot < (uint32_t)f.Tmax) {
+          src = (const char*)epf_peer_ptr(f.team, epf_plan_recv_token_offset(plan, epf_ll_rm_recv_row(plan, f.epoch, f.rank, (int)slot)), d);
           if (wg_here) /* the row's metadata at d: entry j's weight field (epf_combine_weight_grad_ptr) */
-            wsrc = (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, epf_ll_rm_recv_row(plan, epoch, rank, (int)slot)), d);
+            wsrc = (char*)epf_peer_ptr(f.team, epf_plan_recv_meta_offset(plan, epf_ll_rm_recv_row(plan, f.epoch, f.rank, (int)slot)), d);
         }
       }
     }
     if (bwd && wg_out != NULL && c == 0) { /* warp-uniform: entry j of (t, d) = this k's rank among the token's k on d */
-      const int j = __popc(same & ((1u << lane) - 1u));
+      const int j = __popc(same & ((1u << f.lane) - 1u));
       char* wb = (char*)epf__ll_shfl_ptr(wsrc, __ffs((int)same) - 1);
-      if (lane < K) {
+      if (f.lane < f.K) {
         float g = 0.0f;
         if (d >= 0 && wb != NULL)
-          g = epf__ll_active(pulled, d) ? *(const float*)(wb + epf_recv_meta_rm_weight_at(K, j)) : ((const float*)wb)[j];
-        wg_out[(int64_t)t * K + lane] = g;
+          g = epf__ll_active(f.reduce_pulled, d) ? *(const float*)(wb + epf_recv_meta_rm_weight_at(f.K, j)) : ((const float*)wb)[j];
+        wg_out[(int64_t)t * f.K + f.lane] = g;
       }
     }
-    epf__ll_rm_reduce_chunk_warp(src, 1.0f, __ballot_sync(0xffffffffu, src != NULL), col, on, mx, H, false, acc);
-    if (on) epf_st_v4_u32((char*)a->out + ((int64_t)t * H + col) * 2, epf_bf16x8_from_f32(acc));
+    epf__ll_rm_reduce_chunk_warp(src, 1.0f, __ballot_sync(0xffffffffu, src != NULL), col, on, mx, f.H, false, acc);
+    if (on) epf_st_v4_u32((char*)a->out + ((int64_t)t * f.H + col) * 2, epf_bf16x8_from_f32(acc));
   }
 
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_COMBINE_RECV))
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_RECV, epoch);
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_COMBINE_RECV, f.epoch);
   return res;
 }
 

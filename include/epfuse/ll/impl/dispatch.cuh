@@ -68,6 +68,7 @@
 #include "phase.cuh"
 #include "slots.cuh"
 #include "rm.cuh"
+#include "frame.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -179,61 +180,51 @@ EPF_DEVICE_INLINE void epf_ll_combine_backward_send_block(const epf_plan_t* plan
  * a constant, so the forward code carries no backward code) */
 EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_t ctx, const epf_ll_dispatch_args_t* a,
                                              void* smem, bool bwd) {
-  const epf_team_t team = ctx.team;
-  const int rank = team.rank;
-  const int T = a->num_tokens, Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts;
-  const int EL = plan->experts_per_rank, H = plan->hidden;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_SEND);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
-  const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.send_slots, T, (int)blockDim.x);
-  const uint32_t* cnt = slots.count;
-  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int64_t units = (int64_t)T * nchunks;
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_DISPATCH_SEND, smem);
+  const int64_t units = (int64_t)f.T * f.nchunks;
   const int payload = plan->payload;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
-  const int64_t ustride = (int64_t)ctx.nblocks * nwarps;
-  int64_t u = (int64_t)ctx.block * nwarps + warp;
+  const int64_t ustride = (int64_t)ctx.nblocks * f.nwarps;
+  int64_t u = (int64_t)ctx.block * f.nwarps + f.warp;
   /* the chunk of the warp's next unit, loaded one unit ahead: the first one before the slot pass,
    * so its load overlaps the pass; each next one before the current unit's stores */
-  uint4 vnext = epf__ll_send_chunk_load(a->x, u, units, nchunks, H);
+  uint4 vnext = epf__ll_send_chunk_load(a->x, u, units, f.nchunks, f.H);
 
-  epf__ll_snapshot_mask_block(plan, ctx, mask);
-  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, slots,
+  epf__ll_snapshot_mask_block(plan, ctx, f.mask);
+  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, f.T, f.slots,
                           ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL, 0);
 
   for (; u < units; u += ustride) {
-    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
-    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
-    const bool on = col < H;
+    const int t = (int)(u / f.nchunks), c = (int)(u - (int64_t)t * f.nchunks);
+    const int col = c * EPF_LL_UNIT_ELEMS + f.lane * 8;
+    const bool on = col < f.H;
     const uint4 v = vnext;
     uint2 q;
     uint32_t sbits; /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
     int kb;
-    vnext = epf__ll_send_chunk_load(a->x, u + ustride, units, nchunks, H);
+    vnext = epf__ll_send_chunk_load(a->x, u + ustride, units, f.nchunks, f.H);
     q = epf__ll_quantize_chunk_warp(v, payload, mx_rule, ue8m0, &sbits);
-    for (kb = 0; kb < K; kb += 32) {
-      const int k = kb + lane;
+    for (kb = 0; kb < f.K; kb += 32) {
+      const int k = kb + f.lane;
       char* dst = NULL;
       char* sdst = NULL;
       int64_t row = -1;
       int d = -1, le = 0;
       /* the metadata weight (chunk 0 only), loaded before the copies rather than after them */
-      const float wrow = c != 0 || k >= K ? 0.0f
-                         : bwd ? epf__ll_combine_weight(a->topk_idx, epf_ll_index_is64(a->index_type), a->topk_weights, t, k, K)
-                         : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + k] : 1.0f;
-      if (k < K) {
+      const float wrow = c != 0 || k >= f.K ? 0.0f
+                         : bwd ? epf__ll_combine_weight(a->topk_idx, epf_ll_index_is64(a->index_type), a->topk_weights, t, k, f.K)
+                         : a->topk_weights != NULL ? a->topk_weights[(int64_t)t * f.K + k] : 1.0f;
+      if (k < f.K) {
         int ex;
-        const uint32_t slot = epf_ll_slot(plan, slots, t * K + k, &ex);
+        const uint32_t slot = epf_ll_slot(plan, f.slots, t * f.K + k, &ex);
         if (slot != EPF_LL_SLOT_NONE) {
-          d = ex / EL;
-          le = ex - d * EL;
-          if (slot < (uint32_t)Tmax && epf__ll_active(mask, d)) {
-            row = epf_ll_recv_row(plan, epoch, le, rank, (int)slot);
-            dst = (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, row), d);
-            sdst = (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, row), d);
+          d = ex / f.EL;
+          le = ex - d * f.EL;
+          if (slot < (uint32_t)f.Tmax && epf__ll_active(f.mask, d)) {
+            row = epf_ll_recv_row(plan, f.epoch, le, f.rank, (int)slot);
+            dst = (char*)epf_peer_ptr(f.team, epf_plan_recv_token_offset(plan, row), d);
+            sdst = (char*)epf_peer_ptr(f.team, epf_plan_recv_scale_offset(plan, row), d);
           }
         }
       }
@@ -243,56 +234,49 @@ EPF_DEVICE_INLINE void epf__ll_dispatch_send(const epf_plan_t* plan, epf_ll_ctx_
           epf_recv_meta_em_t m;
           uint4 v;
         } meta; /* registers only: one 16-byte store */
-        meta.m = epf_recv_meta_em_make(t, rank, k, le, wrow);
-        epf_st_v4_u32(epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), d), meta.v);
+        meta.m = epf_recv_meta_em_make(t, f.rank, k, le, wrow);
+        epf_st_v4_u32(epf_peer_ptr(f.team, epf_plan_recv_meta_offset(plan, row), d), meta.v);
       }
     }
   }
 
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_SEND)) {
     int g;
-    for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
-      const int d = g / EL, le = g - d * EL;
-      const uint32_t n = cnt[g] < (uint32_t)Tmax ? cnt[g] : (uint32_t)Tmax;
-      if (!epf__ll_active(mask, d)) continue;
-      epf_signal_set_sys((uint64_t*)epf_peer_ptr(team,
+    for (g = (int)threadIdx.x; g < f.E; g += (int)blockDim.x) {
+      const int d = g / f.EL, le = g - d * f.EL;
+      const uint32_t n = f.slots.count[g] < (uint32_t)f.Tmax ? f.slots.count[g] : (uint32_t)f.Tmax;
+      if (!epf__ll_active(f.mask, d)) continue;
+      epf_signal_set_sys((uint64_t*)epf_peer_ptr(f.team,
                                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_DISPATCH,
-                                                                        epf_ll_dispatch_signal_index(plan, epoch, le, rank)),
+                                                                        epf_ll_dispatch_signal_index(plan, f.epoch, le, f.rank)),
                                                  d),
-                         epoch, n);
+                         f.epoch, n);
     }
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_SEND, epoch);
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_SEND, f.epoch);
   }
 }
 
 EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                           const epf_ll_dispatch_args_t* a, void* smem) {
-  const epf_team_t team = ctx.team;
-  const int R = team.nranks, Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank;
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_RECV);
-  const int nmy = ctx.block < EL ? (EL - 1 - ctx.block) / ctx.nblocks + 1 : 0;
-  const int G = nmy * R;
-  const epf_wait_t w = epf_ll_wait(plan, ctx);
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  void* ws = (char*)smem + sl.scan;
-  uint32_t* cnt = (uint32_t*)((char*)smem + sl.recv_groups); /* [G + 1] */
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_DISPATCH_RECV, smem);
+  const int nmy = f.nmy, G = f.G;
+  uint32_t* cnt = f.recv_groups; /* [G + 1] */
   epf_status_t mine = EPF_OK, res;
   int i;
 
   for (i = (int)threadIdx.x; i < G; i += (int)blockDim.x) {
-    const int m = i / R, s = i - m * R, le = ctx.block + m * ctx.nblocks;
+    const int m = i / f.R, s = i - m * f.R, le = ctx.block + m * ctx.nblocks;
     const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_DISPATCH,
-                                                epf_ll_dispatch_signal_index(plan, epoch, le, s));
+                                                epf_ll_dispatch_signal_index(plan, f.epoch, le, s));
     uint32_t v = 0u;
-    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, s, &v);
-    const uint32_t n = st == EPF_OK ? (v < (uint32_t)Tmax ? v : (uint32_t)Tmax) : 0u;
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(f.team, off), f.epoch, f.w, s, &v);
+    const uint32_t n = st == EPF_OK ? (v < (uint32_t)f.Tmax ? v : (uint32_t)f.Tmax) : 0u;
     if (st != EPF_OK) {
       if (mine == EPF_OK) mine = st;
-      epf_st_relaxed_gpu_u32(&ctx.state->dispatch_fail[s], epoch);
+      epf_st_relaxed_gpu_u32(&ctx.state->dispatch_fail[s], f.epoch);
     }
     cnt[i] = n;
-    if (a->recv_counts != NULL) a->recv_counts[le * R + s] = (int32_t)n;
+    if (a->recv_counts != NULL) a->recv_counts[le * f.R + s] = (int32_t)n;
   }
   res = epf__block_status(mine); /* includes __syncthreads: cnt[] complete, rows acquired */
 
@@ -300,7 +284,7 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan
     for (i = (int)threadIdx.x; i < nmy; i += (int)blockDim.x) {
       uint32_t sum = 0u;
       int s;
-      for (s = 0; s < R; ++s) sum += cnt[i * R + s];
+      for (s = 0; s < f.R; ++s) sum += cnt[i * f.R + s];
       a->expert_counts[ctx.block + i * ctx.nblocks] = (int32_t)sum;
     }
   }
@@ -310,35 +294,35 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan
     const bool swizzled = plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 && plan->payload == EPF_PAYLOAD_MXFP8;
     uint32_t total;
     int64_t u, units;
-    epf__ll_scan_block(cnt, G, ws); /* cnt becomes the exclusive prefix; cnt[G] = total */
+    epf__ll_scan_block(cnt, G, f.scan); /* cnt becomes the exclusive prefix; cnt[G] = total */
     total = cnt[G];
     units = (int64_t)total * nch;
-    for (u = (int64_t)warp; u < units; u += nwarps) {
+    for (u = (int64_t)f.warp; u < units; u += f.nwarps) {
       const uint32_t r = (uint32_t)(u / nch);
       const int c = (int)(u - (int64_t)r * nch);
       const int gi = epf__ll_find_group(cnt, G, r);
-      const int m = gi / R, s = gi - m * R, le = ctx.block + m * ctx.nblocks;
+      const int m = gi / f.R, s = gi - m * f.R, le = ctx.block + m * ctx.nblocks;
       const int j = (int)(r - cnt[gi]);
-      const int pos = (int)(cnt[gi] - cnt[m * R]) + j;
-      const int64_t src_row = epf_ll_recv_row(plan, epoch, le, s, j);
+      const int pos = (int)(cnt[gi] - cnt[m * f.R]) + j;
+      const int64_t src_row = epf_ll_recv_row(plan, f.epoch, le, s, j);
       const int64_t dst_row = epf_ll_packed_row(plan, le, pos);
-      const uint32_t off = (uint32_t)c * 512u + (uint32_t)lane * 16u;
+      const uint32_t off = (uint32_t)c * 512u + (uint32_t)f.lane * 16u;
       if (a->packed_x != NULL && off < plan->row_bytes)
         epf_st_v4_u32((char*)a->packed_x + dst_row * plan->row_bytes + off,
-                      epf_ld_v4_u32((const char*)epf_local_ptr(team, epf_plan_recv_token_offset(plan, src_row)) + off));
+                      epf_ld_v4_u32((const char*)epf_local_ptr(f.team, epf_plan_recv_token_offset(plan, src_row)) + off));
       if (c == 0) {
-        if (a->packed_meta != NULL && lane == 0)
-          epf_st_v4_u32(a->packed_meta + dst_row, epf_ld_v4_u32(epf_local_ptr(team, epf_plan_recv_meta_offset(plan, src_row))));
+        if (a->packed_meta != NULL && f.lane == 0)
+          epf_st_v4_u32(a->packed_meta + dst_row, epf_ld_v4_u32(epf_local_ptr(f.team, epf_plan_recv_meta_offset(plan, src_row))));
         if (a->packed_scales != NULL) {
           const unsigned char* ss =
-              (const unsigned char*)epf_local_ptr(team, epf_plan_recv_scale_offset(plan, src_row));
+              (const unsigned char*)epf_local_ptr(f.team, epf_plan_recv_scale_offset(plan, src_row));
           uint32_t b;
           if (swizzled) { /* MXFP8 only: one byte per 32 elements, 128x4 atoms */
-            for (b = (uint32_t)lane; b < plan->scale_bytes_per_row; b += 32u)
+            for (b = (uint32_t)f.lane; b < plan->scale_bytes_per_row; b += 32u)
               ((unsigned char*)a->packed_scales)[epf_scale_swizzle_offset(dst_row, (int)b, (int)plan->scale_bytes_per_row)] = ss[b];
           } else {
             unsigned char* ds = (unsigned char*)a->packed_scales + dst_row * plan->scale_bytes_per_row;
-            for (b = (uint32_t)lane; b < plan->scale_bytes_per_row; b += 32u) ds[b] = ss[b];
+            for (b = (uint32_t)f.lane; b < plan->scale_bytes_per_row; b += 32u) ds[b] = ss[b];
           }
         }
       }
@@ -346,8 +330,8 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_dispatch_recv_block(const epf_plan_t* plan
   }
 
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_RECV)) {
-    if (threadIdx.x == 0 && a->round != NULL) *a->round = epoch;
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_RECV, epoch);
+    if (threadIdx.x == 0 && a->round != NULL) *a->round = f.epoch;
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_RECV, f.epoch);
   }
   return res;
 }

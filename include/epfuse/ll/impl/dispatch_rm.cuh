@@ -76,6 +76,7 @@
 #include "phase.cuh"
 #include "slots.cuh"
 #include "rm.cuh"
+#include "frame.cuh"
 #include "../../core/ptx.cuh"
 #include "../../quant/quant.cuh"
 #include "../../core/signal.cuh"
@@ -85,33 +86,23 @@ EPF_BEGIN_DECLS
 
 EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                      const epf_ll_dispatch_args_t* a, void* smem) {
-  const epf_team_t team = ctx.team;
-  const int rank = team.rank, R = team.nranks;
-  const int T = a->num_tokens, Tmax = plan->max_tokens_per_rank, K = plan->top_k, E = plan->num_experts;
-  const int EL = plan->experts_per_rank, H = plan->hidden;
-  const int lane = epf_lane_id(), warp = epf_warp_id(), nwarps = (int)(blockDim.x >> 5);
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_SEND);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* mask = (uint32_t*)((char*)smem + sl.mask);
-  const epf_ll_slots_t slots = epf_ll_slots_at(plan, smem, sl.send_slots, T, (int)blockDim.x);
-  const epf_ll_slots_t rslots = epf_ll_rm_slots_at(plan, smem, sl.rm_send_slots, T, (int)blockDim.x);
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_DISPATCH_SEND, smem);
   const int is64 = epf_ll_index_is64(a->index_type);
-  const int nchunks = (H + EPF_LL_UNIT_ELEMS - 1) / EPF_LL_UNIT_ELEMS;
-  const int64_t units = (int64_t)T * nchunks;
+  const int64_t units = (int64_t)f.T * f.nchunks;
   const int payload = plan->payload;
   const int mx_rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
   int64_t u;
 
-  epf__ll_snapshot_mask_block(plan, ctx, mask);
-  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, slots,
+  epf__ll_snapshot_mask_block(plan, ctx, f.mask);
+  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, f.T, f.slots,
                           ctx.block == 0 && ctx.record != NULL ? &ctx.record->dropped_routes : NULL, 0);
-  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, T, rslots, NULL, 1);
+  epf__ll_slot_pass_block(plan, a->topk_idx, a->index_type, f.T, f.rslots, NULL, 1);
 
-  for (u = (int64_t)ctx.block * nwarps + warp; u < units; u += (int64_t)ctx.nblocks * nwarps) {
-    const int t = (int)(u / nchunks), c = (int)(u - (int64_t)t * nchunks);
-    const int col = c * EPF_LL_UNIT_ELEMS + lane * 8;
-    const bool on = col < H;
+  for (u = (int64_t)ctx.block * f.nwarps + f.warp; u < units; u += (int64_t)ctx.nblocks * f.nwarps) {
+    const int t = (int)(u / f.nchunks), c = (int)(u - (int64_t)t * f.nchunks);
+    const int col = c * EPF_LL_UNIT_ELEMS + f.lane * 8;
+    const bool on = col < f.H;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     uint2 q;
     uint32_t sbits;   /* the lane's group scale: E8M0 byte (MXFP8) or FP32 bits (per-128) */
@@ -119,41 +110,41 @@ EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf
     char* sdst = NULL;
     int64_t row = -1;
     int d = -1;
-    if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * H + col) * 2);
+    if (on) v = epf_ld_nc_v4_u32((const char*)a->x + ((int64_t)t * f.H + col) * 2);
     q = epf__ll_quantize_chunk_warp(v, payload, mx_rule, ue8m0, &sbits);
-    if (lane < K) {
-      const uint32_t slot = epf_ll_rm_slot(plan, rslots, t * K + lane, &d);
-      if (slot != EPF_LL_SLOT_NONE && slot < (uint32_t)Tmax && epf__ll_active(mask, d)) {
-        row = epf_ll_rm_recv_row(plan, epoch, rank, (int)slot);
-        dst = (char*)epf_peer_ptr(team, epf_plan_recv_token_offset(plan, row), d);
-        sdst = (char*)epf_peer_ptr(team, epf_plan_recv_scale_offset(plan, row), d);
+    if (f.lane < f.K) {
+      const uint32_t slot = epf_ll_rm_slot(plan, f.rslots, t * f.K + f.lane, &d);
+      if (slot != EPF_LL_SLOT_NONE && slot < (uint32_t)f.Tmax && epf__ll_active(f.mask, d)) {
+        row = epf_ll_rm_recv_row(plan, f.epoch, f.rank, (int)slot);
+        dst = (char*)epf_peer_ptr(f.team, epf_plan_recv_token_offset(plan, row), d);
+        sdst = (char*)epf_peer_ptr(f.team, epf_plan_recv_scale_offset(plan, row), d);
       }
     }
     epf__ll_store_copies_warp(dst, sdst, payload, col, on, v, q, sbits); /* one copy per destination rank */
     if (c == 0) { /* warp-uniform: the metadata rows (plan.h's epf_recv_meta_rm_* offsets) */
-      int first_k = lane;
-      const int e = lane < K ? epf__ll_route(a->topk_idx, is64, t, lane, K, E, &first_k) : -1;
-      const int dk = e >= 0 ? e / EL : -1;
+      int first_k = f.lane;
+      const int e = f.lane < f.K ? epf__ll_route(a->topk_idx, is64, t, f.lane, f.K, f.E, &first_k) : -1;
+      const int dk = e >= 0 ? e / f.EL : -1;
       /* the lanes of one destination rank; the lowest is the first entry on it (the copy) */
-      const uint32_t same = __match_any_sync(0xffffffffu, dk >= 0 ? dk : -1 - lane);
+      const uint32_t same = __match_any_sync(0xffffffffu, dk >= 0 ? dk : -1 - f.lane);
       const int lead = __ffs((int)same) - 1;
-      char* my_meta = dst != NULL ? (char*)epf_peer_ptr(team, epf_plan_recv_meta_offset(plan, row), d) : NULL;
+      char* my_meta = dst != NULL ? (char*)epf_peer_ptr(f.team, epf_plan_recv_meta_offset(plan, row), d) : NULL;
       char* meta = (char*)epf__ll_shfl_ptr(my_meta, lead);
       if (dk >= 0 && meta != NULL) {
-        const int j = __popc(same & ((1u << lane) - 1u)); /* entry j of the row: k order */
+        const int j = __popc(same & ((1u << f.lane) - 1u)); /* entry j of the row: k order */
         int ex;
-        const uint32_t es = epf_ll_slot(plan, slots, t * K + first_k, &ex); /* the expert's first occurrence */
-        *(int32_t*)(meta + epf_recv_meta_rm_expert_at(K, j)) = e - dk * EL;
-        *(float*)(meta + epf_recv_meta_rm_weight_at(K, j)) =
-            a->topk_weights != NULL ? a->topk_weights[(int64_t)t * K + lane] : 1.0f;
-        *(int32_t*)(meta + epf_recv_meta_rm_slot_at(K, j)) = es == EPF_LL_SLOT_NONE ? -1 : (int32_t)es;
-        if (lane == lead) {
+        const uint32_t es = epf_ll_slot(plan, f.slots, t * f.K + first_k, &ex); /* the expert's first occurrence */
+        *(int32_t*)(meta + epf_recv_meta_rm_expert_at(f.K, j)) = e - dk * f.EL;
+        *(float*)(meta + epf_recv_meta_rm_weight_at(f.K, j)) =
+            a->topk_weights != NULL ? a->topk_weights[(int64_t)t * f.K + f.lane] : 1.0f;
+        *(int32_t*)(meta + epf_recv_meta_rm_slot_at(f.K, j)) = es == EPF_LL_SLOT_NONE ? -1 : (int32_t)es;
+        if (f.lane == lead) {
           union {
             epf_recv_meta_rm_t h;
             uint4 v;
           } hd; /* registers only: one 16-byte store */
           hd.h.src_token = t;
-          hd.h.src_rank = rank;
+          hd.h.src_rank = f.rank;
           hd.h.num_local = __popc(same);
           hd.h.reserved = 0;
           epf_st_v4_u32(meta, hd.v);
@@ -165,24 +156,24 @@ EPF_DEVICE_INLINE void epf_ll_rm_dispatch_send_block(const epf_plan_t* plan, epf
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_SEND)) {
     int g;
     /* the copies of every expert of every active destination, as count words, before the signal */
-    for (g = (int)threadIdx.x; g < E; g += (int)blockDim.x) {
-      const int dd = g / EL;
-      const uint32_t n = slots.count[g] < (uint32_t)Tmax ? slots.count[g] : (uint32_t)Tmax;
-      if (!epf__ll_active(mask, dd)) continue;
-      epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(team, epf_ll_rm_count_offset(plan, epoch, rank, g), dd),
-                             epf_count_word_pack(epoch, n));
+    for (g = (int)threadIdx.x; g < f.E; g += (int)blockDim.x) {
+      const int dd = g / f.EL;
+      const uint32_t n = f.slots.count[g] < (uint32_t)f.Tmax ? f.slots.count[g] : (uint32_t)f.Tmax;
+      if (!epf__ll_active(f.mask, dd)) continue;
+      epf_st_relaxed_sys_u64((uint64_t*)epf_peer_ptr(f.team, epf_ll_rm_count_offset(plan, f.epoch, f.rank, g), dd),
+                             epf_count_word_pack(f.epoch, n));
     }
     __syncthreads();
-    for (g = (int)threadIdx.x; g < R; g += (int)blockDim.x) {
-      const uint32_t n = rslots.count[g] < (uint32_t)Tmax ? rslots.count[g] : (uint32_t)Tmax;
-      if (!epf__ll_active(mask, g)) continue;
-      epf_signal_set_sys((uint64_t*)epf_peer_ptr(team,
+    for (g = (int)threadIdx.x; g < f.R; g += (int)blockDim.x) {
+      const uint32_t n = f.rslots.count[g] < (uint32_t)f.Tmax ? f.rslots.count[g] : (uint32_t)f.Tmax;
+      if (!epf__ll_active(f.mask, g)) continue;
+      epf_signal_set_sys((uint64_t*)epf_peer_ptr(f.team,
                                                  epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_DISPATCH,
-                                                                        epf_ll_rm_dispatch_signal_index(plan, epoch, rank)),
+                                                                        epf_ll_rm_dispatch_signal_index(plan, f.epoch, f.rank)),
                                                  g),
-                         epoch, n);
+                         f.epoch, n);
     }
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_SEND, epoch);
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_SEND, f.epoch);
   }
 }
 
@@ -326,66 +317,60 @@ EPF_DEVICE_INLINE epf_status_t epf_ll_rm_combine_backward_recv_block(const epf_p
  * combine weight; every caller passes a constant, so the forward code carries no backward code) */
 EPF_DEVICE_INLINE epf_status_t epf__ll_rm_dispatch_recv(const epf_plan_t* plan, epf_ll_ctx_t ctx,
                                                         const epf_ll_dispatch_args_t* a, void* smem, bool bwd) {
-  const epf_team_t team = ctx.team;
-  const int R = team.nranks, rank = team.rank, Tmax = plan->max_tokens_per_rank, EL = plan->experts_per_rank;
-  const uint32_t epoch = epf_ll_epoch_next(ctx.state, EPF_LL_PHASE_DISPATCH_RECV);
-  const epf_wait_t w = epf_ll_wait(plan, ctx);
-  const epf_ll_smem_layout_t sl = epf_ll_smem_layout(plan, (int)blockDim.x);
-  uint32_t* present = (uint32_t*)((char*)smem + sl.rm_present); /* [EPF_MASK_WORDS] */
-  uint32_t* rows = (uint32_t*)((char*)smem + sl.rm_rows);       /* [R + 1] */
-  uint32_t* cnt = (uint32_t*)((char*)smem + sl.rm_cnt);         /* [EL][R] */
+  EPF__LL_FRAME_MAKE(f, plan, ctx, a->num_tokens, EPF_LL_PHASE_DISPATCH_RECV, smem);
+  /* f.rm_present [EPF_MASK_WORDS], f.rm_rows [R + 1], f.rm_cnt [EL][R] */
   epf_status_t mine = EPF_OK, res;
   int i;
 
-  for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) present[i] = 0u;
+  for (i = (int)threadIdx.x; i < EPF_MASK_WORDS; i += (int)blockDim.x) f.rm_present[i] = 0u;
   __syncthreads();
-  for (i = (int)threadIdx.x; i < R; i += (int)blockDim.x) {
+  for (i = (int)threadIdx.x; i < f.R; i += (int)blockDim.x) {
     const uint64_t off = epf_plan_signal_offset(plan, EPF_REGION_SIG_LL_DISPATCH,
-                                                epf_ll_rm_dispatch_signal_index(plan, epoch, i));
+                                                epf_ll_rm_dispatch_signal_index(plan, f.epoch, i));
     uint32_t v = 0u;
-    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(team, off), epoch, w, i, &v);
+    const epf_status_t st = epf_signal_wait_sys((const uint64_t*)epf_local_ptr(f.team, off), f.epoch, f.w, i, &v);
     if (st == EPF_OK) {
-      rows[i] = v < (uint32_t)Tmax ? v : (uint32_t)Tmax;
-      atomicOr(&present[i >> 5], 1u << (i & 31));
+      f.rm_rows[i] = v < (uint32_t)f.Tmax ? v : (uint32_t)f.Tmax;
+      atomicOr(&f.rm_present[i >> 5], 1u << (i & 31));
     } else {
-      rows[i] = 0u;
+      f.rm_rows[i] = 0u;
       if (mine == EPF_OK) mine = st;
-      epf_st_relaxed_gpu_u32(&ctx.state->dispatch_fail[i], epoch);
+      epf_st_relaxed_gpu_u32(&ctx.state->dispatch_fail[i], f.epoch);
     }
   }
   res = epf__block_status(mine); /* __syncthreads: present[] / rows[] complete, words acquired */
 
-  for (i = (int)threadIdx.x; i < EL * R; i += (int)blockDim.x) { /* i = le * R + s */
-    const int le = i / R, s = i - le * R;
+  for (i = (int)threadIdx.x; i < f.EL * f.R; i += (int)blockDim.x) { /* i = le * R + s */
+    const int le = i / f.R, s = i - le * f.R;
     uint32_t n = 0u;
-    if (epf__ll_active(present, s)) {
-      const uint64_t* wp = (const uint64_t*)epf_local_ptr(team, epf_ll_rm_count_offset(plan, epoch, s, rank * EL + le));
+    if (epf__ll_active(f.rm_present, s)) {
+      const uint64_t* wp = (const uint64_t*)epf_local_ptr(f.team, epf_ll_rm_count_offset(plan, f.epoch, s, f.rank * f.EL + le));
       const uint64_t word = *wp;
-      if (epf_count_word_valid(word, epoch)) {
+      if (epf_count_word_valid(word, f.epoch)) {
         n = epf_count_word_count(word);
-        n = n < (uint32_t)Tmax ? n : (uint32_t)Tmax;
+        n = n < (uint32_t)f.Tmax ? n : (uint32_t)f.Tmax;
       } else {
-        epf_error_report(ctx.record, EPF_ERR_BAD_METADATA, rank, s, wp, epoch, word >> 32, 0);
+        epf_error_report(ctx.record, EPF_ERR_BAD_METADATA, f.rank, s, wp, f.epoch, word >> 32, 0);
       }
     }
-    cnt[i] = n;
+    f.rm_cnt[i] = n;
     if (ctx.block == 0 && a->recv_counts != NULL) a->recv_counts[i] = (int32_t)n;
   }
   __syncthreads();
   if (ctx.block == 0 && a->expert_counts != NULL) {
-    for (i = (int)threadIdx.x; i < EL; i += (int)blockDim.x) {
+    for (i = (int)threadIdx.x; i < f.EL; i += (int)blockDim.x) {
       uint32_t sum = 0u;
       int s;
-      for (s = 0; s < R; ++s) sum += cnt[i * R + s];
+      for (s = 0; s < f.R; ++s) sum += f.rm_cnt[i * f.R + s];
       a->expert_counts[i] = (int32_t)sum;
     }
   }
   if (a->packed_x != NULL || a->packed_meta != NULL || a->packed_scales != NULL) /* block-uniform */
-    epf__ll_rm_expand_rows_block(plan, ctx, epoch, a, smem, bwd);
+    epf__ll_rm_expand_rows_block(plan, ctx, f.epoch, a, smem, bwd);
 
   if (epf_ll_phase_end_block(ctx, EPF_LL_PHASE_DISPATCH_RECV)) {
-    if (threadIdx.x == 0 && a->round != NULL) *a->round = epoch;
-    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_RECV, epoch);
+    if (threadIdx.x == 0 && a->round != NULL) *a->round = f.epoch;
+    epf_ll_phase_commit_block(ctx, EPF_LL_PHASE_DISPATCH_RECV, f.epoch);
   }
   return res;
 }

@@ -1,4 +1,4 @@
-/* epfuse/quant/impl/fp8_128.cuh — per-128 FP8 device blocks (DeepSeek-V3 / DeepEP): lane, row, dequantize — part of epfuse v0.1
+/* epfuse/quant/impl/fp8_128.cuh — per-128 FP8 device blocks (DeepSeek-V3 / DeepEP): lane quantize, dequantize — part of epfuse v0.1
  *
  * What it is: the device half of per-128 FP8 (E4M3 elements + one FP32 scale per 128 elements)
  * from quant/quant.cuh, bit-identical to the scalar reference of quant/impl/scalar.cuh. Include
@@ -12,6 +12,9 @@
  * two: UE8M0 scales, or s = Inf), else two Markstein FMA correction steps (epf__fdiv_markstein),
  * which give the correctly rounded quotient. tests/unit/test_quant_host checks both against IEEE
  * division.
+ *
+ * The row quantizers (epf_fp8_128_quantize_row_*_warp) are in quant/impl/rows.cuh: one row loop
+ * for both formats.
  *
  * Contents: see quant/quant.cuh.
  *
@@ -98,60 +101,6 @@ EPF_DEVICE_INLINE void epf__fp8_128_store(uint2 q, float s, int i, int lane, int
                                           float* out_scales) {
   ((uint2*)out_q)[i] = q;
   if ((lane & 15) == 0) out_scales[(int64_t)(i >> 4) * scale_stride] = s;
-}
-
-EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_bf16_warp(const void* x, int hidden, bool ue8m0, int64_t scale_stride,
-                                                         uint8_t* out_q, float* out_scales) {
-  const int lane = (int)(threadIdx.x & 31u);
-  const int nvec = hidden >> 3;
-  const uint4* xv = (const uint4*)x;
-  int base;
-  EPF__QUANT_CHECK(hidden > 0 && (hidden & 127) == 0);
-  EPF__QUANT_CHECK(EPF__QUANT_ALIGNED(x, 16) && EPF__QUANT_ALIGNED(out_q, 8) && EPF__QUANT_ALIGNED(out_scales, 4));
-  for (base = 0; base < nvec; base += 32 * EPF_QUANT_UNROLL) {
-    uint4 in[EPF_QUANT_UNROLL];
-    int u;
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      in[u] = i < nvec ? xv[i] : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      if (base + 32 * u < nvec) {
-        float s;
-        const uint2 q = epf_fp8_128_quantize_lane8_bf16_warp(in[u], ue8m0, &s);
-        if (i < nvec) epf__fp8_128_store(q, s, i, lane, scale_stride, out_q, out_scales);
-      }
-    }
-  }
-}
-
-EPF_DEVICE_INLINE void epf_fp8_128_quantize_row_f32_warp(const float* x, int hidden, bool ue8m0, int64_t scale_stride,
-                                                        uint8_t* out_q, float* out_scales) {
-  const int lane = (int)(threadIdx.x & 31u);
-  const int nvec = hidden >> 3;
-  const float4* xv = (const float4*)x;
-  int base;
-  EPF__QUANT_CHECK(hidden > 0 && (hidden & 127) == 0);
-  EPF__QUANT_CHECK(EPF__QUANT_ALIGNED(x, 16) && EPF__QUANT_ALIGNED(out_q, 8) && EPF__QUANT_ALIGNED(out_scales, 4));
-  for (base = 0; base < nvec; base += 32 * EPF_QUANT_UNROLL) {
-    float4 in[2 * EPF_QUANT_UNROLL];
-    int u;
-    epf__f32_chunk_load(xv, base, nvec, in);
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      if (base + 32 * u < nvec) {
-        float s, v[8];
-        uint2 q;
-        epf__f32x8_unpack(in[2 * u], in[2 * u + 1], v);
-        q = epf_fp8_128_quantize_lane8_warp(v, ue8m0, &s);
-        if (i < nvec) epf__fp8_128_store(q, s, i, lane, scale_stride, out_q, out_scales);
-      }
-    }
-  }
 }
 
 EPF_DEVICE_INLINE void epf_fp8_128_dequantize_row_f32_warp(const uint8_t* q, const float* scales, int64_t scale_stride,

@@ -1,4 +1,4 @@
-/* epfuse/quant/impl/mxfp8.cuh — MXFP8 device blocks: lane, warp and row quantize, dequantize, fused dequant x weight — part of epfuse v0.1
+/* epfuse/quant/impl/mxfp8.cuh — MXFP8 device blocks: lane and warp quantize, row dequantize, fused dequant x weight — part of epfuse v0.1
  *
  * What it is: the device half of MXFP8 (E4M3 elements + one E8M0 scale per 32 elements) from
  * quant/quant.cuh, bit-identical to the scalar reference of quant/impl/scalar.cuh. Include
@@ -10,6 +10,9 @@
  * warp stores 256 contiguous bytes per chunk. This is what a warp that streams a row with 16-byte
  * loads has in its registers, so fused code (dispatch sends, GEMM epilogues) calls the lane8
  * functions straight from registers.
+ *
+ * The row quantizers (epf_mxfp8_quantize_row_*_warp) are in quant/impl/rows.cuh: one row loop for
+ * both formats.
  *
  * Contents: see quant/quant.cuh.
  *
@@ -251,67 +254,6 @@ EPF_DEVICE_INLINE void epf__mxfp8_store(uint2 q, uint8_t scale, int i, int lane,
                                         uint8_t* sf_row) {
   ((uint2*)out_q)[i] = q;
   if ((lane & 3) == 0) sf_row[epf__mxfp8_scale_col(i >> 2, swizzled)] = scale;
-}
-
-EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_bf16_warp(const void* x, int hidden, int rule, int64_t row,
-                                                       int scale_layout, uint8_t* out_q, uint8_t* out_scales) {
-  const int lane = (int)(threadIdx.x & 31u);
-  const int nvec = hidden >> 3; /* 8-element vectors: one per lane per chunk */
-  const int ncols = hidden >> 5;
-  const uint4* xv = (const uint4*)x;
-  const bool swizzled = scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4;
-  uint8_t* sf_row = epf__mxfp8_scale_row(out_scales, scale_layout, row, ncols);
-  int base;
-  EPF__QUANT_CHECK(hidden > 0 && (hidden & 31) == 0);
-  EPF__QUANT_CHECK(EPF__QUANT_ALIGNED(x, 16) && EPF__QUANT_ALIGNED(out_q, 8));
-  for (base = 0; base < nvec; base += 32 * EPF_QUANT_UNROLL) {
-    uint4 in[EPF_QUANT_UNROLL];
-    int u;
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      in[u] = i < nvec ? xv[i] : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      if (base + 32 * u < nvec) { /* warp-uniform: skip chunks wholly past the row's end */
-        uint8_t scale;
-        const uint2 q = epf_mxfp8_quantize_lane8_bf16_warp(in[u], rule, &scale);
-        if (i < nvec) epf__mxfp8_store(q, scale, i, lane, swizzled, out_q, sf_row);
-      }
-    }
-  }
-}
-
-EPF_DEVICE_INLINE void epf_mxfp8_quantize_row_f32_warp(const float* x, int hidden, int rule, int64_t row,
-                                                      int scale_layout, uint8_t* out_q, uint8_t* out_scales) {
-  const int lane = (int)(threadIdx.x & 31u);
-  const int nvec = hidden >> 3;
-  const int ncols = hidden >> 5;
-  const float4* xv = (const float4*)x;
-  const bool swizzled = scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4;
-  uint8_t* sf_row = epf__mxfp8_scale_row(out_scales, scale_layout, row, ncols);
-  int base;
-  EPF__QUANT_CHECK(hidden > 0 && (hidden & 31) == 0);
-  EPF__QUANT_CHECK(EPF__QUANT_ALIGNED(x, 16) && EPF__QUANT_ALIGNED(out_q, 8));
-  for (base = 0; base < nvec; base += 32 * EPF_QUANT_UNROLL) {
-    float4 in[2 * EPF_QUANT_UNROLL];
-    int u;
-    epf__f32_chunk_load(xv, base, nvec, in);
-#pragma unroll
-    for (u = 0; u < EPF_QUANT_UNROLL; ++u) {
-      const int i = base + 32 * u + lane;
-      if (base + 32 * u < nvec) {
-        uint8_t scale;
-        float v[8];
-        uint2 q;
-        epf__f32x8_unpack(in[2 * u], in[2 * u + 1], v);
-        q = epf_mxfp8_quantize_lane8_warp(v, rule, &scale);
-        if (i < nvec) epf__mxfp8_store(q, scale, i, lane, swizzled, out_q, sf_row);
-      }
-    }
-  }
 }
 
 EPF_DEVICE_INLINE void epf_mxfp8_dequantize_row_f32_warp(const uint8_t* q, const uint8_t* scales, int hidden,
