@@ -23,6 +23,8 @@
  *   uint64_t     epf_plan_signal_offset(const epf_plan_t*, epf_region_id_t, int64_t index)
  *   uint64_t     epf_plan_counts_offset(const epf_plan_t*, int parity, int src, int index)
  *   uint64_t     epf_plan_recv_token_offset / _scale_offset / _meta_offset(const epf_plan_t*, int64_t row)
+ *   int          epf_plan_scales_staged(const epf_plan_t*)  GEMM-ready scales go through stage rows
+ *   uint64_t     epf_plan_recv_scale_stage_offset(const epf_plan_t*, int64_t row)  a row's stage run
  *   uint64_t     epf_plan_expert_out_offset / epf_plan_combine_offset(const epf_plan_t*, int64_t row)
  *                (the accessors: EPF_OFFSET_INVALID for a NULL plan or an id out of range)
  *   const char*  epf_region_name(epf_region_id_t)
@@ -44,7 +46,7 @@ EPF_BEGIN_DECLS
 /* ============================================================================================ */
 
 #define EPF_PLAN_MAGIC 0x4c504645u /* "EFPL" */
-#define EPF_PLAN_VERSION 2u /* 2: build_signature */
+#define EPF_PLAN_VERSION 3u /* 2: build_signature; 3: staged GEMM-ready scales (epf_plan_scales_staged) */
 
 /* The regions of one rank's window slice, in address order. Every rank has the same plan, so
  * (window, offset, peer) names the same region on every peer. Signals are uint64_t words. */
@@ -62,7 +64,8 @@ EPF_BEGIN_DECLS
   X(COUNTS, "[2 parity][R source][E + R] uint64 count words (epoch << 32 | 1 << 31 | count): "     \
             "per-expert, then per-rank counts (LL RM: the per-expert copies of each source)")      \
   X(RECV_TOKENS, "HT: [recv_capacity] rows; LL: [2][E_local][R][T] (EM) or [2][R][T] (RM)")        \
-  X(RECV_SCALES, "the rows' scales (compact or swizzled); 0 bytes for BF16")                        \
+  X(RECV_SCALES, "the rows' scales (compact, swizzled or segment MN-major; GEMM-ready layouts then "  \
+    "one compact stage run per row, epf_plan_scales_staged); 0 bytes for BF16")                    \
   X(RECV_META, "the rows' metadata (epf_recv_meta_* layout, meta_bytes_per_row)")                  \
   X(COMBINE, "combine landing area at the source (push / LL); else 0 bytes")                       \
   X(EXPERT_OUT, "HT pull combine: expert outputs (combine_payload rows) in the receive row "       \
@@ -202,6 +205,20 @@ EPF_HD uint64_t epf_build_signature(void) {
   return h == 0 ? 1 : h;
 }
 
+/* epf_plan_scales_staged — 1 when the plan's receive scales are GEMM-ready and reached through
+ *   stage rows: HT, EXPERT_MAJOR, a quantized payload, scale layout SEGMENT_MN_MAJOR or
+ *   SWIZZLED_128X4. In such a layout one row's scales are scattered (SEGMENT_MN_MAJOR: an FP32 per
+ *   column, each in its own 32-byte sector), and a send that stored them there directly cost 1.86x
+ *   the compact dispatch. So the send stores each row's scales compact, as one run, in the row's
+ *   stage run (epf_plan_recv_scale_stage_offset), and the receive half rearranges every received
+ *   row into the layout (epf_dispatch_scales_finish_block, ht/ht.cuh); readers use
+ *   epf_recv_scale_offset after that. 0 for a NULL plan. Scope: any thread. Pure. */
+EPF_HD int epf_plan_scales_staged(const epf_plan_t* plan) {
+  return plan != NULL && plan->mode == EPF_MODE_HT && plan->layout == EPF_LAYOUT_EXPERT_MAJOR &&
+         plan->payload != EPF_PAYLOAD_BF16 &&
+         (plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR || plan->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4);
+}
+
 /* epf_plan_compute — resolve + validate `cfg`, then lay out every region of one rank's window
  *   slice, each at a multiple of EPF_ALIGN, in epf_region_id_t order. This is the only function in
  *   epfuse that computes region offsets. Statuses: EPF_ERR_INVALID_ARGUMENT (NULL), those of
@@ -298,6 +315,15 @@ EPF_HD epf_status_t epf_plan_compute(const epf_config_t* cfg, epf_plan_t* out_pl
      * the rows [0, recv_capacity) back to back, the same bytes as the compact rows */
     return EPF_ERR_SIZE_OVERFLOW;
   }
+  if (epf_plan_scales_staged(&p)) {
+    /* GEMM-ready scales: after the layout's bytes, one compact stage run per row (16-byte
+     * aligned), where the send stores whole runs; the receive half rearranges them */
+    uint64_t stage;
+    if (!epf__mul_ok(rows, epf__align_up_u64(p.scale_bytes_per_row, 16u), &stage) ||
+        sizes[EPF_REGION_RECV_SCALES] > UINT64_MAX / 2 - stage)
+      return EPF_ERR_SIZE_OVERFLOW;
+    sizes[EPF_REGION_RECV_SCALES] += stage;
+  }
   if (!epf__mul_ok(rows, p.meta_bytes_per_row, &sizes[EPF_REGION_RECV_META])) return EPF_ERR_SIZE_OVERFLOW;
   if (!epf__mul_ok(combine_rows, p.combine_row_bytes, &sizes[EPF_REGION_COMBINE]))
     return EPF_ERR_SIZE_OVERFLOW;
@@ -381,6 +407,18 @@ EPF_HD uint64_t epf_plan_recv_token_offset(const epf_plan_t* plan, int64_t row) 
 EPF_HD uint64_t epf_plan_recv_scale_offset(const epf_plan_t* plan, int64_t row) {
   if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
   return plan->region[EPF_REGION_RECV_SCALES].offset + (uint64_t)row * plan->scale_bytes_per_row;
+}
+/* epf_plan_recv_scale_stage_offset — where the send stores receive row `row`'s scales: its stage
+ *   run (compact, scale_bytes_per_row bytes, 16-byte aligned, after the layout's bytes in
+ *   RECV_SCALES) when epf_plan_scales_staged, else its compact position
+ *   (epf_plan_recv_scale_offset). EPF_OFFSET_INVALID for NULL or row < 0 (host). Pure. */
+EPF_HD uint64_t epf_plan_recv_scale_stage_offset(const epf_plan_t* plan, int64_t row) {
+  uint64_t stride;
+  if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;
+  if (!epf_plan_scales_staged(plan)) return epf_plan_recv_scale_offset(plan, row);
+  stride = epf__align_up_u64(plan->scale_bytes_per_row, 16u);
+  return plan->region[EPF_REGION_RECV_SCALES].offset + plan->region[EPF_REGION_RECV_SCALES].bytes -
+         (uint64_t)plan->recv_capacity * stride + (uint64_t)row * stride;
 }
 EPF_HD uint64_t epf_plan_recv_meta_offset(const epf_plan_t* plan, int64_t row) {
   if (EPF__HOST_CHECK(plan == NULL || row < 0)) return EPF_OFFSET_INVALID;

@@ -262,6 +262,8 @@ static void want_plan(const epf_config_t* c, want_plan_t* w) {
   w->region[EPF_REGION_RECV_TOKENS] = rows * w->row_bytes;
   w->region[EPF_REGION_RECV_SCALES] =
       c->scale_layout == 2 ? up(rows, 128) * up(H / 32, 4) : rows * w->scale_bytes_per_row;
+  if (!ll && em && c->payload != 1 && (c->scale_layout == 2 || c->scale_layout == 3)) /* + stage runs */
+    w->region[EPF_REGION_RECV_SCALES] += rows * up(w->scale_bytes_per_row, 16);
   w->region[EPF_REGION_RECV_META] = rows * w->meta_bytes_per_row;
   w->region[EPF_REGION_COMBINE] = crows * w->combine_row_bytes;
   w->region[EPF_REGION_EXPERT_OUT] = (!ll && !push && (c->payload != 1 || c->combine_payload != 1))

@@ -1143,12 +1143,18 @@ static void ht_check_recv(const Case& c, const epf_plan_t& p, const HtIn& in, co
   const bool em = c.layout == EPF_LAYOUT_EXPERT_MAJOR, swz = c.swz != 0;
   std::vector<uint8_t> wt(tok_n, POISON), ws(sc_n, POISON), wm(meta_n, POISON);
   std::vector<uint8_t> mcare(em ? 0 : (size_t)cap, 0); /* RM: rows that hold data */
+  const bool staged = epf_plan_scales_staged(&p) != 0; /* EM swizzled: the send's stage runs, then the atoms */
   auto put_scales = [&](int64_t row, int s, int t) {
     if (sbr == 0) return;
     if (!swz) {
       memcpy(&ws[(size_t)row * sbr], in.scales(s, t), (size_t)sbr);
     } else {
       for (int col = 0; col < H / 32; ++col) ws[(size_t)epf_scale_swizzle_offset(row, col, H / 32)] = in.scales(s, t)[col];
+    }
+    if (staged) { /* the stage run, and the zero padding columns of the row's last atom */
+      memcpy(&ws[(size_t)(epf_plan_recv_scale_stage_offset(&p, row) - p.region[EPF_REGION_RECV_SCALES].offset)],
+             in.scales(s, t), (size_t)sbr);
+      for (int col = H / 32; col % 4 != 0; ++col) ws[(size_t)epf_scale_swizzle_offset(row, col, H / 32)] = 0;
     }
   };
   for (int s = 0; s < R; ++s)

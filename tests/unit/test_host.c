@@ -377,6 +377,10 @@ static void expected_sizes(const epf_config_t* r, uint64_t* s) {
   s[EPF_REGION_RECV_SCALES] = r->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4
                                   ? (rows + 127) / 128 * 128 * ((H / 32 + 3) / 4 * 4)
                                   : rows * scale;
+  /* GEMM-ready scales of HT EXPERT_MAJOR: then one 16-byte aligned compact stage run per row */
+  if (!ll && em && r->payload != EPF_PAYLOAD_BF16 &&
+      (r->scale_layout == EPF_SCALE_LAYOUT_SWIZZLED_128X4 || r->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR))
+    s[EPF_REGION_RECV_SCALES] += rows * ((scale + 15) / 16 * 16);
   s[EPF_REGION_RECV_META] = rows * meta;
   s[EPF_REGION_COMBINE] = crows * crow;
   s[EPF_REGION_EXPERT_OUT] = (!ll && !(r->flags & EPF_FLAG_COMBINE_PUSH) &&

@@ -96,8 +96,9 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_warp(epf_team_t team, const epf
 
 /* epf_recv_scale_offset — where the scale of receive row `row`, scale column `col` lives, as a
  *   byte offset in the rank's window slice: THE owner of a receive scale's position, for every
- *   scale layout (the dispatch writes through it, readers and the tests' references read through
- *   it). MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
+ *   scale layout (readers and the tests' references read through it; the dispatch writes through
+ *   it, or, for a plan that stages its scales (epf_plan_scales_staged: HT EXPERT_MAJOR with
+ *   SEGMENT_MN_MAJOR or SWIZZLED_128X4), its receive half does: epf_dispatch_scales_finish_block). MXFP8: one E8M0 byte per 32 elements (cols = hidden / 32); FP8-128: one FP32 per 128
  *   (cols = hidden / 128).
  *     COMPACT           row-major [rows][cols] from the RECV_SCALES start
  *     SWIZZLED_128X4    epf_scale_swizzle_offset(row, col, cols) from the RECV_SCALES start
@@ -125,12 +126,14 @@ EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, i
 
 /* epf_dispatch_send_row_quant_seg_warp — the quantizing send: one BF16 row, quantized on the way to
  *   plan.payload (MXFP8 or FP8_128; plan.flags pick the rounding rules, as quant/quant.cuh documents),
- *   into up to 32 destination rows, with its scales at every copy's scale position in the plan's
- *   scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's destination segment
- *   seg_begin / seg_rows, read by a SEGMENT_MN_MAJOR plan only: the route's SEND_SEGMENT begin and
- *   padded_count of the copy's expert). Up to 8 copies in a COMPACT plan, or in a SEGMENT_MN_MAJOR one
- *   whose segments all fit the capacity, take the register-held loop; other tokens (and
- *   SWIZZLED_128X4) the general one. Copies are lane-held exactly as for
+ *   into up to 32 destination rows, with its scales as one compact run per copy: at the copy's
+ *   scale position in a COMPACT plan, in the copy's stage run (epf_plan_recv_scale_stage_offset) in
+ *   a plan that stages its scales (epf_plan_scales_staged), whose receive half then rearranges them
+ *   (epf_dispatch_scales_finish_block); RANK_MAJOR swizzled scales go straight to
+ *   epf_recv_scale_offset. seg_begin / seg_rows are ignored (the segments matter to the receive half
+ *   only), kept for one release: call epf_dispatch_send_row_quant_warp. Up to 8 copies of a plan
+ *   with compact runs take the register-held loop; other tokens (and RANK_MAJOR swizzled scales) the
+ *   general one. Copies are lane-held exactly as for
  *   epf_dispatch_send_row_warp (lane j < ncopies: copy j, dst_rank < 0 = none, dst_row at or past
  *   recv_capacity = dropped). Returns the dropped copies (the same value in every lane): the caller
  *   counts them (epf_error_count_add(&rec->recv_overflow, n) from lane 0). Each element is
@@ -141,24 +144,23 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
                                                                 int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
                                                                 int seg_rows);
 
-/* epf_dispatch_send_row_quant_warp — epf_dispatch_send_row_quant_seg_warp without segments: for
- *   plans whose scale layout is COMPACT or SWIZZLED_128X4 (a SEGMENT_MN_MAJOR plan gets no scales
- *   from it: use the _seg form with each copy's segment). [collective:warp], as the _seg form. */
+/* epf_dispatch_send_row_quant_warp — the quantizing send, for every scale layout (the _seg form
+ *   without its ignored segment arguments). [collective:warp], as the _seg form. */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                             int dst_rank, int64_t dst_row, int ncopies);
 
 /* epf_dispatch_send_scales_seg_warp — forward a caller-quantized row's compact scales (MXFP8:
- *   hidden / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy's scale position in
- *   the plan's scale layout (epf_recv_scale_offset; lane j < ncopies also holds copy j's
- *   destination segment seg_begin / seg_rows, read by SEGMENT_MN_MAJOR only: the route's
- *   SEND_SEGMENT begin and padded_count of the copy's expert); copies as for
+ *   hidden / 32 E8M0 bytes; FP8-128: hidden / 128 floats) to every present copy: its compact scale
+ *   position, or its stage run in a plan that stages its scales (epf_plan_scales_staged; the
+ *   receive half rearranges them: epf_dispatch_scales_finish_block), or its swizzled position
+ *   (RANK_MAJOR). seg_begin / seg_rows are ignored, kept for one release. Copies as for
  *   epf_dispatch_send_row_warp (send the row itself with that). [collective:warp] */
 EPF_DEVICE_INLINE void epf_dispatch_send_scales_seg_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
                                                          int dst_rank, int64_t dst_row, int ncopies, int seg_begin,
                                                          int seg_rows);
 
-/* epf_dispatch_send_scales_warp — epf_dispatch_send_scales_seg_warp without segments (COMPACT and
- *   SWIZZLED_128X4 plans; a SEGMENT_MN_MAJOR plan gets no scales from it). [collective:warp] */
+/* epf_dispatch_send_scales_warp — epf_dispatch_send_scales_seg_warp without the ignored segment
+ *   arguments; every scale layout. [collective:warp] */
 EPF_DEVICE_INLINE void epf_dispatch_send_scales_warp(epf_team_t team, const epf_plan_t* plan, const uint8_t* src_scales,
                                                      int dst_rank, int64_t dst_row, int ncopies);
 
@@ -174,9 +176,8 @@ EPF_DEVICE_INLINE void epf_dispatch_meta_em(epf_team_t team, const epf_plan_t* p
  *   in plan.payload format and its compact scales (quantize == 0: epf_dispatch_send_row_warp +
  *   epf_dispatch_send_scales_warp; src_scales NULL: no scales are sent).
  *   Scope: [collective:warp] every lane, converged; src_row, src_scales, quantize, ncopies uniform.
- *   Copies lane-held as for epf_dispatch_send_row_warp; lane j also holds copy j's destination
- *   segment (seg_begin, seg_rows: the route's SEND_SEGMENT begin and padded_count of its expert),
- *   read only by a SEGMENT_MN_MAJOR plan (pass 0, 0 otherwise).
+ *   Copies lane-held as for epf_dispatch_send_row_warp; seg_begin / seg_rows are ignored (kept
+ *   for one release; the segments matter to the receive half only).
  *   Result: [result:all] the dropped copies. */
 EPF_DEVICE_INLINE uint32_t epf_dispatch_send_token_warp(epf_team_t team, const epf_plan_t* plan, const void* src_row,
                                                         const uint8_t* src_scales, int quantize, int dst_rank,
@@ -226,6 +227,27 @@ EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan
  *             the receive region. */
 EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
                                                        epf_wait_t w);
+
+/* epf_dispatch_scales_finish_block — the receive half's last step for a plan that stages its
+ *   scales (epf_plan_scales_staged: HT EXPERT_MAJOR, SEGMENT_MN_MAJOR or SWIZZLED_128X4): copy the
+ *   stage run of every received row of this rank's segments into the plan's layout
+ *   (epf_recv_scale_offset), so that a GEMM can read them in place. Does nothing for other plans.
+ *   Scope:    [collective:block] [uniform-args] blocks block = 0 .. nblocks - 1 of the rank each
+ *             call it once (every thread, converged), AFTER their own epf_dispatch_wait_block
+ *             returned EPF_OK or EPF_ERR_PEER_MASKED; the blocks share the work (tiles of 128 rows,
+ *             one warp each). The caller orders the result before its readers (a kernel boundary,
+ *             or the rank's blocks meeting, e.g. epf_rank_barrier_block).
+ *   Input:    seg: this rank's receive segments [plan.experts_per_rank] (the route's
+ *             EPF_ROUTE_RECV_SEGMENT). Rows [begin, begin + count) of each segment, clipped at
+ *             recv_capacity, are rearranged; a SEGMENT_MN_MAJOR segment that does not fit the
+ *             capacity (epf_recv_scale_seg_fits) gets none (its rows past the capacity were dropped
+ *             and counted). Pad rows and the padding columns of a 128x4 atom are not written (the
+ *             padding columns of a rearranged row's last atom get zeros).
+ *   Memory:   loads of the local stage runs, plain stores into the local RECV_SCALES; nothing is
+ *             published. Work: 2 x the scale bytes of the received rows, in whole sectors (the
+ *             send's scattered stores cost 1.86x the compact dispatch; the rearrangement ~1 %). */
+EPF_DEVICE_INLINE void epf_dispatch_scales_finish_block(epf_team_t team, const epf_plan_t* plan,
+                                                        const epf_route_segment_t* seg, int block, int nblocks);
 
 /* ---- combine (impl/combine.cuh) -------------------------------------------------------------- */
 

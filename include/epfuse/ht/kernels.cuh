@@ -210,7 +210,17 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, EPF_HT_DISPATCH_MIN_BLO
     if (epf_arrive_last_block_epoch(&step.state[v.index].arrive[0], (uint32_t)bpr, v.epoch))
       epf_dispatch_signal_block(v.team, &plan, v.epoch);
   }
-  if ((halves & EPF_HT_RECV) && block == 0) (void)epf_dispatch_wait_block(v.team, &plan, v.epoch, w); /* recorded in w */
+  if ((halves & EPF_HT_RECV) && epf_plan_scales_staged(&plan)) {
+    /* GEMM-ready scales: every block waits (block 0 records a failure), then the rank's blocks
+     * rearrange the staged runs together; the grid is co-resident (epf__ht_grid) */
+    epf_wait_t wb = w;
+    epf_status_t st;
+    if (block != 0) wb.record = NULL;
+    st = epf_dispatch_wait_block(v.team, &plan, v.epoch, wb);
+    if (st == EPF_OK || st == EPF_ERR_PEER_MASKED) epf_dispatch_scales_finish_block(v.team, &plan, v.seg, block, bpr);
+  } else if ((halves & EPF_HT_RECV) && block == 0) {
+    (void)epf_dispatch_wait_block(v.team, &plan, v.epoch, w); /* recorded in w */
+  }
 }
 
 /* epf_ht_expand_kernel — RANK_MAJOR receive rows into the expert-major view (step.em_view). */

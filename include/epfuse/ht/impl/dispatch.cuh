@@ -55,6 +55,8 @@
  *    in core/signal.cuh)
  *   void     epf_dispatch_signal_block(team, plan, uint32_t epoch)                             [collective:block]
  *   epf_status_t epf_dispatch_wait_block(team, plan, uint32_t epoch, epf_wait_t w)             [collective:block]
+ *   void     epf_dispatch_scales_finish_block(team, plan, const epf_route_segment_t* seg, int block, int nblocks)
+ *                                                 staged scales into the GEMM-ready layout   [collective:block]
  *   void     epf_copy_row_warp(void* dst, const void* src, uint32_t bytes)                    [collective:warp]
  *
  * Requirements: CUDA, sm_70+. Rows 16-byte aligned (row_bytes is a multiple of 16 by the plan's
@@ -180,20 +182,21 @@ EPF_HD uint64_t epf_recv_scale_col_offset(const epf_plan_t* plan, int64_t row, i
   return epf_recv_scale_offset(plan, row, col, 0, 0);
 }
 
+/* epf__send_scale_offset — where a send stores scale column col of receive row `row`: the row's
+ * stage run when the plan stages its scales (epf_plan_scales_staged: GEMM-ready layouts of HT
+ * EXPERT_MAJOR), else the layout's position (compact; RANK_MAJOR swizzled). */
+EPF_HD uint64_t epf__send_scale_offset(const epf_plan_t* plan, int64_t row, int col) {
+  if (epf_plan_scales_staged(plan))
+    return epf_plan_recv_scale_stage_offset(plan, row) + (uint64_t)col * (plan->payload == EPF_PAYLOAD_MXFP8 ? 1u : 4u);
+  return epf_recv_scale_col_offset(plan, row, col);
+}
+
 /* The quantizing send's scale rules, as a constant for epf__qsend_compact_row (one straight-line
  * copy of the row loop per rule). */
 #define EPF__QK_MX_RCEIL 0
 #define EPF__QK_MX_FLOOR 1
 #define EPF__QK_FP8 2
 #define EPF__QK_FP8_UE8M0 3
-/* Where epf__qsend_compact_row stores scale column col of copy c (a constant per call; sp[c] is the
- * position of the copy's column 0, epf_recv_scale_offset(plan, row, 0, seg_begin, seg_rows)):
- *   COMPACT   sp[c] + col * (1 or 4): the row's scales are contiguous
- *   MN        sp[c] + col * sm[c], sm[c] = 4 * the copy's segment rows (SEGMENT_MN_MAJOR, FP8-128)
- * (SWIZZLED_128X4 takes the general loop: through this one it measured 2 % slower.) */
-#define EPF__QL_COMPACT 0
-#define EPF__QL_MN 2
-
 /* epf__qsend_group_amax — the scale groups' amax of EPF_QSEND_UNROLL 256-element chunks held in the
  * lane8 layout (x[u]: this lane's 8 BF16 of chunk u; zeros past the row), each phase over all chunks
  * at once (every chunk's lane amax, then every chunk's first shuffle step, ...), so the chunks'
@@ -237,14 +240,14 @@ EPF_DEVICE_INLINE uint2 epf__qsend_chunk(uint4 x, float a, int kind, uint32_t* s
 }
 
 /* epf__qsend_compact_row — the quantizing send's register-held row loop: nvec 16-byte vectors of
- * BF16 from src into the n copies dp[c] (rows) / sp[c] (column 0 of the copy's scales; lay, an
- * EPF__QL_* constant, says where column col goes; sm: MN's per-copy strides), EPF_QSEND_UNROLL
- * chunks per group,
+ * BF16 from src into the n copies dp[c] (rows) / sp[c] (the copy's compact scale run: its compact
+ * scales, or its stage run when the plan stages GEMM-ready scales), EPF_QSEND_UNROLL chunks per
+ * group,
  * the next group's loads in flight while this one is quantized and stored (loading everything
  * first, then quantizing and storing, would leave the loads idle during the stores).
  * kind: EPF__QK_*, a constant. [collective:warp] */
 EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n, char* const* dp, char* const* sp,
-                                              const int* sm, int kind, int lay) {
+                                              int kind) {
   const int lane = epf_lane_id();
   const bool mx = kind == EPF__QK_MX_RCEIL || kind == EPF__QK_MX_FLOOR;
   /* A group's scales go out as one run per copy: lane p gathers the p-th scale of the group
@@ -299,7 +302,7 @@ EPF_DEVICE_INLINE void epf__qsend_compact_row(const uint4* src, int nvec, int n,
 #pragma unroll
       for (c = 0; c < 8; ++c) {
         if (c < n) {
-          const uint64_t off = lay == EPF__QL_MN ? (uint64_t)col * (uint32_t)sm[c] : (uint64_t)col * (mx ? 1u : 4u);
+          const uint64_t off = (uint64_t)col * (mx ? 1u : 4u);
           if (mx)
             *(sp[c] + off) = (char)run;
           else
@@ -326,58 +329,43 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
   const int rule = epf_mx_rule_from_flags(plan->flags);
   const bool ue8m0 = epf_fp8_128_ue8m0_from_flags(plan->flags);
   int base;
+  (void)seg_begin; /* the segments matter to the receive half only (epf_dispatch_scales_finish_block) */
+  (void)seg_rows;
   if (present == 0u) return dropped;
   /* Two loops with the same load-and-quantize lines, deliberately: the common case below keeps
    * every copy's addresses in registers, the general one recomputes them per copy. One loop with
    * both store paths (or a shared load-then-quantize helper that holds a whole chunk's results)
    * raised the HT dispatch kernel's spills from 84 / 132 to 236 / 416 bytes (ptxas -v, sm_90). */
-  /* every copy's scales where the register-held loop addresses them: COMPACT; SEGMENT_MN_MAJOR
-   * (FP8-128) when every present copy's segment fits the capacity (a copy whose segment is cut gets
-   * no scales: the general loop below handles that token) */
-  const int lay = plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT                   ? EPF__QL_COMPACT
-                  : plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR && !mx ? EPF__QL_MN
-                                                                                   : -1;
-  const bool fits = my_dst == NULL || epf_recv_scale_seg_fits(plan, dst_row, seg_begin, seg_rows);
-  if (lay >= 0 && __popc(present) <= 8 && __all_sync(0xffffffffu, fits)) {
+  /* every copy's scales as one compact run: COMPACT, and the stage runs of GEMM-ready layouts
+   * (epf_plan_scales_staged; the receive half rearranges them). Only RANK_MAJOR swizzled scales
+   * take the general loop below. */
+  if ((plan->scale_layout == EPF_SCALE_LAYOUT_COMPACT || epf_plan_scales_staged(plan)) && __popc(present) <= 8) {
     /* The common case: every copy's row and scale addresses in registers, computed once per token
      * instead of once per chunk and copy (that address arithmetic, not the bytes, bounded the
-     * quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule and scale
-     * addressing, so that each is straight-line code. */
+     * quantizing dispatch at 57 % of the copy ceiling). One loop per scale rule, so that each is
+     * straight-line code. */
     const int kind = mx ? (rule == EPF_MX_FLOOR ? EPF__QK_MX_FLOOR : EPF__QK_MX_RCEIL) : (ue8m0 ? EPF__QK_FP8_UE8M0 : EPF__QK_FP8);
     const int n = __popc(present);
     const int src_lane = lane < n ? (int)__fns(present, 0u, lane + 1) : 0;
-    char* my_sc = my_dst != NULL
-                      ? (char*)epf_peer_ptr(team, epf_recv_scale_offset(plan, dst_row, 0, seg_begin, seg_rows), dst_rank)
-                      : NULL;
-    const int my_sm = lay == EPF__QL_MN ? 4 * seg_rows : 0;
+    char* my_sc = my_dst != NULL ? (char*)epf_peer_ptr(team, epf__send_scale_offset(plan, dst_row, 0), dst_rank) : NULL;
     const unsigned long long dj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, src_lane);
     const unsigned long long sj = __shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_sc, src_lane);
-    const int mj = __shfl_sync(0xffffffffu, my_sm, src_lane);
     char* dp[8];
     char* sp[8];
-    int sm[8];
     int c;
 #pragma unroll
     for (c = 0; c < 8; ++c) {
       dp[c] = (char*)__shfl_sync(0xffffffffu, dj, c);
       sp[c] = (char*)__shfl_sync(0xffffffffu, sj, c);
-      sm[c] = __shfl_sync(0xffffffffu, mj, c);
     }
-    if (lay == EPF__QL_COMPACT) {
-      if (kind == EPF__QK_MX_RCEIL)
-        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_MX_RCEIL, EPF__QL_COMPACT);
-      else if (kind == EPF__QK_MX_FLOOR)
-        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_MX_FLOOR, EPF__QL_COMPACT);
-      else if (kind == EPF__QK_FP8)
-        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8, EPF__QL_COMPACT);
-      else
-        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8_UE8M0, EPF__QL_COMPACT);
-    } else {
-      if (kind == EPF__QK_FP8)
-        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8, EPF__QL_MN);
-      else
-        epf__qsend_compact_row(src, nvec, n, dp, sp, sm, EPF__QK_FP8_UE8M0, EPF__QL_MN);
-    }
+    if (kind == EPF__QK_MX_RCEIL)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_RCEIL);
+    else if (kind == EPF__QK_MX_FLOOR)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_MX_FLOOR);
+    else if (kind == EPF__QK_FP8)
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8);
+    else
+      epf__qsend_compact_row(src, nvec, n, dp, sp, EPF__QK_FP8_UE8M0);
     return dropped;
   }
   /* EPF_SEND_UNROLL 256-element chunks per step: their loads are all in flight before the first
@@ -403,14 +391,11 @@ EPF_DEVICE_INLINE uint32_t epf_dispatch_send_row_quant_seg_warp(epf_team_t team,
         const int j = __ffs((int)m) - 1;
         const int r = __shfl_sync(0xffffffffu, dst_rank, j);
         const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
-        const int sgb = __shfl_sync(0xffffffffu, seg_begin, j);
-        const int sgr = __shfl_sync(0xffffffffu, seg_rows, j);
         char* d = (char*)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)my_dst, j);
         if (i < nvec) {
           *(uint2*)(d + (uint64_t)i * 8u) = q;
-          if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_col_offset(plan, row, i >> 2), r) = sb;
-          if (!mx && (lane & 15) == 0 && epf_recv_scale_seg_fits(plan, row, sgb, sgr))
-            *(float*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, i >> 4, sgb, sgr), r) = sf;
+          if (mx && (lane & 3) == 0) *(uint8_t*)epf_peer_ptr(team, epf__send_scale_offset(plan, row, i >> 2), r) = sb;
+          if (!mx && (lane & 15) == 0) *(float*)epf_peer_ptr(team, epf__send_scale_offset(plan, row, i >> 4), r) = sf;
         }
       }
     }
@@ -429,21 +414,20 @@ EPF_DEVICE_INLINE void epf_dispatch_send_scales_seg_warp(epf_team_t team, const 
   const int lane = epf_lane_id();
   const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
   const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
-  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL &&
-                  epf_recv_scale_seg_fits(plan, dst_row, seg_begin, seg_rows);
+  const bool ok = lane < ncopies && epf__row_dst(team, plan, dst_rank, dst_row) != NULL;
   uint32_t m;
+  (void)seg_begin; /* the segments matter to the receive half only (epf_dispatch_scales_finish_block) */
+  (void)seg_rows;
   for (m = __ballot_sync(0xffffffffu, ok); m != 0u; m &= m - 1u) {
     const int j = __ffs((int)m) - 1;
     const int r = __shfl_sync(0xffffffffu, dst_rank, j);
     const int64_t row = __shfl_sync(0xffffffffu, (long long)dst_row, j);
-    const int sgb = __shfl_sync(0xffffffffu, seg_begin, j);
-    const int sgr = __shfl_sync(0xffffffffu, seg_rows, j);
     int c;
     for (c = lane; c < ncols; c += 32) {
       if (mx)
-        *(uint8_t*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, c, sgb, sgr), r) = src_scales[c];
+        *(uint8_t*)epf_peer_ptr(team, epf__send_scale_offset(plan, row, c), r) = src_scales[c];
       else
-        *(float*)epf_peer_ptr(team, epf_recv_scale_offset(plan, row, c, sgb, sgr), r) = ((const float*)src_scales)[c];
+        *(float*)epf_peer_ptr(team, epf__send_scale_offset(plan, row, c), r) = ((const float*)src_scales)[c];
     }
   }
 }
@@ -535,6 +519,93 @@ EPF_DEVICE_INLINE uint32_t epf_expand_row_warp(epf_team_t team, const epf_plan_t
 
 EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch) {
   epf_signal_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch);
+}
+
+/* epf__scales_finish_tile_warp — one tile of 128 rows of the receive region: lane l rearranges
+ * rows r0 + l + 32 j (j < 4) that lie in [lo, hi), 16 stage bytes of each at a time.
+ * SEGMENT_MN_MAJOR (FP8-128, FP32 scales): column c of rows r0 .. r0 + 31 + 32 j are 32
+ * consecutive floats of the segment's matrix: one 128-byte store per (column, j).
+ * SWIZZLED_128X4 (MXFP8, r0 a multiple of 128): rows r0 + l + 32 j, columns 4 q .. 4 q + 3 are the
+ * 16 bytes at epf_scale_swizzle_offset(r0 + l, 4 q): one 16-byte store per lane per column quad
+ * when all four rows are received. [collective:warp] */
+EPF_DEVICE_INLINE void epf__scales_finish_tile_warp(epf_team_t team, const epf_plan_t* plan, int64_t r0, int64_t lo,
+                                                    int64_t hi, int64_t seg_begin, int64_t seg_rows) {
+  const int lane = epf_lane_id();
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
+  const int sb = (int)plan->scale_bytes_per_row;
+  bool ok[4];
+  const uint4* st[4];
+  int j, q;
+#pragma unroll
+  for (j = 0; j < 4; ++j) {
+    const int64_t r = r0 + lane + 32 * j;
+    ok[j] = r >= lo && r < hi;
+    st[j] = ok[j] ? (const uint4*)epf_local_ptr(team, epf_plan_recv_scale_stage_offset(plan, r)) : NULL;
+  }
+  for (q = 0; q < sb; q += 16) { /* 16 stage bytes of each row: 4 FP32 columns or 16 E8M0 */
+    uint4 v[4];
+#pragma unroll
+    for (j = 0; j < 4; ++j) v[j] = ok[j] ? st[j][q >> 4] : make_uint4(0u, 0u, 0u, 0u);
+    if (!mx) {
+      int i;
+#pragma unroll
+      for (i = 0; i < 4; ++i) {
+        const int c = (q >> 2) + i;
+        if (c < ncols) {
+#pragma unroll
+          for (j = 0; j < 4; ++j) {
+            if (ok[j]) {
+              const uint32_t x = i == 0 ? v[j].x : i == 1 ? v[j].y : i == 2 ? v[j].z : v[j].w;
+              *(uint32_t*)epf_local_ptr(team, epf_recv_scale_offset(plan, r0 + lane + 32 * j, c, seg_begin, seg_rows)) = x;
+            }
+          }
+        }
+      }
+    } else {
+      int i;
+#pragma unroll
+      for (i = 0; i < 4; ++i) {
+        const int c = q + 4 * i; /* the quad's first column */
+        if (c < ncols) {
+          /* bytes of columns >= ncols (the row's next stage bytes) become the atom's zero padding */
+          const uint32_t keep = ncols - c >= 4 ? 0xffffffffu : (1u << (8 * (ncols - c))) - 1u;
+          uint32_t w[4];
+          char* d = (char*)epf_local_ptr(team, epf_recv_scale_offset(plan, r0 + lane, c, 0, 0));
+#pragma unroll
+          for (j = 0; j < 4; ++j) w[j] = (i == 0 ? v[j].x : i == 1 ? v[j].y : i == 2 ? v[j].z : v[j].w) & keep;
+          if (ok[0] && ok[1] && ok[2] && ok[3]) {
+            epf_st_v4_u32(d, make_uint4(w[0], w[1], w[2], w[3]));
+          } else {
+#pragma unroll
+            for (j = 0; j < 4; ++j)
+              if (ok[j]) *(uint32_t*)(d + 4 * j) = w[j];
+          }
+        }
+      }
+    }
+  }
+}
+
+EPF_DEVICE_INLINE void epf_dispatch_scales_finish_block(epf_team_t team, const epf_plan_t* plan,
+                                                        const epf_route_segment_t* seg, int block, int nblocks) {
+  const int nw = (int)(blockDim.x >> 5);
+  const int64_t gw = (int64_t)block * nw + epf_warp_id(), stride = (int64_t)nblocks * nw;
+  const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
+  int64_t first = 0; /* tiles of the segments before this one */
+  int le;
+  if (!epf_plan_scales_staged(plan) || seg == NULL || nblocks < 1) return;
+  for (le = 0; le < plan->experts_per_rank; ++le) {
+    const int64_t begin = seg[le].begin, rows = seg[le].padded_count;
+    int64_t end = begin + seg[le].count, t0, ntiles, k;
+    if (end > plan->recv_capacity) end = plan->recv_capacity;
+    if (begin < 0 || end <= begin || (!mx && !epf_recv_scale_seg_fits(plan, begin, begin, rows))) continue;
+    t0 = mx ? begin & ~(int64_t)127 : begin; /* swizzled atoms: 128 rows from a multiple of 128 */
+    ntiles = (end - t0 + 127) / 128;
+    for (k = ((gw - first) % stride + stride) % stride; k < ntiles; k += stride) /* warp-uniform */
+      epf__scales_finish_tile_warp(team, plan, t0 + 128 * k, begin, end, begin, rows);
+    first += ntiles;
+  }
 }
 
 EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const epf_plan_t* plan, uint32_t epoch,
