@@ -239,7 +239,8 @@ def table_quant(root):
 def app_twin(case, by_case):
     """the benchmarked path of the same shape an application row should match: a GEMM-ready scale
     layout's dispatch -> the COMPACT one; a combine through a buffer (or LL fixed y) -> the in-place
-    pull of the same tag (or, HT, the window combine); a backward stage -> its forward twin"""
+    pull of the same tag (or, HT, the window combine); a backward stage -> its forward twin (the
+    in-place dispatch-backward: the in-place pull combine; push: the combine through the buffer)"""
     parts = case.split("/")
     tag, stage = parts[-2], parts[-1]
     base = "/".join(parts[:-2])
@@ -250,6 +251,8 @@ def app_twin(case, by_case):
         cands += [f"{base}/{tag}/combine-window", f"{base}/{tag}/combine-pull", f"{base}/bf16/combine-pull"]
     if stage == "dispatch-backward":
         cands += [f"{base}/{tag}/combine-eo"]
+    if stage == "dispatch-backward-inplace":  # dx rows over the receive rows: the in-place pull combine
+        cands += [f"{base}/{tag}/combine-pull", f"{base}/{tag}/combine-eo"]
     if stage == "combine-backward":
         cands += [f"{base}/{tag}/dispatch"]
     if stage == "combine-backward+expand":

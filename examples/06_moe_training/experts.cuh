@@ -1,6 +1,7 @@
 /* experts.cuh — ex06_moe_training's expert stage on the GPU: plain kernels between the library's
  * launches (no communication) for the forward (SwiGLU per expert row), the rows' combine weights,
- * the backward (dx rows, router-weight gradients) and the weight gradients. Part of the example
+ * the backward (router-weight gradients, da / db), the weight gradients and the dx rows (into a
+ * buffer, or in place over the receive rows: --dx-out). Part of the example
  * (one translation unit: main.cu includes it). */
 #ifndef EX06_EXPERTS_CUH
 #define EX06_EXPERTS_CUH
@@ -111,15 +112,14 @@ __global__ void row_weights_kernel(epf_route_t route, epf_plan_t plan, char* win
  * row x arrived in; RANK_MAJOR its view row) and w_row = rw[row]:
  *   wg[row]  = dot(dy_row, out_row)                     the router-weight gradient of the row
  *   d out    = w_row * dy_row;  dh = d out . W2^T;  (da, db) = the SwiGLU backward at (a, b)
- *   dxr[row] = bf16(da . W1^T + db . W3^T)              the gradient of the row's input
- * and da, db, h (FP32 [R][expert_rows][I]) for weight_grads_kernel. a, b are recomputed from the
- * saved x row (same bits as the forward). One block per row. Grid (any, R). */
+ * into da, db, h (FP32 [R][expert_rows][I]) for weight_grads_kernel and experts_dx_kernel. a, b are
+ * recomputed from the saved x row (same bits as the forward). The dx rows come later
+ * (experts_dx_kernel): --dx-out window writes them over the dy rows, which weight_grads_kernel
+ * still reads. One block per row. Grid (any, R). */
 __global__ void experts_backward_kernel(epf_route_t route, epf_plan_t plan, const char* window, const uint16_t* view,
                                         int64_t expert_rows, int I, const uint16_t* w1, const uint16_t* w3,
                                         const uint16_t* w2, const uint16_t* saved_x, const uint16_t* out, const float* rw,
-                                        uint16_t* dxr, float* wg, float* da_rows, float* db_rows, float* h_rows) {
-  extern __shared__ float ex06_smem[]; /* da [I], db [I] */
-  float *da = ex06_smem, *db = ex06_smem + I;
+                                        float* wg, float* da_rows, float* db_rows, float* h_rows) {
   const int idx = (int)blockIdx.y, H = plan.hidden, EL = plan.experts_per_rank;
   for (int le = 0; le < EL; ++le) {
     const uint64_t e = (uint64_t)idx * EL + le;
@@ -136,15 +136,10 @@ __global__ void experts_backward_kernel(epf_route_t route, epf_plan_t plan, cons
         float a, b, dai, dbi;
         ex06_gate_up(x, W1, W3, H, I, i, &a, &b);
         ex06_swiglu_backward(a, b, ex06_dh(dy, w_row, W2, H, i), &dai, &dbi);
-        da[i] = dai;
-        db[i] = dbi;
         da_rows[row * I + i] = dai;
         db_rows[row * I + i] = dbi;
         h_rows[row * I + i] = ex06_swiglu(a, b);
       }
-      __syncthreads();
-      for (int j = threadIdx.x; j < H; j += blockDim.x) dxr[row * H + j] = ex06_bf16(ex06_dx(da, db, W1, W3, I, j));
-      __syncthreads();
     }
   }
 }
@@ -177,5 +172,35 @@ __global__ void weight_grads_kernel(epf_route_t route, epf_plan_t plan, const ch
     dw2[(uint64_t)e * n + q] = s2;
   }
 }
+
+// example-begin experts_dx
+/* experts_dx_kernel — the gradient of every row's input, dx_row = bf16(da . W1^T + db . W3^T), from
+ * experts_backward_kernel's da, db rows, written where epf_ht_dispatch_backward reads it:
+ *   dxr == NULL (--dx-out window, EXPERT_MAJOR): over the row's own receive row in the window, where
+ *     x and then dy arrived. A BF16 plan has no EXPERT_OUT region, so that row IS where a pull
+ *     source reads (epf_plan_expert_out_offset) and where a push starts from: the backward step
+ *     says expert_out = NULL and the backward of dispatch moves nothing before its sources pull.
+ *     It overwrites dy: run it after the last reader of dy (weight_grads_kernel).
+ *   dxr != NULL (--dx-out buffer): row `row` of dxr [R][expert_rows][H] (step expert_out = dxr),
+ *     which the backward of dispatch first puts into the window (pull) or pushes from.
+ * The same bits either way. One block per row. Grid (any, R). */
+__global__ void experts_dx_kernel(epf_route_t route, epf_plan_t plan, char* window, int64_t expert_rows, int I,
+                                  const uint16_t* w1, const uint16_t* w3, const float* da_rows, const float* db_rows,
+                                  uint16_t* dxr) {
+  const int idx = (int)blockIdx.y, H = plan.hidden, EL = plan.experts_per_rank;
+  for (int le = 0; le < EL; ++le) {
+    const uint64_t e = (uint64_t)idx * EL + le;
+    const uint16_t *W1 = w1 + e * H * I, *W3 = w3 + e * H * I;
+    int64_t begin, end;
+    ex06_segment(route, plan, expert_rows, idx, le, &begin, &end);
+    for (int64_t r = begin + blockIdx.x; r < end; r += gridDim.x) {
+      const uint64_t row = (uint64_t)idx * expert_rows + r;
+      uint16_t* dx = dxr != NULL ? dxr + row * H
+                                 : (uint16_t*)(window + (uint64_t)idx * plan.total_bytes + epf_plan_recv_token_offset(&plan, r));
+      for (int j = threadIdx.x; j < H; j += blockDim.x) dx[j] = ex06_bf16(ex06_dx(da_rows + row * I, db_rows + row * I, W1, W3, I, j));
+    }
+  }
+}
+// example-end experts_dx
 
 #endif /* EX06_EXPERTS_CUH */

@@ -22,6 +22,7 @@
 /* the device side of one case */
 struct Layer {
   Case c;
+  bool dx_window = false; /* --dx-out window: the dx rows over the receive rows (EXPERT_MAJOR), else in dxr */
   epf_plan_t plan;
   epf_team_t team;
   epf_route_t route;
@@ -38,7 +39,7 @@ struct Layer {
   uint16_t *view = NULL, *saved_x = NULL, *out = NULL, *y = NULL;
   /* backward */
   float *rw = NULL, *wg = NULL, *da = NULL, *db = NULL, *hr = NULL, *dtw = NULL, *dw1 = NULL, *dw3 = NULL, *dw2 = NULL;
-  uint16_t *dxr = NULL, *dx = NULL;
+  uint16_t *dxr = NULL, *dx = NULL; /* dxr: --dx-out buffer only */
   epf_route_step_t rs;
   epf_ht_step_t fwd, bwd;
 };
@@ -81,12 +82,21 @@ static epf_plan_t plan_of(const Case& c, const Place& pl, int64_t* expert_rows) 
   return plan;
 }
 
-/* plan, window, team, route, buffers and the two steps of one case */
-static void layer_init(Layer& L, const Model& m, const Place& pl) {
+/* plan, window, team, route, buffers and the two steps of one case; dx_window: the expert stage
+ * writes its dx rows in place over the receive rows (EXPERT_MAJOR only), else into a buffer */
+static void layer_init(Layer& L, const Model& m, const Place& pl, bool dx_window) {
   const Case& c = m.c;
   L.c = c;
+  L.dx_window = dx_window;
   const int R = c.R, H = c.H, I = c.I, E = c.E, K = c.K, Tm = c.Tmax;
   L.plan = plan_of(c, pl, &L.expert_rows);
+  /* in place: the backward of dispatch reads (pull) or pushes from each receive row's
+   * epf_plan_expert_out_offset; with BF16 both ways the plan has no EXPERT_OUT region and that is
+   * the receive row itself, where experts_dx_kernel writes. RANK_MAJOR pre-reduces view rows: a buffer. */
+  if (dx_window && (c.layout != EPF_LAYOUT_EXPERT_MAJOR || L.plan.region[EPF_REGION_EXPERT_OUT].bytes != 0)) {
+    fprintf(stderr, "[%s] --dx-out window needs EXPERT_MAJOR and a BF16 plan without EXPERT_OUT rows\n", c.name.c_str());
+    exit(1);
+  }
 
   ex_vteam_t vt; /* ex_common.h: R window slices (zeroed: epochs start at zero), team, R route buffers */
   ex_vteam_make(&L.plan, &vt);
@@ -112,7 +122,7 @@ static void layer_init(Layer& L, const Model& m, const Place& pl) {
   if (c.layout == EPF_LAYOUT_RANK_MAJOR) L.view = (uint16_t*)dev_alloc<char>(rows * L.plan.row_bytes); /* [R][expert_rows] rows */
   L.saved_x = dev_alloc<uint16_t>(rows * H);
   L.out = dev_alloc<uint16_t>(rows * H);
-  L.dxr = dev_alloc<uint16_t>(rows * H);
+  if (!dx_window) L.dxr = dev_alloc<uint16_t>(rows * H); /* window: the dx rows need no memory of their own */
   L.rw = dev_alloc<float>(rows);
   L.wg = dev_alloc<float>(rows);
   L.da = dev_alloc<float>(rows * I);
@@ -146,7 +156,8 @@ static void layer_init(Layer& L, const Model& m, const Place& pl) {
   L.bwd = L.fwd;               /* the same route, state, view and weights; then: */
   L.bwd.x = L.dy;              /* the backward of combine dispatches dy [R][Tmax][H] */
   L.bwd.topk_idx = L.topk;     /* the forward's ids (the backward launchers take them here) */
-  L.bwd.expert_out = L.dxr;    /* the backward of dispatch combines the dx rows ... */
+  L.bwd.expert_out = dx_window ? NULL : L.dxr; /* the backward of dispatch combines the dx rows
+                                   (NULL: in place, over the receive rows) ... */
   L.bwd.out = L.dx;            /* ... into dx [R][Tmax][H] */
   L.bwd.weight_grad = L.wg;    /* one d w per row, in expert_out's row order ... */
   L.bwd.topk_weights_grad = L.dtw; /* ... back to d topk_weights [R][Tmax][K] */
@@ -182,11 +193,13 @@ static void backward(Layer& L, cudaStream_t st) {
   if (L.c.layout == EPF_LAYOUT_RANK_MAJOR) EX_CS(epf_ht_expand(&L.route, L.team, &L.plan, &L.bwd, st));
   /* the experts' backward */
   row_weights_kernel<<<rows_grid(L), 128, 0, st>>>(L.route, L.plan, L.window, L.expert_rows, L.rw);
-  experts_backward_kernel<<<rows_grid(L), 128, (size_t)L.c.I * 8, st>>>(
-      L.route, L.plan, L.window, L.view, L.expert_rows, L.c.I, L.w1, L.w3, L.w2, L.saved_x, L.out, L.rw, L.dxr, L.wg,
-      L.da, L.db, L.hr);
+  experts_backward_kernel<<<rows_grid(L), 128, 0, st>>>(L.route, L.plan, L.window, L.view, L.expert_rows, L.c.I, L.w1,
+                                                         L.w3, L.w2, L.saved_x, L.out, L.rw, L.wg, L.da, L.db, L.hr);
   weight_grads_kernel<<<dim3(64, (unsigned)L.c.E), 256, 0, st>>>(L.route, L.plan, L.window, L.view, L.expert_rows, L.c.I,
                                                                  L.saved_x, L.rw, L.da, L.db, L.hr, L.dw1, L.dw3, L.dw2);
+  /* the dx rows last: in place (L.dxr == NULL) they overwrite dy, which weight_grads_kernel read */
+  experts_dx_kernel<<<rows_grid(L), 128, 0, st>>>(L.route, L.plan, L.window, L.expert_rows, L.c.I, L.w1, L.w3, L.da, L.db,
+                                                  L.dxr);
   EX_CK(cudaGetLastError());
   /* dx rows back to the tokens (unit weights), the router-weight gradients with them */
   EX_CS(epf_ht_dispatch_backward(&L.route, L.team, &L.plan, &L.bwd, st));
@@ -210,7 +223,8 @@ static Result step(Layer& L, cudaStream_t st) {
     size_t bytes;
   } poison[] = {{L.out, rows * c.H * 2}, {L.dxr, rows * c.H * 2}, {L.rw, rows * 4}, {L.wg, rows * 4}, {L.y, tok * c.H * 2},
                 {L.dx, tok * c.H * 2}, {L.dtw, tok * c.K * 4}, {L.dw1, nw * 4}, {L.dw3, nw * 4}, {L.dw2, nw * 4}};
-  for (auto& p : poison) EX_CK(cudaMemsetAsync(p.p, 0xA7, p.bytes, st));
+  for (auto& p : poison)
+    if (p.p != NULL) EX_CK(cudaMemsetAsync(p.p, 0xA7, p.bytes, st)); /* in place, the dx rows land on dy: a missed row shows dy */
   forward(L, st);
   backward(L, st);
   EX_CK(cudaStreamSynchronize(st));
@@ -222,7 +236,15 @@ static Result step(Layer& L, cudaStream_t st) {
   r.dw3 = download(L.dw3, nw);
   r.dw2 = download(L.dw2, nw);
   r.out = download(L.out, rows * c.H);
-  r.dxr = download(L.dxr, rows * c.H);
+  if (L.dx_window) { /* the dx rows where they are: every rank's receive rows [0, expert_rows) */
+    r.dxr.resize(rows * c.H);
+    for (int d = 0; d < c.R; ++d)
+      EX_CK(cudaMemcpy2D(r.dxr.data() + (size_t)d * L.expert_rows * c.H, (size_t)c.H * 2,
+                         L.window + (uint64_t)d * L.plan.total_bytes + epf_plan_recv_token_offset(&L.plan, 0), L.plan.row_bytes,
+                         (size_t)c.H * 2, (size_t)L.expert_rows, cudaMemcpyDeviceToHost));
+  } else {
+    r.dxr = download(L.dxr, rows * c.H);
+  }
   r.rw = download(L.rw, rows);
   r.wg = download(L.wg, rows);
   return r;

@@ -17,8 +17,12 @@
  *   backward  epf_ht_combine_backward          dy rows (BF16, exact) to the very rows x arrived at
  *             [epf_ht_expand]                  RANK_MAJOR: into the same view rows
  *             row_weights_kernel               each row's combine weight (the sum of the w[t,k] that read it)
- *             experts_backward_kernel          d out = w_row * dy; dx_row (BF16) and d w = dot(dy, out_row)
+ *             experts_backward_kernel          d out = w_row * dy; da, db and d w = dot(dy, out_row)
  *             weight_grads_kernel              dW1, dW3, dW2 of every expert (FP32, row order)
+ *             experts_dx_kernel                dx_row (BF16): --dx-out window (the default; EXPERT_MAJOR)
+ *                                              over the row's receive row, where the backward of
+ *                                              dispatch pulls it in place (expert_out = NULL);
+ *                                              buffer: into a separate dxr buffer (RANK_MAJOR always)
  *             epf_ht_dispatch_backward         dx[t] = sum of the token's dx rows (unit weights),
  *                                              d topk_weights[t,k] = the d w of the row k reads
  *
@@ -32,14 +36,16 @@
  *      x, topk_weights, W1, W3, W2 a central finite difference of L = sum(dy * y) along a random
  *      direction against epfuse's gradient (README.md "Accuracy");
  *   4. the error record is clean; --steps N runs the whole step N times on the same route buffers
- *      (epochs advance) and every step must give the same bits.
+ *      (epochs advance) and every step must give the same bits;
+ *   5. --dx-out both (EXPERT_MAJOR): the case runs with the dx rows in the window and in a buffer,
+ *      and every result of the two must be the same bits.
  *
  *   ex06_moe_training                  both layouts x both combine transports, small shapes
  *   ex06_moe_training --ctest          the same (CTest; exit 77 without a GPU)
  *   ex06_moe_training --dump DIR       also writes DIR/<case>/ for scripts/moe_training_torch.py
  *   ex06_moe_training --cpu-reference  no GPU: the CPU reference alone (its gradient check, --dump)
  *   options: --layout em|rm|both --combine pull|push|both --R --T (max tokens per rank) --H --I
- *            --E --K --steps N --seed N
+ *            --E --K --steps N --seed N --dx-out window|buffer|both (where the dx rows go; default window)
  *
  * Files (one translation unit): expert_math.h (the math of both sides), model.h (options, cases,
  * inputs, the placement model), experts.cuh (the expert stage kernels), layer.cuh (the device side
@@ -131,6 +137,48 @@ static bool dump(const std::string& dir0, const Model& m, const Result& r, uint6
 
 /* ============================================================================================ */
 
+/* one case with the dx rows in the window (dx_window) or in a buffer: its first step's results */
+static bool run_case_dx(const Case& c, const Opts& o, const Model& m, const Place& pl, bool dx_window, cudaStream_t st,
+                        Result* first) {
+  Layer L;
+  layer_init(L, m, pl, dx_window);
+  printf(" dx rows: %s\n", dx_window ? "in the window, over the receive rows (--dx-out window: the backward of dispatch "
+                                       "reads them in place, expert_out = NULL)"
+                         : c.layout == EPF_LAYOUT_EXPERT_MAJOR ? "in a separate buffer (--dx-out buffer: expert_out = dxr)"
+                                                               : "in a separate buffer, view order (RANK_MAJOR: the backward "
+                                                                 "of dispatch pre-reduces them; --dx-out window is EXPERT_MAJOR only)");
+  const Result want = reference(m, pl, L.expert_rows);
+  bool ok = true;
+  for (int i = 0; i < o.steps; ++i) {
+    Result got = step(L, st);
+    printf(" step %d (route epoch advances every step):\n", i + 1);
+    const bool clean = record_clean(L);
+    printf("  %-34s %s\n", "error record", clean ? "clean" : "NOT CLEAN");
+    ok = clean && ok;
+    ok = check_exact(L, m, pl, got, want) && ok;
+    if (i == 0) *first = std::move(got);
+  }
+  layer_free(L);
+  return ok;
+}
+
+/* --dx-out both: every result of the two placements, bit for bit (the dx rows: the rows the
+ * placement model places; the others are the window's bytes in one run, the poison in the other) */
+static bool same_results(const Result& a, const Result& b, const Place& pl, const Case& c, int64_t expert_rows) {
+  const int EL = c.E / c.R;
+  bool ok = a.y == b.y && a.dx == b.dx && a.out == b.out && a.dxr.size() == b.dxr.size();
+  for (int e = 0; e < c.E && ok; ++e) {
+    const size_t r0 = (size_t)(e / EL) * expert_rows + pl.begin[(size_t)e], n = pl.rows[(size_t)e].size() * c.H;
+    ok = n == 0 || memcmp(a.dxr.data() + r0 * c.H, b.dxr.data() + r0 * c.H, n * 2) == 0;
+  }
+  auto same_f = [](const std::vector<float>& u, const std::vector<float>& v) {
+    return u.size() == v.size() && (u.empty() || memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0);
+  };
+  ok = ok && same_f(a.dtw, b.dtw) && same_f(a.dw1, b.dw1) && same_f(a.dw3, b.dw3) && same_f(a.dw2, b.dw2) &&
+       same_f(a.rw, b.rw) && same_f(a.wg, b.wg);
+  return ok;
+}
+
 static bool run_case(const Case& c, const Opts& o, cudaStream_t st) {
   const Model m = make_model(c, o.seed);
   const Place pl = place(m);
@@ -139,19 +187,20 @@ static bool run_case(const Case& c, const Opts& o, cudaStream_t st) {
   printf("[%s] %s, %s combine: R=%d virtual ranks, T per rank {%s}, H=%d, I=%d, E=%d, top-%d\n", c.name.c_str(),
          c.layout == EPF_LAYOUT_EXPERT_MAJOR ? "EXPERT_MAJOR" : "RANK_MAJOR", c.push ? "push" : "pull", c.R, tl.c_str(), c.H,
          c.I, c.E, c.K);
-  Layer L;
-  layer_init(L, m, pl);
-  const Result want = reference(m, pl, L.expert_rows);
+  /* where the dx rows go: RANK_MAJOR always a buffer (the backward of dispatch pre-reduces them in
+   * the view's order; epf_ht_dispatch_backward refuses expert_out = NULL there) */
+  const bool em = c.layout == EPF_LAYOUT_EXPERT_MAJOR;
+  const bool win = em && o.dx_window, buf = !em || o.dx_buffer;
   bool ok = true;
-  Result first;
-  for (int i = 0; i < o.steps; ++i) {
-    Result got = step(L, st);
-    printf(" step %d (route epoch advances every step):\n", i + 1);
-    const bool clean = record_clean(L);
-    printf("  %-34s %s\n", "error record", clean ? "clean" : "NOT CLEAN");
-    ok = clean && ok;
-    ok = check_exact(L, m, pl, got, want) && ok;
-    if (i == 0) first = std::move(got);
+  Result first, other;
+  int64_t expert_rows = 0;
+  (void)plan_of(c, pl, &expert_rows);
+  if (win) ok = run_case_dx(c, o, m, pl, true, st, &first) && ok;
+  if (buf) ok = run_case_dx(c, o, m, pl, false, st, win ? &other : &first) && ok;
+  if (win && buf) {
+    const bool same = same_results(first, other, pl, c, expert_rows);
+    printf("  %-34s %s\n", "dx rows in the window vs a buffer", same ? "every result bit-identical" : "RESULTS DIFFER");
+    ok = same && ok;
   }
   ok = check_gradients(m, first, o.seed) && ok;
   if (!o.dump.empty()) {
@@ -159,7 +208,6 @@ static bool run_case(const Case& c, const Opts& o, cudaStream_t st) {
     if (d) printf("  dumped to %s/%s\n", o.dump.c_str(), c.name.c_str());
     ok = d && ok;
   }
-  layer_free(L);
   printf("[%s] %s\n\n", c.name.c_str(), ok ? "OK" : "FAILED");
   return ok;
 }

@@ -27,6 +27,7 @@
 struct Opts {
   int R = 0, T = 0, H = 0, I = 0, E = 0, K = 0, steps = 2; /* 0: the case's default */
   bool em = true, rm = true, pull = true, push = true, ctest = false, cpu = false;
+  bool dx_window = true, dx_buffer = false; /* --dx-out window|buffer|both (EXPERT_MAJOR; RANK_MAJOR: buffer) */
   uint64_t seed = 0;
   std::string dump;
 };
@@ -39,7 +40,8 @@ struct Case {
 
 static void usage_exit(const char* why) {
   fprintf(stderr, "%s\nusage: ex06_moe_training [--layout em|rm|both] [--combine pull|push|both] [--R n] [--T max]\n"
-                  "       [--H n] [--I n] [--E n] [--K n] [--steps n] [--seed n] [--dump DIR] [--ctest] [--cpu-reference]\n", why);
+                  "       [--H n] [--I n] [--E n] [--K n] [--steps n] [--seed n] [--dx-out window|buffer|both] [--dump DIR]\n"
+                  "       [--ctest] [--cpu-reference]\n", why);
   exit(2);
 }
 
@@ -73,6 +75,11 @@ static Opts parse(int argc, char** argv) {
       o.pull = v == "pull" || v == "both";
       o.push = v == "push" || v == "both";
       if (!o.pull && !o.push) usage_exit("--combine pull|push|both");
+    } else if (a == "--dx-out") {
+      const std::string v = next();
+      o.dx_window = v == "window" || v == "both";
+      o.dx_buffer = v == "buffer" || v == "both";
+      if (!o.dx_window && !o.dx_buffer) usage_exit("--dx-out window|buffer|both");
     } else usage_exit(("unknown option " + a).c_str());
   }
   if (o.steps < 1) usage_exit("--steps >= 1");

@@ -55,7 +55,10 @@
  *   ex06        examples/06_moe_training's plans at the ex05 shape: BF16, pull / push (bf16-pull,
  *               bf16-push), ht-em and ht-rm: forward, then combine-backward (a dispatch of dy
  *               [+ expand]) and dispatch-backward (a unit-weight combine of the dx rows with the
- *               router-weight gradient) over the same route
+ *               router-weight gradient, the dx rows in a buffer: --dx-out buffer) over the same
+ *               route; ht-em also dispatch-backward-inplace (the dx rows over the receive rows,
+ *               expert_out = NULL: ex06's default --dx-out window; alternate iterations with the
+ *               buffer one) and, bf16-pull, the forward twin combine-pull (in place)
  *   python-moe_layer  examples/python/moe_layer.py (H 2048, E 64, top-4, T 512): HT BF16,
  *               worst-case recv_capacity, int64 ids, combine-eo; twin combine-pull
  *   ex03        examples/03_fused_moe_layer (same shape): MXFP8 dispatch, combine-window (its
@@ -95,7 +98,8 @@
  *               read, write); ht-rm: routed x 2H (pre-reduce reads) + ht-rm rows x (2 combine rows
  *               + metadata) + R*T*2H (bench_ht counts ht-rm rows x 2H for the reads: fewer bytes)
  *     backward  combine-backward as a BF16 dispatch; dispatch-backward as a combine through the
- *               buffer plus the router-weight gradient's minimal bytes
+ *               buffer plus the router-weight gradient's minimal bytes; dispatch-backward-inplace
+ *               as the in-place pull combine (push: as the buffer) plus the same
  *   LL "issued" (bench_ll): dispatch routed x (row + scales + 16) + R*T*2H; combine push (and
  *     fixed) routed x (2H + 2 combine rows + 16) + R*T*2H, pull routed x 2H + R*T*2H; "copy-conv"
  *     (CSV only): 2 x routed x row, bench_ll's copy convention.
@@ -108,7 +112,8 @@
  * dispatch >= 80 %; ht-em combine-pull (and combine-window) >= 80 %, combine-eo and combine-mxfp8 >=
  * 70 %; ht-rm dispatch+expand >= 70 % and combine >= 70 %; LL T=128 dispatch and combine >= 70 %;
  * LL T=1 <= 12 us per stage. Application rows carry their stage family's target (combine-backward:
- * the dispatch's; combine-backward+expand: dispatch+expand's; dispatch-backward: combine-eo's).
+ * the dispatch's; combine-backward+expand: dispatch+expand's; dispatch-backward: combine-eo's;
+ * dispatch-backward-inplace: combine-pull's, push combine-eo's).
  * Other rows carry no target ('-'). Missing a target never changes the exit status.
  * Bound (LL fraction rows; columns 'bound', CSV floor_us and bound_frac): the best min_frac any
  *   implementation of the stage reaches on this GPU, data_us / (floor_us + data_us), where
@@ -573,6 +578,9 @@ typedef struct zoo_ht_spec {
   int nvar, var[3];      /* the combine variants (ZOO_CV_*), in order */
   int backward;          /* the training stages after each forward (examples/06): combine_backward
                             (+ expand) and dispatch_backward with the router-weight gradient */
+  int bwd_in_place;      /* with backward, EXPERT_MAJOR BF16: every other iteration's dispatch_backward
+                            reads the dx rows in place (expert_out = NULL: examples/06 --dx-out
+                            window), the others through the buffer: row dispatch-backward-inplace */
 } zoo_ht_spec_t;
 
 /* a model-zoo plan: BF16 combine: dispatch rows, pull in place (EXPERT_MAJOR BF16 only) and the
@@ -690,7 +698,8 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
   epf_plan_t plan;
   epf_status_t st = epf_plan_compute(&cfg, &plan);
   int v, n, first, nrows;
-  zoo_row_t *rd = NULL, *re = NULL, *rde = NULL, *rc[3] = {NULL, NULL, NULL}, *rcb = NULL, *rcbe = NULL, *rdb = NULL;
+  zoo_row_t *rd = NULL, *re = NULL, *rde = NULL, *rc[3] = {NULL, NULL, NULL}, *rcb = NULL, *rcbe = NULL, *rdb = NULL,
+            *rdbi = NULL;
   double row, sc, meta, crow, rows, link, wgrad;
   char pre[32];
   const char* tag = sp.tag != NULL ? sp.tag : zoo_payload_name(sp.payload);
@@ -790,6 +799,18 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     rdb->hbm_b = (rm ? valid * H2 + rows * (2.0 * crow + meta) : rows * crow + rows * (H2 + crow)) + RT * H2 + wgrad;
     rdb->min_b = zoo_min_combine(valid, crow, RT, m->H, wgrad);
     zoo_target(rdb, ZOO_T_FRAC, 0.70); /* a combine through a buffer (the dx rows): its target */
+    if (sp.bwd_in_place && !rm) { /* the dx rows over the receive rows (expert_out = NULL) */
+      const int push = (plan.flags & EPF_FLAG_COMBINE_PUSH) != 0u;
+      rdbi = zoo_row_new(sp.app, sp.tag, m, R, T, mode, sp.payload, "dispatch-backward-inplace");
+      rdbi->recv_b = rdb->recv_b;
+      rdbi->topk_b = rdb->topk_b;
+      rdbi->link_b = rdb->link_b;
+      /* pull: nothing put, the sources read every row where it is (+ the router-weight gradient);
+       * push: the expert side reads the receive row instead of the buffer's, the same bytes */
+      rdbi->hbm_b = push ? rdb->hbm_b : rows * crow + RT * H2 + wgrad;
+      rdbi->min_b = rdb->min_b; /* the minimum of a stage does not depend on where its rows are */
+      zoo_target(rdbi, ZOO_T_FRAC, push ? 0.70 : 0.80); /* an in-place pull combine's target; push: a buffer's */
+    }
   }
   nrows = g_nrows - first;
 
@@ -830,7 +851,7 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     float *wg = NULL, *dtw = NULL;
     epf_route_step_t rs;
     epf_ht_step_t hs, bs;
-    float* t[6]; /* dispatch, expand, combine-backward, its expand, dispatch-backward: pooled; [5]: unused */
+    float* t[6]; /* dispatch, expand, combine-backward, its expand, dispatch-backward (buffer, in place): pooled */
     float* tc[3];
     int nt[6] = {0, 0, 0, 0, 0, 0}, nc[3] = {0, 0, 0}, i;
     const char* problem = "";
@@ -882,7 +903,7 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
     bs = hs; /* examples/06: the backward step is the forward's with these operands */
     bs.x = dy;
     bs.topk_idx = topk;
-    bs.expert_out = dxr;
+    bs.expert_out = dxr; /* every other iteration NULL with bwd_in_place (below) */
     bs.out = dx;
     bs.weight_grad = wg;
     bs.topk_weights_grad = dtw;
@@ -908,6 +929,7 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
           EPF_BENCH_CUDA(cudaEventRecord(g_ev[5]));
           if (st == EPF_OK && rm) st = epf_ht_expand(&route, team, &plan, &bs, 0);
           EPF_BENCH_CUDA(cudaEventRecord(g_ev[6]));
+          bs.expert_out = rdbi != NULL && (i & 1) ? NULL : dxr; /* in place: the receive rows (dy's bytes) */
           if (st == EPF_OK) st = epf_ht_dispatch_backward(&route, team, &plan, &bs, 0);
           EPF_BENCH_CUDA(cudaEventRecord(g_ev[7]));
         }
@@ -924,7 +946,10 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
         if (sp.backward) {
           t[2][nt[2]++] = ms[4];
           t[3][nt[3]++] = ms[5];
-          t[4][nt[4]++] = ms[6];
+          if (rdbi != NULL && (i & 1))
+            t[5][nt[5]++] = ms[6];
+          else
+            t[4][nt[4]++] = ms[6];
         }
       }
     }
@@ -939,8 +964,8 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
               zoo_payload_name(sp.cpayload), problem);
       zoo_rows_fail(&g_rows[first], nrows, ZOO_ERROR, problem);
     } else {
-      double med[5];
-      for (i = 0; i < 5; ++i) med[i] = nt[i] > 0 ? epf_bench_median(t[i], nt[i]) * 1e3 : -1.0;
+      double med[6];
+      for (i = 0; i < 6; ++i) med[i] = nt[i] > 0 ? epf_bench_median(t[i], nt[i]) * 1e3 : -1.0;
       if (rd != NULL) rd->us = med[0];
       if (re != NULL) re->us = med[1];
       if (rde != NULL) rde->us = med[0] + med[1];
@@ -948,6 +973,7 @@ static void zoo_ht_plan(const zoo_opts_t* o, const zoo_model_t* m, int R, int T,
       if (rcb != NULL) rcb->us = med[2];
       if (rcbe != NULL) rcbe->us = med[2] + med[3];
       if (rdb != NULL) rdb->us = med[4];
+      if (rdbi != NULL) rdbi->us = med[5];
     }
     for (i = first; i < g_nrows; ++i) zoo_row_done(&g_rows[i]);
     for (i = 0; i < 6; ++i) free(t[i]);
@@ -1419,7 +1445,12 @@ static void zoo_var(zoo_ht_spec_t* sp, int var) { sp->var[sp->nvar++] = var; }
  *                        rank's expert rows + 16), pull or EPF_FLAG_COMBINE_PUSH; forward (dispatch,
  *                        [expand], combine-eo) then backward over the same route: combine-backward
  *                        (a dispatch of dy [+ expand]) and dispatch-backward (a unit-weight combine
- *                        of the dx rows, with the router-weight gradient)
+ *                        of the dx rows, with the router-weight gradient); ht-em: the dx rows from
+ *                        the buffer (dispatch-backward, ex06 --dx-out buffer) and, every other
+ *                        iteration, in place over the receive rows (dispatch-backward-inplace,
+ *                        expert_out = NULL, ex06's default --dx-out window); ht-em bf16-pull also
+ *                        runs the forward combine in place (combine-pull): the in-place
+ *                        dispatch-backward's forward twin on the same plan
  *   g 1, H 2048, E 64, top-4, T 512 (the defaults of examples/03 and examples/python/moe_layer.py):
  *     python-moe_layer bf16   moe_layer.py's EpfuseLayer: Group.virtual defaults (EXPERT_MAJOR
  *                        BF16, worst-case recv_capacity), torch.int64 ids, combine(expert_out=eo,
@@ -1460,7 +1491,10 @@ static int zoo_app_ht_specs(int g, const zoo_model_t* m, int R, int T, const int
         out[n].flags = push ? EPF_FLAG_COMBINE_PUSH : 0u;
         out[n].expert_rows = l ? s->em_max + 16 : 0; /* EXPERT_MAJOR: recv_capacity */
         out[n].backward = 1;
-        zoo_var(&out[n++], ZOO_CV_EO);
+        out[n].bwd_in_place = !l; /* ht-em: the dx rows through the buffer and in place (--dx-out) */
+        zoo_var(&out[n], ZOO_CV_EO);
+        if (!l && !push) zoo_var(&out[n], ZOO_CV_PULL); /* the in-place dispatch-backward's forward twin */
+        ++n;
       }
   } else {
     out[n] = zoo_app_spec("python-moe_layer", "bf16", EPF_LAYOUT_EXPERT_MAJOR, EPF_PAYLOAD_BF16, EPF_SCALE_LAYOUT_COMPACT,

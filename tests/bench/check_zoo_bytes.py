@@ -46,6 +46,10 @@ EXPECT = {
     "ex06/deepseek-v3/R8/ht-rm/T512/bf16-pull/dispatch+expand": DS_X + 32768 * 14336,
     # backward of dispatch = a combine + the router-weight gradient: routed FP32 read, R*T*K FP32 written
     "ex06/deepseek-v3/R8/ht-em/T512/bf16-pull/dispatch-backward": DS_COMBINE + 32768 * 4 + 4096 * 8 * 4,  # 528,744,448
+    # ... wherever its dx rows are: in place over the receive rows (ex06 --dx-out window) the same
+    # minimum as through the buffer, and that of the in-place pull combine (its forward twin) + the gradient
+    "ex06/deepseek-v3/R8/ht-em/T512/bf16-pull/dispatch-backward-inplace": DS_COMBINE + 32768 * 4 + 4096 * 8 * 4,
+    "ex06/deepseek-v3/R8/ht-em/T512/bf16-pull/combine-pull": DS_COMBINE,
     # examples/python/moe_layer.py, examples/03: H 2048 (2H 4096)
     "python-moe_layer/h2048-e64-k4/R8/ht-em/T512/bf16/combine-eo": 16384 * 4096 + 4096 * 4096,  # 83,886,080
     "ex03/h2048-e64-k4/R8/ht-em/T512/mxfp8/dispatch": 4096 * 4096 + 16384 * (2048 + 64),        # 51,380,224

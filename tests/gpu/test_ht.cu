@@ -709,6 +709,17 @@ static const ht_case_t k_backward_cases[] = {
     {8, 1000, 7168, 8, 256, RM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 0, 0},
 };
 
+/* the dx rows in place over the receive rows (expert_out = NULL; examples/06 --dx-out window), always
+ * with the router-weight gradient (the expert side then writes only the metadata slot of each row) */
+static const ht_case_t k_backward_in_place_cases[] = {
+    /* R  T     H     K   E    layout payload combine routing push align xq cap inplace swz seg */
+    {3, 37, 2880, 22, 48, EM, BF, BF, ROUTE_PARTIAL, 0, 1, 0, 0, 1, 0, 0},  /* pull, 3 ranks, > 8 copies, -1 ids */
+    {5, 37, 5120, 8, 40, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 0, 1, 0, 0},    /* pull, repeats */
+    {8, 37, 4096, 8, 64, EM, BF, BF, ROUTE_SKEWED, 0, 1, 0, 200, 1, 0, 0},  /* pull, overflow: gradients 0 */
+    {3, 1, 5120, 6, 48, EM, BF, BF, ROUTE_RANDOM, 0, 1, 0, 0, 1, 0, 0},     /* pull, T = 1 */
+    {5, 1, 2880, 22, 40, EM, BF, BF, ROUTE_RANDOM, 1, 1, 0, 0, 1, 0, 0},    /* push, T = 1, top-22 */
+};
+
 static void test_backward(void** state) {
   const int small = getenv("EPF_TEST_SMALL") != NULL;
   (void)state;
@@ -716,6 +727,10 @@ static void test_backward(void** state) {
     if (small && i != 0 && i != 7) continue;
     /* alternate: router-weight gradient carried or not, fused or split backward of combine */
     run_backward_case(&k_backward_cases[i], k_backward_cases[i].T > 64 ? 1 : 2, (int)(i % 3 == 1), (int)(i % 4 != 3));
+  }
+  for (size_t i = 0; i < sizeof(k_backward_in_place_cases) / sizeof(k_backward_in_place_cases[0]); ++i) {
+    if (small && i != 0) continue;
+    run_backward_case(&k_backward_in_place_cases[i], 2, (int)(i % 2), 1);
   }
 }
 
