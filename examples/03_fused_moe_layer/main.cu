@@ -3,33 +3,38 @@
  * fused with the residual.
  *
  * Learning objectives
- *   - Write your own kernels around the library: a router kernel (softmax top-k gating over a
- *     random router weight) that writes topk_idx / topk_weights, runs the route update
- *     (epf_route_update_block) and dispatches its tokens quantized to MXFP8 in the SAME kernel;
- *     an expert kernel that reads the receive region IN PLACE (MXFP8 rows + E8M0 scales) and whose
- *     epilogue stores its BF16 outputs where the combine will pull them
- *     (epf_plan_expert_out_offset); a combine kernel built from the public blocks
- *     (epf_combine_signal_block, epf_combine_wait_block, epf_combine_reduce_rows_warp) that adds
- *     the residual inside the same FP32 fma chain.
- *   - Where the fusion boundaries are, and why (see "Fusion boundaries" below).
- * Key concepts: expert-major receive rows (docs/layouts.md), the route's token partition over a
- *   rank's blocks, a rank rendezvous between the route's offsets and the sends, the pull combine
- *   protocol (expert side signals SIG_COMBINE with the route epoch once outputs are in place;
- *   source side waits, then loads peers' rows through LSA pointers), [collective:block] /
- *   [collective:warp] contracts, co-residency of virtual-rank grids (epf_virtual_grid_check).
+ *   - Write your own kernels around the library: a router (logits on tensor cores, softmax top-k,
+ *     router.cuh) that writes topk_idx / topk_weights, runs the route update and dispatches its
+ *     tokens quantized to MXFP8 in the SAME kernel; an expert kernel that reads the receive region
+ *     IN PLACE (MXFP8 rows + E8M0 scales) and whose epilogue stores its BF16 outputs where the
+ *     combine will pull them (epf_plan_expert_out_offset); a combine kernel built from the public
+ *     blocks (epf_combine_signal_block, epf_combine_wait_block, epf_combine_reduce_rows_warp) that
+ *     adds the residual inside the same FP32 fma chain.
+ *   - Where the fusion boundaries are, and what a fusion can and cannot save (README.md).
+ * Key concepts: expert-major receive rows (docs/layouts.md), rank rendezvous between phases of a
+ *   fused kernel (epf_rank_barrier_block), the route's SPLIT arrangement once the ids are complete,
+ *   the pull combine protocol (expert side signals SIG_COMBINE with the route epoch once outputs
+ *   are in place; source side waits, then loads peers' rows through LSA pointers),
+ *   [collective:block] / [collective:warp] contracts, co-residency of virtual-rank grids
+ *   (epf_virtual_grid_check).
  * When to use it: as the template of a production MoE layer: replace the scale "expert" with a
  *   grouped GEMM over the expert-major segments, keep the router and combine kernels.
- * Performance notes: the residual costs no extra pass: it is lane K of the reduction (weight 1),
- *   so out = BF16(sum_k w_k y_k + residual) with ONE rounding. The router here is a scalar FP32
- *   dot-product loop and the expert stage a scalar dequant-scale loop, not tuned; the table
- *   reports per-stage times for orientation only.
+ * Performance notes: the router is a BF16 GEMM on mma.sync (64-token tiles, Wr read once per tile);
+ *   the fused kernel's grid fills the GPU (occupancy API) and balances the router over every block.
+ *   Fusion saves the launch boundaries and the router -> route gap; it cannot overlap the router
+ *   with the sends, because the send rows need the global count exchange (fused >= router +
+ *   exchange + sends; README.md and docs/dev/perf-log/moe-layer.md have the numbers). The residual
+ *   costs no extra pass: it is lane K of the reduction (weight 1), so out = BF16(sum_k w_k y_k +
+ *   residual) with ONE rounding. The expert stage is a scalar dequant-scale loop, not tuned.
  *
  * Fusion boundaries (README.md, "Fusion boundaries, honestly"): four launches — the fused router +
- * route update + dispatch (all R x 8 blocks co-resident, checked with epf_virtual_grid_check; else
+ * route update + dispatch (R x bpr blocks, co-resident, checked with epf_virtual_grid_check; else
  * the example says so and runs --unfused), the experts, combine + residual; the expert epilogue ->
  * combine boundary stays a launch boundary (every output complete before the combine signal).
  * --unfused runs five launches (router_kernel, epf_route_update, epf_ht_dispatch, experts,
- * combine); both paths are checked bit-exact against the same CPU reference (two CTest tests).
+ * combine); --both runs the two in one process. The router is checked against a double-precision
+ * CPU router within a tolerance (a valid top-k), the rest of the layer bit-exact against the CPU
+ * reference on the GPU's own ids and weights.
  */
 #include <math.h>
 #include <stdint.h>
