@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(ROUTER_THREADS, 2)
 
   /* 3. the route update of this rank in its first nrb blocks (count exchange with every peer inside) */
   if (block < nrb) {
-    const epf_status_t rs = epf_route_update_split_block(&route, rank, me, &plan, idx, T, block, nrb, w, NULL, fused_smem);
+    const epf_status_t rs =
+        epf_route_update_split_block(&route, rank, me, &plan, idx, T, block, nrb, w, NULL, fused_smem);
     if (st == EPF_OK) st = rs;
   }
 
@@ -369,7 +370,8 @@ static int check_path(const layer_t* L, const char* name) {
       const int64_t t = (int64_t)r * T + (N == T ? i : N == 1 ? 0 : (int64_t)i * (T - 1) / (N - 1));
       const int rb = router_check_token(L->x + t * H, L->wr, H, E, K, g_idx + t * K, g_w + t * K, logit, &near_tie,
                                         &max_w_err);
-      if (rb && router_bad < 3) fprintf(stderr, "%s: ROUTER MISMATCH: rank %d token %lld\n", name, r, (long long)(t % T));
+      if (rb && router_bad < 3)
+        fprintf(stderr, "%s: ROUTER MISMATCH: rank %d token %lld\n", name, r, (long long)(t % T));
       router_bad += rb;
       /* dispatch (MXFP8) -> expert scale -> combine in k order -> + residual (x itself), one rounding */
       ex_ref_combine_residual(&L->plan, L->x + t * H, g_idx + t * K, g_w + t * K, L->x + t * H, scratch, want);
@@ -507,8 +509,8 @@ int main(int argc, char** argv) {
     fused = 0, both = 0;
   }
   if (fused || both)
-    printf("fused kernel: %d ranks x %d blocks of %d threads (%d per SM, %zu B shared), route update in %d of them\n", R,
-           L.fbpr, ROUTER_THREADS, per_sm, L.fsmem, L.nrb);
+    printf("fused kernel: %d ranks x %d blocks of %d threads (%d per SM, %zu B shared), route update in %d of them\n",
+           R, L.fbpr, ROUTER_THREADS, per_sm, L.fsmem, L.nrb);
 
   int bad = 0;
   if (both) {

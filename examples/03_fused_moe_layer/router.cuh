@@ -168,7 +168,7 @@ __device__ __noinline__ void router_tile_block(const uint16_t* x, const uint16_t
         }
       }
     }
-    __syncthreads(); /* chunk c is consumed before its stage is refilled (two iterations on) */
+    __syncthreads(); /* chunk c is consumed before the next iteration prefetches into its stage */
   }
 
   /* logits tile [64][ldl] FP32 over the staging buffers: k-step group 0 stores, 1..KS-1 add, in order */
@@ -181,7 +181,8 @@ __device__ __noinline__ void router_tile_block(const uint16_t* x, const uint16_t
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            float* l = logit + (wm * 32 + mt * 16 + router_c_row(lane, i)) * ldl + wn * 64 + nt * 8 + router_c_col(lane, i);
+            const int row = wm * 32 + mt * 16 + router_c_row(lane, i), col = wn * 64 + nt * 8 + router_c_col(lane, i);
+            float* l = logit + row * ldl + col;
             *l = kg == 0 ? acc[mt][nt][i] : *l + acc[mt][nt][i];
           }
     }
