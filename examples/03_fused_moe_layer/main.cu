@@ -3,33 +3,38 @@
  * fused with the residual.
  *
  * Learning objectives
- *   - Write your own kernels around the library: a router kernel (softmax top-k gating over a
- *     random router weight) that writes topk_idx / topk_weights, runs the route update
- *     (epf_route_update_block) and dispatches its tokens quantized to MXFP8 in the SAME kernel;
- *     an expert kernel that reads the receive region IN PLACE (MXFP8 rows + E8M0 scales) and whose
- *     epilogue stores its BF16 outputs where the combine will pull them
- *     (epf_plan_expert_out_offset); a combine kernel built from the public blocks
- *     (epf_combine_signal_block, epf_combine_wait_block, epf_combine_reduce_rows_warp) that adds
- *     the residual inside the same FP32 fma chain.
- *   - Where the fusion boundaries are, and why (see "Fusion boundaries" below).
- * Key concepts: expert-major receive rows (docs/layouts.md), the route's token partition over a
- *   rank's blocks, a rank rendezvous between the route's offsets and the sends, the pull combine
- *   protocol (expert side signals SIG_COMBINE with the route epoch once outputs are in place;
- *   source side waits, then loads peers' rows through LSA pointers), [collective:block] /
- *   [collective:warp] contracts, co-residency of virtual-rank grids (epf_virtual_grid_check).
+ *   - Write your own kernels around the library: a router (logits on tensor cores, softmax top-k,
+ *     router.cuh) that writes topk_idx / topk_weights, runs the route update and dispatches its
+ *     tokens quantized to MXFP8 in the SAME kernel; an expert kernel that reads the receive region
+ *     IN PLACE (MXFP8 rows + E8M0 scales) and whose epilogue stores its BF16 outputs where the
+ *     combine will pull them (epf_plan_expert_out_offset); a combine kernel built from the public
+ *     blocks (epf_combine_signal_block, epf_combine_wait_block, epf_combine_reduce_rows_warp) that
+ *     adds the residual inside the same FP32 fma chain.
+ *   - Where the fusion boundaries are, and what a fusion can and cannot save (README.md).
+ * Key concepts: expert-major receive rows (docs/layouts.md), rank rendezvous between phases of a
+ *   fused kernel (epf_rank_barrier_block), the route's SPLIT arrangement once the ids are complete,
+ *   the pull combine protocol (expert side signals SIG_COMBINE with the route epoch once outputs
+ *   are in place; source side waits, then loads peers' rows through LSA pointers),
+ *   [collective:block] / [collective:warp] contracts, co-residency of virtual-rank grids
+ *   (epf_virtual_grid_check).
  * When to use it: as the template of a production MoE layer: replace the scale "expert" with a
  *   grouped GEMM over the expert-major segments, keep the router and combine kernels.
- * Performance notes: the residual costs no extra pass: it is lane K of the reduction (weight 1),
- *   so out = BF16(sum_k w_k y_k + residual) with ONE rounding. The router here is a scalar FP32
- *   dot-product loop and the expert stage a scalar dequant-scale loop, not tuned; the table
- *   reports per-stage times for orientation only.
+ * Performance notes: the router is a BF16 GEMM on mma.sync (64-token tiles, Wr read once per tile);
+ *   the fused kernel's grid fills the GPU (occupancy API) and balances the router over every block.
+ *   Fusion saves the launch boundaries and the router -> route gap; it cannot overlap the router
+ *   with the sends, because the send rows need the global count exchange (fused >= router +
+ *   exchange + sends; README.md and docs/dev/perf-log/moe-layer.md have the numbers). The residual
+ *   costs no extra pass: it is lane K of the reduction (weight 1), so out = BF16(sum_k w_k y_k +
+ *   residual) with ONE rounding. The expert stage is a scalar dequant-scale loop, not tuned.
  *
  * Fusion boundaries (README.md, "Fusion boundaries, honestly"): four launches — the fused router +
- * route update + dispatch (all R x 8 blocks co-resident, checked with epf_virtual_grid_check; else
+ * route update + dispatch (R x bpr blocks, co-resident, checked with epf_virtual_grid_check; else
  * the example says so and runs --unfused), the experts, combine + residual; the expert epilogue ->
  * combine boundary stays a launch boundary (every output complete before the combine signal).
  * --unfused runs five launches (router_kernel, epf_route_update, epf_ht_dispatch, experts,
- * combine); both paths are checked bit-exact against the same CPU reference (two CTest tests).
+ * combine); --both runs the two in one process. The router is checked against a double-precision
+ * CPU router within a tolerance (a valid top-k), the rest of the layer bit-exact against the CPU
+ * reference on the GPU's own ids and weights.
  */
 #include <math.h>
 #include <stdint.h>
@@ -40,118 +45,91 @@
 #include "epfuse/epfuse.cuh"
 #include "epfuse/ht/kernels.cuh"
 #include "ex_common.h"
+#include "router.cuh" /* router_tile_block: the tensor-core router both paths share */
 
-#define ROUTER_THREADS 256 /* E <= ROUTER_THREADS */
 #define COMBINE_THREADS 512
+#define ROUNDS 5 /* timed rounds per path (after one warm-up round); the tables print medians */
 
-/* ---- router: logits = x . Wr^T (FP32 fma chain over h, in order), top-k, softmax over the k -----
- * The two functions are shared by router_kernel (--unfused), the fused kernel (so both paths
- * produce the same bits) and the CPU reference (expf may differ by an ulp between host and device:
- * the weights are compared with a tolerance there). */
-EPF_HD float router_logit(const uint16_t* xr, const uint16_t* wrow, int H) {
-  float acc = 0.f;
-  for (int h = 0; h < H; ++h) acc = fmaf(epf_bf16_to_float(xr[h]), epf_bf16_to_float(wrow[h]), acc);
-  return acc;
-}
-
-/* top-k of E logits (ties: lowest id), softmax over the k; one thread per token */
-EPF_HD void router_topk_softmax(const float* logit, int E, int K, int32_t* out_idx, float* out_w) {
-  int sel[32];
-  float ex[32], sum = 0.f;
-  for (int k = 0; k < K; ++k) {
-    int best = -1;
-    for (int j = 0; j < E; ++j) {
-      int taken = 0;
-      for (int i = 0; i < k; ++i) taken |= sel[i] == j;
-      if (!taken && (best < 0 || logit[j] > logit[best])) best = j; /* ties: lowest id */
-    }
-    sel[k] = best;
-  }
-  for (int k = 0; k < K; ++k) sum += (ex[k] = expf(logit[sel[k]] - logit[sel[0]]));
-  for (int k = 0; k < K; ++k) {
-    out_idx[k] = sel[k];
-    out_w[k] = ex[k] / sum;
-  }
-}
-
-__global__ void router_kernel(const uint16_t* x, const uint16_t* wr, int H, int E, int K, int32_t* out_idx,
-                              float* out_w) {
-  __shared__ float logit[ROUTER_THREADS];
-  const int64_t t = blockIdx.x; /* one block per token (all virtual ranks' tokens, packed) */
-  const int e = (int)threadIdx.x;
-  if (e < E) logit[e] = router_logit(x + t * H, wr + (int64_t)e * H, H);
-  __syncthreads();
-  if (threadIdx.x == 0) router_topk_softmax(logit, E, K, out_idx + t * K, out_w + t * K);
+/* ---- router (--unfused): one block per 64-token tile of one rank (grid: tiles x R), the same tiles
+ * and the same device function as the fused kernel, so both paths produce the same bits ---------- */
+__global__ void __launch_bounds__(ROUTER_THREADS, 2)
+    router_kernel(const uint16_t* x, const uint16_t* wr, int T, int H, int E, int K, int32_t* out_idx, float* out_w) {
+  extern __shared__ uint4 router_smem[];
+  const int64_t t0 = (int64_t)blockIdx.y * T + (int64_t)blockIdx.x * ROUTER_TILE_TOKENS; /* packed [R][T] */
+  const int left = T - (int)blockIdx.x * ROUTER_TILE_TOKENS;
+  router_tile_block(x + t0 * H, wr, H, E, K, left < ROUTER_TILE_TOKENS ? left : ROUTER_TILE_TOKENS, out_idx + t0 * K,
+                    out_w + t0 * K, router_smem);
 }
 
 /* ---- the fused kernel: router + route update + MXFP8 dispatch in ONE launch ----------------------
- * Grid: R * bpr blocks (block b plays rank b / bpr), all co-resident (epf_virtual_grid_check),
- * blockDim = epf_route_block_threads(&route.layout), dynamic smem = fused_smem_bytes. Each block runs
- * the router for exactly the tokens epf_route_block_tokens(T, block, bpr) gives it (block 0, the
- * route's control block, owns none when bpr > 1), so the route reads only ids the same block wrote;
- * a rank rendezvous after the update makes block 0's send offsets visible to every block before any
- * sends; the step's epoch is the route's epoch word + 1, read before the route's merge barrier. The
- * steps are numbered below; README.md ("Fusion boundaries, honestly") gives the ordering argument. */
-#define ROUTER_CHUNK 8 /* tokens whose E logits a fused block holds in shared memory at once */
-
-static size_t fused_smem_bytes(const epf_route_t* route, int threads, int E) {
-  const size_t route_smem = epf_route_smem_bytes(&route->layout, threads);
-  const size_t router_smem = (size_t)ROUTER_CHUNK * (size_t)E * sizeof(float);
+ * Grid: R * bpr blocks of ROUTER_THREADS (block b plays rank b / bpr), bpr from the occupancy API so
+ * the grid fills the GPU, all co-resident (epf_virtual_grid_check); dynamic smem = fused_smem_bytes.
+ * The phases, and why each boundary is where it is:
+ *   1. router: the rank's 64-token tiles round-robin over ALL bpr blocks (balanced; the route's
+ *      token partition, which leaves block 0 idle, does not constrain it because of step 2);
+ *   2. rank rendezvous A: every topk_idx / topk_weights store of the rank before any route read;
+ *   3. route update in the first nrb blocks only (epf_route_blocks_per_rank, what the ready-made
+ *      update uses): after rendezvous A the whole topk_idx is written, so the SPLIT arrangement is
+ *      allowed (epf_route_update_split_block); the other blocks go straight to step 4;
+ *   4. rank rendezvous B: block 0's send offsets, the route blocks' slots / destination ranks before
+ *      any send (they are read with ld.relaxed.gpu after the barrier's acq_rel fence);
+ *   5. sends: a warp per token over all bpr * 8 warps of the rank, MXFP8 on the way; the last block
+ *      signals every peer, block 0 waits for every peer's rows.
+ * The step's epoch is the route's epoch word + 1, read at the start (block 0 of the route stores
+ * the new epoch only after rendezvous A, which every block reaches after its read). */
+static size_t fused_smem_bytes(const epf_route_t* route, int E) {
+  const size_t route_smem = epf_route_smem_bytes(&route->layout, ROUTER_THREADS);
+  const size_t router_smem = router_smem_bytes(E);
   return route_smem > router_smem ? route_smem : router_smem;
 }
 
 // example-begin fused_router_dispatch
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(ROUTER_THREADS, 2)
     fused_router_dispatch_kernel(epf_route_t route, epf_team_t team, epf_plan_t plan, const uint16_t* x,
-                                 const uint16_t* wr, int T, int bpr, int32_t* topk_idx, float* topk_w,
+                                 const uint16_t* wr, int T, int bpr, int nrb, int32_t* topk_idx, float* topk_w,
                                  epf_ht_state_t* state, uint64_t* rank_barrier, epf_wait_t w) {
-  extern __shared__ uint4 fused_smem[]; /* router logits, then the route's shared memory */
+  extern __shared__ uint4 fused_smem[]; /* the router's stages and logits, then the route's state */
   const epf_team_t me = epf_team_for_block(team, 1, bpr);
   const int rank = me.rank, block = (int)(blockIdx.x % (unsigned)bpr), lane = epf_lane_id();
   const int K = plan.top_k, E = plan.num_experts, H = plan.hidden, EL = plan.experts_per_rank;
   const uint64_t rank_tok = (uint64_t)rank * (uint64_t)plan.max_tokens_per_rank; /* packed inputs */
   int32_t* idx = topk_idx + rank_tok * K; /* this rank's [T][K] */
   float* wts = topk_w + rank_tok * K;
-  /* the route's token partition: block `block` counts and slots exactly [t0, t1) */
-  int t0i, t1i;
-  epf_route_block_tokens(T, block, bpr, &t0i, &t1i); /* block 0 of a rank routes none when bpr > 1 */
-  const int64_t t0 = t0i, t1 = t1i;
-  const uint32_t epoch = *epf_route_epoch_ptr(&route, rank) + 1u; /* before the merge barrier */
+  const uint32_t epoch = *epf_route_epoch_ptr(&route, rank) + 1u; /* before rendezvous A */
   w.rank = rank;
 
-  /* 1. router for [t0, t1) */
-  float* logit = (float*)fused_smem;
-  for (int64_t c0 = t0; c0 < t1; c0 += ROUTER_CHUNK) {
-    const int n = t1 - c0 < ROUTER_CHUNK ? (int)(t1 - c0) : ROUTER_CHUNK;
-    for (int i = (int)threadIdx.x; i < n * E; i += (int)blockDim.x) {
-      const int j = i / E, e = i - j * E;
-      logit[i] = router_logit(x + (rank_tok + (uint64_t)(c0 + j)) * H, wr + (int64_t)e * H, H);
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < n) {
-      const int64_t t = c0 + (int)threadIdx.x;
-      router_topk_softmax(logit + threadIdx.x * E, E, K, idx + t * K, wts + t * K);
-    }
-    __syncthreads(); /* topk stores before the route's loads; logits read before smem is reused */
+  /* 1. router: tiles block, block + bpr, ... (the same tiles as router_kernel) */
+  for (int t0 = block * ROUTER_TILE_TOKENS; t0 < T; t0 += bpr * ROUTER_TILE_TOKENS)
+    router_tile_block(x + (rank_tok + (uint64_t)t0) * H, wr, H, E, K,
+                      T - t0 < ROUTER_TILE_TOKENS ? T - t0 : ROUTER_TILE_TOKENS, idx + (int64_t)t0 * K,
+                      wts + (int64_t)t0 * K, fused_smem);
+
+  /* 2. rendezvous A: the rank's ids and weights are complete */
+  epf_status_t st = epf_rank_barrier_block(rank_barrier + 2 * rank, (uint32_t)bpr, epoch, w);
+
+  /* 3. the route update of this rank in its first nrb blocks (count exchange with every peer inside) */
+  if (block < nrb) {
+    const epf_status_t rs =
+        epf_route_update_split_block(&route, rank, me, &plan, idx, T, block, nrb, w, NULL, fused_smem);
+    if (st == EPF_OK) st = rs;
   }
 
-  /* 2. the route update of this rank (count exchange with every peer inside) */
-  const epf_status_t st = epf_route_update_block(&route, rank, me, &plan, idx, T, block, bpr, w, NULL, fused_smem);
-
-  /* 3. rank rendezvous: every block's send_offset / slot stores before any block's sends */
-  const epf_status_t bst = epf_rank_barrier_block(rank_barrier + rank, (uint32_t)bpr, epoch, w); /* bounded */
+  /* 4. rendezvous B: send offsets, slots and destination ranks before any send */
+  const epf_status_t bst = epf_rank_barrier_block(rank_barrier + 2 * rank + 1, (uint32_t)bpr, epoch, w); /* bounded */
   const bool send = !__syncthreads_or(st != EPF_OK || bst != EPF_OK);
 
-  /* 4. send this block's tokens, MXFP8 on the way, into their final rows */
-  const int32_t* send_off = (const int32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_SEND_OFFSET); /* [E] */
-  const int32_t* dst_rank = (const int32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_DST_RANK);    /* [T][K] */
-  const int32_t* slot = (const int32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_SLOT);            /* [T][K] */
+  /* 5. send: a warp per token over all the rank's warps, MXFP8 on the way, into the final rows */
+  const uint32_t* send_off = (const uint32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_SEND_OFFSET); /* [E] */
+  const uint32_t* dst_rank = (const uint32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_DST_RANK);    /* [T][K] */
+  const uint32_t* slot = (const uint32_t*)epf_route_ptr(&route, rank, EPF_ROUTE_SLOT);            /* [T][K] */
+  const int nwarps = bpr * (ROUTER_THREADS / 32);
   uint32_t dropped = 0;
-  for (int64_t t = t0 + epf_warp_id(); send && t < t1; t += (int64_t)(blockDim.x >> 5)) {
+  for (int64_t t = (int64_t)block * (ROUTER_THREADS / 32) + epf_warp_id(); send && t < T; t += nwarps) {
     const int e = lane < K ? idx[t * K + lane] : -1;
-    const int d = lane < K ? dst_rank[t * K + lane] : -1;
-    const int64_t row =
-        d >= 0 ? (int64_t)(int32_t)epf_ld_relaxed_gpu_u32((const uint32_t*)send_off + e) + slot[t * K + lane] : -1;
+    const int d = lane < K ? (int32_t)epf_ld_relaxed_gpu_u32(dst_rank + t * K + lane) : -1;
+    const int64_t row = d >= 0 ? (int64_t)(int32_t)epf_ld_relaxed_gpu_u32(send_off + e) +
+                                     (int32_t)epf_ld_relaxed_gpu_u32(slot + t * K + lane)
+                               : -1;
     if (lane < K && d >= 0) epf_dispatch_meta_em(me, &plan, d, row, (int)t, lane, e - d * EL, wts[t * K + lane]);
     dropped += epf_dispatch_send_row_quant_warp(me, &plan, x + (rank_tok + (uint64_t)t) * H, d, row, K);
   }
@@ -160,7 +138,7 @@ __global__ void __launch_bounds__(512, 1)
     epf_dispatch_signal_block(me, &plan, epoch); /* .sys release, after every block's rows */
     if (threadIdx.x == 0) state[rank].arrive[0] = 0u;
   }
-  /* 5. receive half: every peer's rows are in this rank's window */
+  /* 6. receive half: every peer's rows are in this rank's window */
   if (block == 0) (void)epf_dispatch_wait_block(me, &plan, epoch, w); /* failures land in w.record */
 }
 // example-end fused_router_dispatch
@@ -231,37 +209,236 @@ __global__ void combine_residual_kernel(epf_route_t route, epf_team_t team, epf_
 }
 // example-end combine_residual
 
+/* ---- the CPU check of the router ------------------------------------------------------------------
+ * The tensor cores' FP32 accumulation order is not reproducible on the CPU, so the check is "a valid
+ * top-k within a tolerance": the CPU computes the logits in double (BF16 products are exact, the
+ * double sum of H <= 2^16 of them is within 2^-40 relative); a GPU logit is an FP32 sum of the same
+ * products in at most n = H/16 + 32 rounded additions (H/16 k-steps into the accumulator, up to 16
+ * inside an mma, 3 to add the k-step groups' partials), so |gpu - cpu| <= n 2^-22 sum_h |x_h w_h|
+ * (the usual gamma_n bound with u = 2^-23, doubled for the tensor cores' truncating adder).
+ * A chosen expert passes if its CPU logit >= the CPU's K-th largest - tol, tol = twice the largest
+ * bound of the token's experts (both logits of a comparison may be off). The weights must match the
+ * softmax of the CPU logits at the GPU's ids within 1e-3 absolute: dw <= 2 max |dlogit|, and the
+ * logit error is ~sqrt(n) 2^-24 |logit| in practice (~1e-5 here), so 1e-3 fails a wrong softmax or
+ * a wrong logit well below the selection tolerance, not rounding. Returns 1 if the token fails. */
+static int router_check_token(const uint16_t* xt, const uint16_t* wr, int H, int E, int K, const int32_t* gidx,
+                              const float* gw, double* logit, int* near_tie, double* max_w_err) {
+  double amax = 0.0, kth, next = -1e300;
+  int bad = 0;
+  for (int e = 0; e < E; ++e) {
+    double acc = 0.0, a = 0.0;
+    for (int h = 0; h < H; ++h) {
+      const double p = (double)ex_bf16_f(xt[h]) * (double)ex_bf16_f(wr[(int64_t)e * H + h]);
+      acc += p;
+      a += fabs(p);
+    }
+    logit[e] = acc;
+    amax = a > amax ? a : amax;
+  }
+  const double tol = 2.0 * (H / 16 + 32) * ldexp(1.0, -22) * amax;
+  { /* the K-th and (K+1)-th largest CPU logits */
+    double top[33];
+    int n = 0;
+    for (int e = 0; e < E; ++e) { /* insertion into a sorted list of K + 1 */
+      int i = n < K + 1 ? n++ : K + 1;
+      if (i == K + 1 && logit[e] <= top[K]) continue;
+      if (i == K + 1) i = K;
+      while (i > 0 && top[i - 1] < logit[e]) {
+        top[i] = top[i - 1];
+        --i;
+      }
+      top[i] = logit[e];
+    }
+    kth = top[K - 1];
+    if (K < E) next = top[K];
+  }
+  *near_tie += K < E && kth - next <= tol;
+  double mx = -1e300, sum = 0.0;
+  for (int k = 0; k < K; ++k) {
+    const int e = gidx[k];
+    if (e < 0 || e >= E) return 1;
+    for (int j = 0; j < k; ++j) bad |= gidx[j] == e;
+    bad |= logit[e] < kth - tol;
+    mx = logit[e] > mx ? logit[e] : mx;
+  }
+  if (bad) return 1;
+  for (int k = 0; k < K; ++k) sum += exp(logit[gidx[k]] - mx);
+  for (int k = 0; k < K; ++k) {
+    const double err = fabs(exp(logit[gidx[k]] - mx) / sum - (double)gw[k]);
+    *max_w_err = err > *max_w_err ? err : *max_w_err;
+    bad |= err > 1e-3;
+  }
+  return bad;
+}
+
+/* ---- one path, warm-up + ROUNDS timed rounds, then its check ------------------------------------- */
+typedef struct {
+  int R, T, H, K, E, bpr, fbpr, nrb, check_tokens;
+  size_t fsmem, rsmem;
+  epf_plan_t plan;
+  epf_route_t route;
+  epf_team_t team;
+  char* window;
+  const uint16_t *x, *wr; /* host */
+  uint16_t *d_x, *d_wr, *d_out;
+  int32_t* d_topk;
+  float* d_w;
+  epf_ht_state_t *d_state, *d_fstate;
+  uint64_t* d_rank_barrier;
+  epf_wait_t wt;
+  epf_error_record_t* rec_h;
+  float stage_us[4]; /* medians: router (or fused), route + dispatch, experts, combine */
+} layer_t;
+
+static int cmp_float(const void* a, const void* b) {
+  const float x = *(const float*)a, y = *(const float*)b;
+  return x < y ? -1 : x > y;
+}
+
+static void run_path(layer_t* L, int fused) {
+  const int R = L->R, T = L->T, H = L->H, K = L->K, E = L->E;
+  const int64_t n = (int64_t)R * T;
+  epf_route_step_t rs = epf_route_step_make(L->d_topk, T, L->wt);
+  epf_ht_step_t hs = EPF_HT_STEP_INIT;
+  hs.x = L->d_x;
+  hs.topk_weights = L->d_w;
+  hs.state = L->d_state;
+  hs.wait = L->wt;
+  cudaEvent_t ev[5];
+  float ms[ROUNDS][4];
+  for (int i = 0; i < 5; ++i) EX_CK(cudaEventCreate(&ev[i]));
+  for (int round = -1; round < ROUNDS; ++round) { /* round -1: warm-up; epochs advance, nothing is reset */
+    EX_CK(cudaMemset(L->d_out, 0xA7, (size_t)n * H * 2));
+    EX_CK(cudaEventRecord(ev[0]));
+    if (fused) { /* ONE launch: router + route update + MXFP8 dispatch (+ receive wait) */
+      fused_router_dispatch_kernel<<<(unsigned)(R * L->fbpr), ROUTER_THREADS, L->fsmem>>>(
+          L->route, L->team, L->plan, L->d_x, L->d_wr, T, L->fbpr, L->nrb, L->d_topk, L->d_w, L->d_fstate,
+          L->d_rank_barrier, L->wt);
+      EX_CK(cudaGetLastError());
+      EX_CK(cudaEventRecord(ev[1]));
+    } else { /* three launches */
+      router_kernel<<<dim3((unsigned)((T + ROUTER_TILE_TOKENS - 1) / ROUTER_TILE_TOKENS), (unsigned)R), ROUTER_THREADS,
+                      L->rsmem>>>(L->d_x, L->d_wr, T, H, E, K, L->d_topk, L->d_w);
+      EX_CK(cudaGetLastError());
+      EX_CK(cudaEventRecord(ev[1]));
+      EX_CS(epf_route_update(&L->route, L->team, &L->plan, &rs, 0));
+      EX_CS(epf_ht_dispatch(&L->route, L->team, &L->plan, &hs, L->d_topk, EPF_HT_BOTH, 0));
+    }
+    EX_CK(cudaEventRecord(ev[2]));
+    experts_kernel<<<dim3(64, (unsigned)R), 256>>>(L->route, L->plan, L->window);
+    EX_CK(cudaGetLastError());
+    EX_CK(cudaEventRecord(ev[3]));
+    combine_residual_kernel<<<(unsigned)(R * L->bpr), COMBINE_THREADS>>>(L->route, L->team, L->plan, L->d_topk, L->d_w,
+                                                                         L->d_x, L->bpr, L->wt, L->d_out);
+    EX_CK(cudaGetLastError());
+    EX_CK(cudaEventRecord(ev[4]));
+    EX_CK(cudaDeviceSynchronize());
+    if (round >= 0)
+      for (int i = 0; i < 4; ++i) EX_CK(cudaEventElapsedTime(&ms[round][i], ev[i], ev[i + 1]));
+  }
+  for (int i = 0; i < 5; ++i) EX_CK(cudaEventDestroy(ev[i]));
+  for (int i = 0; i < 4; ++i) {
+    float v[ROUNDS];
+    for (int r = 0; r < ROUNDS; ++r) v[r] = ms[r][i];
+    qsort(v, ROUNDS, sizeof(float), cmp_float);
+    L->stage_us[i] = v[ROUNDS / 2] * 1e3f;
+  }
+}
+
+/* the CPU reference of the last round, on check_tokens tokens per rank (all if <= 0 or >= T): token
+ * i of the sample is i (T - 1) / (N - 1), so the first and last token of every rank are in it. The
+ * layer of a checked token is exact whatever the others do: it uses the GPU's ids and weights. */
+static int check_path(const layer_t* L, const char* name) {
+  const int R = L->R, T = L->T, H = L->H, K = L->K, E = L->E;
+  const int64_t n = (int64_t)R * T;
+  const int N = L->check_tokens <= 0 || L->check_tokens >= T ? T : L->check_tokens;
+  if (ex_record_check(L->rec_h)) return 1; /* status, overflow, dropped routes */
+  int32_t* g_idx = (int32_t*)malloc((size_t)n * K * 4);
+  float* g_w = (float*)malloc((size_t)n * K * 4);
+  uint16_t* out = (uint16_t*)malloc((size_t)n * H * 2);
+  EX_CK(cudaMemcpy(g_idx, L->d_topk, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
+  EX_CK(cudaMemcpy(g_w, L->d_w, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
+  EX_CK(cudaMemcpy(out, L->d_out, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
+  double* logit = (double*)malloc((size_t)E * sizeof(double));
+  float* scratch = (float*)malloc((size_t)3 * H * 4);
+  uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
+  int64_t router_bad = 0, layer_bad = 0, checked = 0;
+  int near_tie = 0;
+  double max_w_err = 0.0;
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < N; ++i) {
+      const int64_t t = (int64_t)r * T + (N == T ? i : N == 1 ? 0 : (int64_t)i * (T - 1) / (N - 1));
+      const int rb = router_check_token(L->x + t * H, L->wr, H, E, K, g_idx + t * K, g_w + t * K, logit, &near_tie,
+                                        &max_w_err);
+      if (rb && router_bad < 3)
+        fprintf(stderr, "%s: ROUTER MISMATCH: rank %d token %lld\n", name, r, (long long)(t % T));
+      router_bad += rb;
+      /* dispatch (MXFP8) -> expert scale -> combine in k order -> + residual (x itself), one rounding */
+      ex_ref_combine_residual(&L->plan, L->x + t * H, g_idx + t * K, g_w + t * K, L->x + t * H, scratch, want);
+      const int bad = memcmp(out + t * H, want, (size_t)H * 2) != 0;
+      if (bad && layer_bad < 3) fprintf(stderr, "%s: MISMATCH: rank %d token %lld\n", name, r, (long long)(t % T));
+      layer_bad += bad;
+      ++checked;
+    }
+  printf("router: %lld of %lld checked tokens are a valid top-%d (tolerance bound; %d near-ties), max weight diff "
+         "%.2e\n",
+         (long long)(checked - router_bad), (long long)checked, K, near_tie, max_w_err);
+  printf("layer: %lld of %lld checked tokens bit-exact vs CPU reference: %s\n", (long long)(checked - layer_bad),
+         (long long)checked, layer_bad || router_bad ? "FAILED" : "OK");
+  free(g_idx), free(g_w), free(out), free(logit), free(scratch), free(want);
+  return layer_bad || router_bad ? 1 : 0;
+}
+
+static void print_table(const layer_t* L, int fused) {
+  const float* s = L->stage_us;
+  printf("path: %s\n", fused ? "fused (router + route update + dispatch in one kernel, 4 launches)"
+                             : "unfused (5 launches)");
+  printf("| stage | kernel(s) | us (median of %d) |\n| --- | --- | ---: |\n", ROUNDS);
+  if (fused) {
+    printf("| router + route + dispatch (MXFP8) | fused_router_dispatch_kernel | %.1f |\n", s[0] + s[1]);
+  } else {
+    printf("| router (softmax top-k) | router_kernel | %.1f |\n", s[0]);
+    printf("| route + dispatch (MXFP8) | epf_route_update, epf_ht_dispatch | %.1f |\n", s[1]);
+    printf("| router + route + dispatch (sum) | | %.1f |\n", s[0] + s[1]);
+  }
+  printf("| experts (in place -> EXPERT_OUT) | experts_kernel | %.1f |\n", s[2]);
+  printf("| combine + residual | combine_residual_kernel | %.1f |\n", s[3]);
+}
+
 int main(int argc, char** argv) {
-  int R = 8, T = 512, H = 2048, K = 4, E = 64, ctest = 0, bpr = 8, fused = 1;
+  int R = 8, T = 512, H = 2048, K = 4, E = 64, ctest = 0, fused = 1, both = 0, check_tokens = -1;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--ctest")) ctest = 1;
     else if (!strcmp(argv[i], "--unfused")) fused = 0;
-    else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) R = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--both")) both = 1;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc && !strcmp(argv[i + 1], "dsv3")) {
+      ++i; /* DeepSeek-V3: 8 ranks, 4096 tokens per rank, hidden 7168, top-8 of 256 experts */
+      R = 8, T = 4096, H = 7168, K = 8, E = 256;
+      if (check_tokens < 0) check_tokens = 64;
+    } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) R = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) H = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--topk") && i + 1 < argc) K = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--experts") && i + 1 < argc) E = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--check-tokens") && i + 1 < argc) check_tokens = atoi(argv[++i]);
     else {
-      printf("usage: %s [--ranks 8] [--tokens 512] [--hidden 2048] [--topk 4] [--experts 64] [--unfused] [--ctest]\n"
+      printf("usage: %s [--shape dsv3] [--ranks 8] [--tokens 512] [--hidden 2048] [--topk 4] [--experts 64]\n"
+             "          [--unfused | --both] [--check-tokens N] [--ctest]\n"
              "  router + route + dispatch (MXFP8) in one kernel -> experts -> combine + residual on R virtual\n"
              "  ranks, checked against a CPU reference of the whole layer. --unfused: router, route update\n"
-             "  and dispatch as three launches (five in all). E <= 256, K < 32.\n", argv[0]);
+             "  and dispatch as three launches (five in all); --both: the unfused path, then the fused one,\n"
+             "  on the same inputs, and the ratio. --shape dsv3: R 8, T 4096, H 7168, top-8 of 256.\n"
+             "  --check-tokens N: check N tokens per rank (default: all; 64 with --shape dsv3).\n"
+             "  E <= 256, K < 32, K <= E, E %% R == 0, H %% 32 == 0.\n", argv[0]);
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
   }
-  if (E > ROUTER_THREADS || K >= 32 || K > E || E % R || H % 32) {
+  if (R < 1 || T < 1 || E < 1 || E > 256 || K < 1 || K >= 32 || K > E || E % R || H < 32 || H % 32) {
     fprintf(stderr, "unsupported shape (E <= 256, K < 32, K <= E, E %% R == 0, H %% 32 == 0)\n");
     return 2;
   }
-  ex_gpu_or_exit(1, ctest);
   const int EL = E / R;
   const int64_t n = (int64_t)R * T;
-
-  uint64_t seed = 7;
-  uint16_t* x = (uint16_t*)malloc((size_t)n * H * 2);
-  uint16_t* wr = (uint16_t*)malloc((size_t)E * H * 2);
-  for (int64_t i = 0; i < n * H; ++i) x[i] = ex_bf16_rne((float)((int64_t)(ex_rand(&seed) % 2001) - 1000) / 500.0f);
-  for (int64_t i = 0; i < (int64_t)E * H; ++i) wr[i] = ex_bf16_rne((float)((int64_t)(ex_rand(&seed) % 2001) - 1000) / 20000.0f);
 
   epf_config_t cfg = EPF_CONFIG_INIT;
   cfg.nranks = R;
@@ -274,126 +451,83 @@ int main(int argc, char** argv) {
   cfg.combine_payload = EPF_PAYLOAD_BF16;
   cfg.expert_alignment = 1;
   cfg.recv_capacity = (int64_t)R * T * (K < EL ? K : EL); /* the worst case: never overflows */
-  epf_plan_t plan;
-  EX_CS(epf_plan_compute(&cfg, &plan));
-  ex_vteam_t vt; /* ex_common.h: R window slices (zeroed), the team, R route buffers (int32 ids) */
-  ex_vteam_make(&plan, &vt);
-  char* window = vt.window;
-  const epf_team_t team = vt.team;
-  const epf_route_t route = vt.route;
-
-  uint16_t* d_x = (uint16_t*)ex_dev_copy(x, (size_t)n * H * 2);
-  uint16_t* d_wr = (uint16_t*)ex_dev_copy(wr, (size_t)E * H * 2);
-  epf_ht_state_t* d_state = (epf_ht_state_t*)ex_dev_zeroed(R * sizeof(epf_ht_state_t));
-  uint64_t* d_rank_barrier = (uint64_t*)ex_dev_zeroed(R * sizeof(uint64_t)); /* fused kernel: a rendezvous word per rank */
-  uint16_t* d_out;
-  int32_t* d_topk;
-  float* d_w;
-  EX_CK(cudaMalloc(&d_out, (size_t)n * H * 2));
-  EX_CK(cudaMalloc(&d_topk, (size_t)n * K * 4));
-  EX_CK(cudaMalloc(&d_w, (size_t)n * K * 4));
-  epf_error_record_t *rec_h, *rec_d;
-  ex_record_make(&rec_h, &rec_d);
-
-  int dev = 0;
-  EX_CK(cudaGetDevice(&dev));
-  EX_CS(epf_virtual_grid_check((const void*)combine_residual_kernel, COMBINE_THREADS, 0, R * bpr, dev));
-  /* the fused kernel: R * fbpr blocks spin on each other (count exchange, rank rendezvous, dispatch
-   * signals), so all of them must be resident at once; otherwise run the unfused launches */
-  const int fbpr = bpr < route.layout.max_blocks ? bpr : route.layout.max_blocks;
-  const int fthreads = epf_route_block_threads(&route.layout);
-  const size_t fsmem = fused_smem_bytes(&route, fthreads, E);
-  if (fused && epf_virtual_grid_check((const void*)fused_router_dispatch_kernel, fthreads, fsmem, R * fbpr, dev) != EPF_OK) {
-    fprintf(stderr, "fused kernel: %d blocks cannot be co-resident on this device; running --unfused\n", R * fbpr);
-    fused = 0;
-  }
-
-  const epf_wait_t wt = epf_wait_make(plan.timeout_ns, rec_d, NULL, 0);
-  epf_route_step_t rs = epf_route_step_make(d_topk, T, wt);
-  epf_ht_step_t hs = EPF_HT_STEP_INIT;
-  hs.x = d_x;
-  hs.topk_weights = d_w;
-  hs.state = d_state;
-  hs.wait = wt;
-  cudaEvent_t ev[6];
-  for (int i = 0; i < 6; ++i) EX_CK(cudaEventCreate(&ev[i]));
-  for (int round = 0; round < 2; ++round) { /* round 2: the same layer again (epochs advance) */
-    EX_CK(cudaMemset(d_out, 0xA7, (size_t)n * H * 2));
-    EX_CK(cudaEventRecord(ev[0]));
-    if (fused) { /* ONE launch: router + route update + MXFP8 dispatch (+ receive wait) */
-      fused_router_dispatch_kernel<<<(unsigned)(R * fbpr), (unsigned)fthreads, fsmem>>>(
-          route, team, plan, d_x, d_wr, T, fbpr, d_topk, d_w, d_state, d_rank_barrier, wt);
-      EX_CK(cudaGetLastError());
-      EX_CK(cudaEventRecord(ev[1]));
-    } else { /* three launches */
-      router_kernel<<<(unsigned)n, ROUTER_THREADS>>>(d_x, d_wr, H, E, K, d_topk, d_w);
-      EX_CK(cudaGetLastError());
-      EX_CK(cudaEventRecord(ev[1]));
-      EX_CS(epf_route_update(&route, team, &plan, &rs, 0));
-      EX_CS(epf_ht_dispatch(&route, team, &plan, &hs, d_topk, EPF_HT_BOTH, 0));
-    }
-    EX_CK(cudaEventRecord(ev[2]));
-    experts_kernel<<<dim3(64, (unsigned)R), 256>>>(route, plan, window);
-    EX_CK(cudaGetLastError());
-    EX_CK(cudaEventRecord(ev[3]));
-    combine_residual_kernel<<<(unsigned)(R * bpr), COMBINE_THREADS>>>(route, team, plan, d_topk, d_w, d_x, bpr, wt, d_out);
-    EX_CK(cudaGetLastError());
-    EX_CK(cudaEventRecord(ev[4]));
-    EX_CK(cudaDeviceSynchronize());
-  }
-
-  if (ex_record_check(rec_h)) return 1; /* status, overflow, dropped routes */
-
-  /* ---- CPU reference of the whole layer -------------------------------------------------------- */
-  int32_t* g_idx = (int32_t*)malloc((size_t)n * K * 4);
-  float* g_w = (float*)malloc((size_t)n * K * 4);
-  uint16_t* out = (uint16_t*)malloc((size_t)n * H * 2);
-  EX_CK(cudaMemcpy(g_idx, d_topk, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
-  EX_CK(cudaMemcpy(g_w, d_w, (size_t)n * K * 4, cudaMemcpyDeviceToHost));
-  EX_CK(cudaMemcpy(out, d_out, (size_t)n * H * 2, cudaMemcpyDeviceToHost));
-  float* logit = (float*)malloc((size_t)E * 4);
-  float* scratch = (float*)malloc((size_t)3 * H * 4);
-  uint16_t* want = (uint16_t*)malloc((size_t)H * 2);
-  int64_t router_bad = 0, layer_bad = 0;
-  double max_w_err = 0.0;
-  for (int64_t t = 0; t < n; ++t) {
-    /* router: the same functions; top-k must match exactly, the weights within 1e-6 (expf); the rest
-     * of the reference then uses the GPU's weights, so the layer is checked bit-exact */
-    int32_t sel[32];
-    float w[32];
-    for (int e = 0; e < E; ++e) logit[e] = router_logit(x + t * H, wr + (int64_t)e * H, H);
-    router_topk_softmax(logit, E, K, sel, w);
-    int rbad = 0;
-    for (int k = 0; k < K; ++k) {
-      const double err = fabs((double)w[k] - (double)g_w[t * K + k]);
-      max_w_err = err > max_w_err ? err : max_w_err;
-      rbad |= sel[k] != g_idx[t * K + k] || err > 1e-6;
-    }
-    router_bad += rbad;
-    /* dispatch (MXFP8) -> expert scale -> combine in k order -> + residual (x itself), one rounding */
-    ex_ref_combine_residual(&plan, x + t * H, g_idx + t * K, g_w + t * K, x + t * H, scratch, want);
-    const int bad = memcmp(out + t * H, want, (size_t)H * 2) != 0;
-    if (bad && layer_bad < 3) fprintf(stderr, "MISMATCH: rank %lld token %lld\n", (long long)(t / T), (long long)(t % T));
-    layer_bad += bad;
-  }
-  float ms[4];
-  for (int i = 0; i < 4; ++i) EX_CK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+  layer_t L;
+  memset(&L, 0, sizeof(L));
+  EX_CS(epf_plan_compute(&cfg, &L.plan));
   printf("fused MoE layer: %d virtual ranks, T=%d H=%d top-%d of %d experts, dispatch MXFP8, combine BF16 + residual\n",
          R, T, H, K, E);
-  printf("path: %s\n", fused ? "fused (router + route update + dispatch in one kernel, 4 launches)"
-                              : "unfused (5 launches)");
-  printf("| stage | kernel(s) | us (round 2) |\n| --- | --- | ---: |\n");
-  if (fused) {
-    printf("| router + route + dispatch (MXFP8) | fused_router_dispatch_kernel | %.1f |\n", (ms[0] + ms[1]) * 1e3);
-  } else {
-    printf("| router (softmax top-k) | router_kernel | %.1f |\n", ms[0] * 1e3);
-    printf("| route + dispatch (MXFP8) | epf_route_update, epf_ht_dispatch | %.1f |\n", ms[1] * 1e3);
+  printf("window: %d x %.1f MiB = %.2f GiB (recv_capacity %lld rows per rank, the worst case)\n", R,
+         (double)L.plan.total_bytes / (1 << 20), (double)L.plan.total_bytes * R / (1 << 30),
+         (long long)L.plan.recv_capacity);
+  ex_gpu_or_exit(1, ctest);
+
+  L.R = R, L.T = T, L.H = H, L.K = K, L.E = E, L.bpr = 8, L.check_tokens = check_tokens;
+  uint64_t seed = 7;
+  uint16_t* x = (uint16_t*)malloc((size_t)n * H * 2);
+  uint16_t* wr = (uint16_t*)malloc((size_t)E * H * 2);
+  for (int64_t i = 0; i < n * H; ++i) x[i] = ex_bf16_rne((float)((int64_t)(ex_rand(&seed) % 2001) - 1000) / 500.0f);
+  for (int64_t i = 0; i < (int64_t)E * H; ++i) wr[i] = ex_bf16_rne((float)((int64_t)(ex_rand(&seed) % 2001) - 1000) / 20000.0f);
+  L.x = x, L.wr = wr;
+
+  ex_vteam_t vt; /* ex_common.h: R window slices (zeroed), the team, R route buffers (int32 ids) */
+  ex_vteam_make(&L.plan, &vt);
+  L.window = vt.window, L.team = vt.team, L.route = vt.route;
+  L.d_x = (uint16_t*)ex_dev_copy(x, (size_t)n * H * 2);
+  L.d_wr = (uint16_t*)ex_dev_copy(wr, (size_t)E * H * 2);
+  L.d_state = (epf_ht_state_t*)ex_dev_zeroed(R * sizeof(epf_ht_state_t));  /* epf_ht_dispatch's */
+  L.d_fstate = (epf_ht_state_t*)ex_dev_zeroed(R * sizeof(epf_ht_state_t)); /* the fused kernel's arrivals */
+  L.d_rank_barrier = (uint64_t*)ex_dev_zeroed(2 * R * sizeof(uint64_t)); /* fused kernel: 2 rendezvous words per rank */
+  EX_CK(cudaMalloc(&L.d_out, (size_t)n * H * 2));
+  EX_CK(cudaMalloc(&L.d_topk, (size_t)n * K * 4));
+  EX_CK(cudaMalloc(&L.d_w, (size_t)n * K * 4));
+  epf_error_record_t* rec_d;
+  ex_record_make(&L.rec_h, &rec_d);
+  L.wt = epf_wait_make(L.plan.timeout_ns, rec_d, NULL, 0);
+
+  int dev = 0, sms = 0, per_sm = 0;
+  EX_CK(cudaGetDevice(&dev));
+  EX_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  EX_CS(epf_virtual_grid_check((const void*)combine_residual_kernel, COMBINE_THREADS, 0, R * L.bpr, dev));
+  /* the router's stages take more than the default 48 KiB at large E */
+  L.rsmem = router_smem_bytes(E);
+  L.fsmem = fused_smem_bytes(&L.route, E);
+  EX_CK(cudaFuncSetAttribute(router_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.rsmem));
+  EX_CK(cudaFuncSetAttribute(fused_router_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.fsmem));
+  /* the fused kernel fills the GPU: bpr from the occupancy API, within the route's max_blocks; its
+   * R * bpr blocks spin on each other (rendezvous, count exchange, dispatch signals), so all of
+   * them must be resident at once (epf_virtual_grid_check); otherwise run the unfused launches */
+  EX_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_router_dispatch_kernel, ROUTER_THREADS, L.fsmem));
+  L.fbpr = per_sm * sms / R;
+  if (L.fbpr > L.route.layout.max_blocks) L.fbpr = L.route.layout.max_blocks;
+  L.nrb = epf_route_blocks_per_rank(&L.route, T); /* the route's own choice of update blocks */
+  if (L.nrb > L.fbpr) L.nrb = L.fbpr;
+  if ((fused || both) &&
+      (L.fbpr < 1 || epf_virtual_grid_check((const void*)fused_router_dispatch_kernel, ROUTER_THREADS, L.fsmem,
+                                            R * L.fbpr, dev) != EPF_OK)) {
+    fprintf(stderr, "fused kernel: %d blocks per SM x %d SMs cannot hold %d ranks co-resident; running --unfused\n",
+            per_sm, sms, R);
+    fused = 0, both = 0;
   }
-  printf("| experts (in place -> EXPERT_OUT) | experts_kernel | %.1f |\n", ms[2] * 1e3);
-  printf("| combine + residual | combine_residual_kernel | %.1f |\n", ms[3] * 1e3);
-  printf("router: %lld of %lld tokens match the CPU (top-k exact, max weight diff %.2e)\n",
-         (long long)(n - router_bad), (long long)n, max_w_err);
-  printf("layer: %lld of %lld tokens bit-exact vs CPU reference: %s\n", (long long)(n - layer_bad), (long long)n,
-         layer_bad || router_bad ? "FAILED" : "OK");
-  return layer_bad || router_bad ? 1 : 0;
+  if (fused || both)
+    printf("fused kernel: %d ranks x %d blocks of %d threads (%d per SM, %zu B shared), route update in %d of them\n",
+           R, L.fbpr, ROUTER_THREADS, per_sm, L.fsmem, L.nrb);
+
+  int bad = 0;
+  if (both) {
+    run_path(&L, 0);
+    const float split = L.stage_us[0] + L.stage_us[1];
+    print_table(&L, 0);
+    bad |= check_path(&L, "unfused");
+    run_path(&L, 1);
+    print_table(&L, 1);
+    bad |= check_path(&L, "fused");
+    printf("router + route + dispatch: unfused %.1f us, fused %.1f us, unfused / fused = %.2fx\n", split,
+           L.stage_us[0] + L.stage_us[1], split / (L.stage_us[0] + L.stage_us[1]));
+  } else {
+    run_path(&L, fused);
+    print_table(&L, fused);
+    bad |= check_path(&L, fused ? "fused" : "unfused");
+  }
+  ex_vteam_free(&vt);
+  return bad;
 }
