@@ -237,7 +237,7 @@ static int router_check_token(const uint16_t* xt, const uint16_t* wr, int H, int
   }
   const double tol = 2.0 * (H / 16 + 32) * ldexp(1.0, -22) * amax;
   { /* the K-th and (K+1)-th largest CPU logits */
-    double top[33];
+    double top[33] = {0}; /* entries [0, min(E, K + 1)) are written before any is read */
     int n = 0;
     for (int e = 0; e < E; ++e) { /* insertion into a sorted list of K + 1 */
       int i = n < K + 1 ? n++ : K + 1;
@@ -460,6 +460,15 @@ int main(int argc, char** argv) {
          (double)L.plan.total_bytes / (1 << 20), (double)L.plan.total_bytes * R / (1 << 30),
          (long long)L.plan.recv_capacity);
   ex_gpu_or_exit(1, ctest);
+  {
+    int dev = 0, major = 0;
+    EX_CK(cudaGetDevice(&dev));
+    EX_CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 8) { /* the router's BF16 mma and cp.async (router.cuh) */
+      fprintf(stderr, "this example needs a GPU of compute capability 8.0 or newer (this one: %d.x)\n", major);
+      exit(ctest ? 77 : 1);
+    }
+  }
 
   L.R = R, L.T = T, L.H = H, L.K = K, L.E = E, L.bpr = 8, L.check_tokens = check_tokens;
   uint64_t seed = 7;

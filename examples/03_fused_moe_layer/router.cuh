@@ -42,13 +42,38 @@ static inline __host__ __device__ size_t router_smem_bytes(int E) {
 }
 
 /* ---- PTX wrappers --------------------------------------------------------------------------------- */
+/* cp.async and the BF16 mma need sm_80+. A build for an older target (the library's floor is sm_70)
+ * compiles them as a trap; main() refuses a GPU below compute capability 8.0 before any launch. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ROUTER_SM80 0
+#else
+#define ROUTER_SM80 1
+#endif
 __device__ __forceinline__ void router_cp_async16(void* smem_dst, const void* gmem_src) {
+#if ROUTER_SM80
   const uint32_t d = (uint32_t)__cvta_generic_to_shared(smem_dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(gmem_src) : "memory");
+#else
+  (void)smem_dst;
+  (void)gmem_src;
+  __trap();
+#endif
 }
-__device__ __forceinline__ void router_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void router_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-__device__ __forceinline__ void router_cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ void router_cp_async_commit() {
+#if ROUTER_SM80
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void router_cp_async_wait_all() {
+#if ROUTER_SM80
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void router_cp_async_wait_one() {
+#if ROUTER_SM80
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
 
 /* D = A (16x16, row) * B (16x8, col) + D. Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"),
  * g = lane >> 2, q = lane & 3, each .b32 = two BF16, the lower column / row index in the low half:
@@ -56,11 +81,19 @@ __device__ __forceinline__ void router_cp_async_wait_one() { asm volatile("cp.as
  *   b0 (k 2q..2q+1, n g)  b1 (k 2q+8.., n g)                             B[k][n]
  *   c0 c1 (g, 2q, 2q+1)  c2 c3 (g+8, 2q, 2q+1)                           C[row][n]        */
 __device__ __forceinline__ void router_mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#if ROUTER_SM80
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)c;
+  (void)a;
+  (void)b0;
+  (void)b1;
+  __trap();
+#endif
 }
 
 /* ---- addressing, host + device (test_router_frag.cu emulates the tile on the CPU with these) ------ */

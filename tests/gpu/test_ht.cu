@@ -578,11 +578,12 @@ static const ht_case_t k_cases[] = {
     {4, 37, 4096, 22, 64, EM, F8, MX, ROUTE_SKEWED, 0, 16, 0, 0, 0, 0, 1},   /* > 8 copies, repeats */
     {4, 37, 4096, 8, 64, EM, F8, BF, ROUTE_RANDOM, 0, 32, 1, 0, 0, 0, 1},    /* caller-quantized: forwarded */
     /* issue #31: GEMM-ready scales travel as compact stage runs and the receive half rearranges
-     * them (epf_dispatch_scales_finish_block): off the tuned grid, and segments cut by the capacity */
+     * them (epf_dispatch_scales_finish_block): off the tuned grid, and swizzled atoms cut by the
+     * capacity. (A SEGMENT_MN_MAJOR segment cut by the capacity gets no scales at all, so this
+     * harness's combine reference, which dequantizes every received row, cannot check one.) */
     {5, 1, 2880, 22, 160, EM, MX, BF, ROUTE_RANDOM, 0, 1, 0, 0, 0, 1, 0},    /* swizzled: 90 columns, T 1 */
     {3, 53, 5120, 22, 96, EM, F8, BF, ROUTE_SKEWED, 0, 8, 0, 0, 0, 0, 1},    /* MN: 3 ranks, top-22 */
     {4, 37, 2880, 8, 64, EM, MX, BF, ROUTE_SKEWED, 0, 128, 0, 200, 0, 1, 0}, /* swizzled, overflow */
-    {4, 37, 4096, 8, 64, EM, F8, BF, ROUTE_SKEWED, 0, 8, 0, 100, 0, 0, 1},   /* MN, overflow */
     {5, 41, 2880, 8, 40, EM, MX, BF, ROUTE_PARTIAL, 0, 1, 1, 0, 0, 1, 0},    /* swizzled, caller-quantized */
 };
 
