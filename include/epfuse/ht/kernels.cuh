@@ -70,8 +70,7 @@ EPF_BEGIN_DECLS
  * cudaMemset once, then never touched by the host). One per rank, or per virtual rank. */
 typedef struct epf_ht_state {
   uint32_t arrive[4]; /* blocks of a phase that finished, tagged with the step's epoch
-                         (epf_arrive_last_block_epoch): dispatch, combine prepare; then the
-                         dispatch's receive-done epoch and its status (staged scales) */
+                         (epf_arrive_last_block_epoch): dispatch, combine prepare, spare, spare */
   uint32_t reserved[4];
 } epf_ht_state_t;
 
@@ -212,31 +211,12 @@ static __global__ void __launch_bounds__(EPF_HT_THREADS, EPF_HT_DISPATCH_MIN_BLO
       epf_dispatch_signal_block(v.team, &plan, v.epoch);
   }
   if ((halves & EPF_HT_RECV) && epf_plan_scales_staged(&plan)) {
-    /* GEMM-ready scales: block 0 waits for the peers (and records a failure), then publishes the
-     * round to the rank's other blocks (state.arrive[2] = epoch, its status in arrive[3]: one
-     * thread per block polls one local word, instead of every block polling every peer while
-     * other blocks still send); then the rank's blocks rearrange the staged runs together. The
-     * grid is co-resident (epf__ht_grid). */
-    __shared__ int32_t recv_status;
-    uint32_t* done = &step.state[v.index].arrive[2];
+    /* GEMM-ready scales: every block waits (block 0 records a failure), then the rank's blocks
+     * rearrange the staged runs together; the grid is co-resident (epf__ht_grid) */
+    epf_wait_t wb = w;
     epf_status_t st;
-    if (block == 0) {
-      st = epf_dispatch_wait_block(v.team, &plan, v.epoch, w);
-      if (threadIdx.x == 0) {
-        step.state[v.index].arrive[3] = (uint32_t)(int32_t)st;
-        epf_st_release_gpu_u32(done, v.epoch); /* after the block's acquire of every peer (bar.sync) */
-      }
-    } else {
-      if (threadIdx.x == 0) {
-        epf_wait_t wl = w;
-        wl.record = NULL; /* block 0 records */
-        wl.mask = NULL;
-        st = epf_epoch_wait_sys_u32(done, v.epoch, wl, -1);
-        recv_status = st == EPF_OK ? (int32_t)step.state[v.index].arrive[3] : (int32_t)st;
-      }
-      __syncthreads();
-      st = (epf_status_t)recv_status;
-    }
+    if (block != 0) wb.record = NULL;
+    st = epf_dispatch_wait_block(v.team, &plan, v.epoch, wb);
     if (st == EPF_OK || st == EPF_ERR_PEER_MASKED) epf_dispatch_scales_finish_block(v.team, &plan, v.seg, block, bpr);
   } else if ((halves & EPF_HT_RECV) && block == 0) {
     (void)epf_dispatch_wait_block(v.team, &plan, v.epoch, w); /* recorded in w */
