@@ -60,6 +60,23 @@ def test_plan_real_shapes():
     assert _abi.epf_ll_rm_combine_row(ctypes.byref(r.c), 2, 9, 4) == 9 * 5 + 4
 
 
+def test_plan_staged_scales():
+    # HT expert-major with GEMM-ready scales: RECV_SCALES = the layout's bytes + one 16-byte aligned
+    # compact stage run per row (epf_plan_scales_staged); compact and LL plans have no stage runs
+    shape = dict(nranks=8, num_experts=256, top_k=8, hidden=7168, max_tokens_per_rank=64, recv_capacity=4096)
+    mn = epfuse.compute_plan(payload="fp8", scale_layout="segment_mn_major", expert_alignment=16, **shape)
+    swz = epfuse.compute_plan(payload="mxfp8", scale_layout="swizzled_128x4", expert_alignment=128, **shape)
+    cmp = epfuse.compute_plan(payload="fp8", **shape)
+    rm = epfuse.compute_plan(payload="mxfp8", scale_layout="swizzled_128x4", layout="rank_major", **shape)
+    assert mn.scales_staged and swz.scales_staged and not cmp.scales_staged and not rm.scales_staged
+    assert mn.region("RECV_SCALES")[1] == 4096 * 224 + 4096 * 224 and mn.scale_layout_bytes() == 4096 * 224
+    assert swz.region("RECV_SCALES")[1] == 4096 * 224 + 4096 * 224 and swz.scale_layout_bytes() == 4096 * 224
+    assert cmp.region("RECV_SCALES")[1] == 4096 * 224 == cmp.scale_layout_bytes()
+    odd = epfuse.compute_plan(payload="mxfp8", scale_layout="swizzled_128x4", **dict(shape, hidden=2880))
+    assert odd.scales_staged  # 90 scale bytes a row: atoms pad to 92 columns, stage runs to 96 bytes
+    assert odd.region("RECV_SCALES")[1] == 4096 * 92 + 4096 * 96 and odd.scale_layout_bytes() == 4096 * 92
+
+
 def test_ll_combine_transport():
     # the LL MXFP8 combine pulls by default (through EXPERT_OUT), pushes with the combine_push flag;
     # the BF16 combine pulls only with y_layout in_place_pull

@@ -189,6 +189,24 @@ class PlanInfo:
     def region(self, name: str):
         return self.regions[name]
 
+    @property
+    def scales_staged(self) -> bool:
+        """epf_plan_scales_staged: an HT expert-major plan with GEMM-ready scales (swizzled 128x4 or
+        segment MN-major). Its RECV_SCALES ends with one compact stage run per row, where the sends
+        store and from which the dispatch's receive half rearranges (docs/quant.md)."""
+        c = self.c
+        return (int(c.mode) == _abi.MODE["ht"] and int(c.layout) == _abi.LAYOUT["em"]
+                and int(c.payload) != _abi.PAYLOAD["bf16"]
+                and int(c.scale_layout) in (_abi.SCALE_LAYOUT["swizzled_128x4"], _abi.SCALE_LAYOUT["segment_mn_major"]))
+
+    def scale_layout_bytes(self) -> int:
+        """Bytes of RECV_SCALES that hold the plan's scale layout (without a staged plan's stage runs)."""
+        _, nbytes = self.region("RECV_SCALES")
+        if self.scales_staged:
+            sb = int(self.c.scale_bytes_per_row)
+            nbytes -= int(self.c.recv_capacity) * ((sb + 15) // 16 * 16)
+        return nbytes
+
     def ll_combine_pulls(self, y_layout="fixed") -> bool:
         """epf_ll_combine_pulls: does an LL combine with this plan and y layout pull (the sources read
         the outputs from the expert ranks' windows) rather than push? BF16 combine: only with
@@ -972,12 +990,13 @@ class Group:
                                             stream_handle(stream)), "epf_ht_dispatch_backward")
 
     # ---- views of this group's window --------------------------------------------------------------
-    def _region_view(self, name: str, row_bytes: int, typestr="|u1") -> DeviceArray:
+    def _region_view(self, name: str, row_bytes: int, typestr="|u1", rows=None) -> DeviceArray:
         off, nbytes = self.plan.region(name)
         base = self.team.base if self.virtual else None
         if base is None:
             raise EpfError(26, "window views need virtual ranks (an NCCL group's slice: Group.window_ptr)")
-        rows = nbytes // row_bytes if row_bytes else 0
+        if rows is None:
+            rows = nbytes // row_bytes if row_bytes else 0
         item = int(typestr[2:])
         return DeviceArray(base + off, (self.count, rows, row_bytes // item), typestr,
                            (self.plan.total_bytes, row_bytes, item), owner=self, device=self.device)
@@ -988,7 +1007,15 @@ class Group:
         return self._region_view("RECV_TOKENS", self.plan.row_bytes)
 
     def recv_scales(self) -> DeviceArray:
-        return self._region_view("RECV_SCALES", self.plan.scale_bytes_per_row)
+        """Every rank's received scales, uint8. COMPACT plans: [count][rows][scale_bytes_per_row],
+        row r's scales. Other scale layouts (swizzled 128x4, segment MN-major): [count][1][bytes], the
+        layout's bytes (a scale's position: epf_recv_scale_offset), without the stage runs a staged
+        plan keeps after them (PlanInfo.scales_staged)."""
+        pl = self.plan
+        if int(pl.scale_layout) == _abi.SCALE_LAYOUT["compact"] or not int(pl.scale_bytes_per_row):
+            return self._region_view("RECV_SCALES", pl.scale_bytes_per_row)
+        n = pl.scale_layout_bytes()
+        return self._region_view("RECV_SCALES", n, rows=1 if n else 0)
 
     def recv_meta(self) -> DeviceArray:
         return self._region_view("RECV_META", self.plan.meta_bytes_per_row)
