@@ -99,6 +99,7 @@ static double copy_ceiling_us(int iters, cudaStream_t s) {
   EX_CK(cudaMalloc(&c.a, EX_COPY_BYTES));
   EX_CK(cudaMalloc(&c.b, EX_COPY_BYTES));
   EX_CK(cudaMemset(c.a, 1, EX_COPY_BYTES));
+  EX_CK(cudaDeviceSynchronize()); /* the memset runs on the legacy stream, the timed copies on s */
   time_stages(it, 1, copy_stage, &c, s, t);
   const double us = median_us(t, iters);
   EX_CK(cudaFree(c.a));
