@@ -251,6 +251,13 @@ static void c_epf_plan_recv_scale_offset(void) { row_offset_case(F(row_offset_fn
 static void c_epf_plan_recv_meta_offset(void) { row_offset_case(F(row_offset_fn, epf_plan_recv_meta_offset)); }
 static void c_epf_plan_expert_out_offset(void) { row_offset_case(F(row_offset_fn, epf_plan_expert_out_offset)); }
 static void c_epf_plan_combine_offset(void) { row_offset_case(F(row_offset_fn, epf_plan_combine_offset)); }
+static void c_epf_plan_recv_scale_stage_offset(void) { row_offset_case(F(row_offset_fn, epf_plan_recv_scale_stage_offset)); }
+static void c_epf_plan_scales_staged(void) { /* a predicate: 0 for NULL; the test plan is COMPACT */
+  int (*f)(const epf_plan_t*) = F(int (*)(const epf_plan_t*), epf_plan_scales_staged);
+  const epf_plan_t p = ht_plan();
+  assert_int_equal(f(NULL), 0);
+  assert_int_equal(f(&p), 0);
+}
 
 static void c_epf_region_name(void) {
   const char* (*f)(int) = F(const char* (*)(int), epf_region_name);
@@ -1103,6 +1110,7 @@ static const null_case_t cases[] = {
     CASE(epf_build_signature), CASE(epf_plan_compute), CASE(epf_plan_check), CASE(epf_plan_signal_offset),
     CASE(epf_plan_counts_offset), CASE(epf_plan_recv_token_offset), CASE(epf_plan_recv_scale_offset),
     CASE(epf_plan_recv_meta_offset), CASE(epf_plan_expert_out_offset), CASE(epf_plan_combine_offset),
+    CASE(epf_plan_scales_staged), CASE(epf_plan_recv_scale_stage_offset),
     CASE(epf_region_name), CASE(epf_error_read), CASE(epf_error_clear), CASE(epf_route_layout_compute),
     CASE(epf_route_size), CASE(epf_route_header_init), CASE(epf_route_header_check), CASE(epf_route_ptr),
     CASE(epf_route_epoch_ptr), CASE(epf_route_array_name),

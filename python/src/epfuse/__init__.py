@@ -194,17 +194,14 @@ class PlanInfo:
         """epf_plan_scales_staged: an HT expert-major plan with GEMM-ready scales (swizzled 128x4 or
         segment MN-major). Its RECV_SCALES ends with one compact stage run per row, where the sends
         store and from which the dispatch's receive half rearranges (docs/quant.md)."""
-        c = self.c
-        return (int(c.mode) == _abi.MODE["ht"] and int(c.layout) == _abi.LAYOUT["em"]
-                and int(c.payload) != _abi.PAYLOAD["bf16"]
-                and int(c.scale_layout) in (_abi.SCALE_LAYOUT["swizzled_128x4"], _abi.SCALE_LAYOUT["segment_mn_major"]))
+        return bool(_abi.epf_plan_scales_staged(ctypes.byref(self.c)))
 
     def scale_layout_bytes(self) -> int:
-        """Bytes of RECV_SCALES that hold the plan's scale layout (without a staged plan's stage runs)."""
-        _, nbytes = self.region("RECV_SCALES")
+        """Bytes of RECV_SCALES that hold the plan's scale layout (without a staged plan's stage runs,
+        which start at epf_plan_recv_scale_stage_offset(plan, 0))."""
+        off, nbytes = self.region("RECV_SCALES")
         if self.scales_staged:
-            sb = int(self.c.scale_bytes_per_row)
-            nbytes -= int(self.c.recv_capacity) * ((sb + 15) // 16 * 16)
+            return int(_abi.epf_plan_recv_scale_stage_offset(ctypes.byref(self.c), 0)) - off
         return nbytes
 
     def ll_combine_pulls(self, y_layout="fixed") -> bool:

@@ -146,7 +146,7 @@ EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, c
                                                        const epf_wait_t* w, int combine_weight) {
   const int lane = epf_lane_id();
   const int64_t i = (int64_t)t * v->K + lane;
-  int e, dst, n, seg_begin = 0, seg_rows = 0;
+  int e, dst, n;
   int64_t row;
   bool stale;
   const int d_lane = epf_ht_copy_em_lane(v, t, &e, &stale);
@@ -155,10 +155,6 @@ EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, c
     dst = d_lane;
     row = dst >= 0 ? (int64_t)v->send_offset[e] + v->slot[i] : -1;
     n = v->K;
-    if (dst >= 0 && plan->scale_layout == EPF_SCALE_LAYOUT_SEGMENT_MN_MAJOR) { /* the copy's segment */
-      seg_begin = v->send_seg[e].begin;
-      seg_rows = v->send_seg[e].padded_count;
-    }
     if (combine_weight) { /* the backward of combine: the row's weight is the sum of every k that reads it */
       const int first = epf_topk_first_lane_warp(e);
       const float wk = e >= 0 ? v->topk_weights[i] : 0.f;
@@ -182,7 +178,8 @@ EPF_DEVICE_INLINE uint32_t epf__ht_dispatch_token_warp(const epf_ht_view_t* v, c
     epf_dispatch_meta_rm_warp(v->team, plan, t, dst, row, n, dk, dk >= 0 ? e - dk * v->EL : -1,
                               dk >= 0 ? v->topk_weights[i] : 0.f, s_first);
   }
-  return epf_dispatch_send_token_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n, seg_begin, seg_rows);
+  /* GEMM-ready scales travel as compact stage runs: the sends need no segments */
+  return epf_dispatch_send_token_warp(v->team, plan, x_row, x_scales_row, quantize, dst, row, n, 0, 0);
 }
 
 EPF_DEVICE_INLINE uint32_t epf_ht_dispatch_token_warp(const epf_ht_view_t* v, const epf_plan_t* plan, const void* x_row,
