@@ -521,59 +521,69 @@ EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan
   epf_signal_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch);
 }
 
-/* epf__scales_finish_tile_warp — one tile of 128 rows of the receive region: lane l rearranges
- * rows r0 + l + 32 j (j < 4) that lie in [lo, hi), 16 stage bytes of each at a time.
- * SEGMENT_MN_MAJOR (FP8-128, FP32 scales): column c of rows r0 .. r0 + 31 + 32 j are 32
+#ifndef EPF__FINISH_CHUNKS
+#define EPF__FINISH_CHUNKS 2
+#endif
+/* epf__scales_finish_chunks_warp — stage bytes [16 q0, 16 (q0 + EPF__FINISH_CHUNKS)) of the rows
+ * r0 + l + 32 j (j < 4) of one 128-row tile that lie in [lo, hi): every load first (4 rows x
+ * EPF__FINISH_CHUNKS 16-byte chunks in flight per lane), then the stores.
+ * SEGMENT_MN_MAJOR (FP8-128, FP32 scales): column c of rows r0 + 32 j .. r0 + 32 j + 31 are 32
  * consecutive floats of the segment's matrix: one 128-byte store per (column, j).
- * SWIZZLED_128X4 (MXFP8, r0 a multiple of 128): rows r0 + l + 32 j, columns 4 q .. 4 q + 3 are the
- * 16 bytes at epf_scale_swizzle_offset(r0 + l, 4 q): one 16-byte store per lane per column quad
+ * SWIZZLED_128X4 (MXFP8, r0 a multiple of 128): rows r0 + l + 32 j, columns 4 p .. 4 p + 3 are the
+ * 16 bytes at epf_scale_swizzle_offset(r0 + l, 4 p): one 16-byte store per lane per column quad
  * when all four rows are received. [collective:warp] */
-EPF_DEVICE_INLINE void epf__scales_finish_tile_warp(epf_team_t team, const epf_plan_t* plan, int64_t r0, int64_t lo,
-                                                    int64_t hi, int64_t seg_begin, int64_t seg_rows) {
+EPF_DEVICE_INLINE void epf__scales_finish_chunks_warp(epf_team_t team, const epf_plan_t* plan, int64_t r0, int64_t lo,
+                                                      int64_t hi, int64_t seg_begin, int64_t seg_rows, int q0) {
   const int lane = epf_lane_id();
   const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
   const int ncols = mx ? plan->hidden / 32 : plan->hidden / 128;
-  const int sb = (int)plan->scale_bytes_per_row;
+  const int nq = (int)((plan->scale_bytes_per_row + 15u) >> 4);
+  const uint64_t stride = (plan->scale_bytes_per_row + 15u) & ~(uint64_t)15u;
+  const char* stage = (const char*)epf_local_ptr(team, epf_plan_recv_scale_stage_offset(plan, 0));
+  char* base = (char*)epf_local_ptr(team, plan->region[EPF_REGION_RECV_SCALES].offset);
+  uint4 v[EPF__FINISH_CHUNKS][4];
   bool ok[4];
-  const uint4* st[4];
-  int j, q;
+  int j, c;
 #pragma unroll
   for (j = 0; j < 4; ++j) {
     const int64_t r = r0 + lane + 32 * j;
     ok[j] = r >= lo && r < hi;
-    st[j] = ok[j] ? (const uint4*)epf_local_ptr(team, epf_plan_recv_scale_stage_offset(plan, r)) : NULL;
   }
-  for (q = 0; q < sb; q += 16) { /* 16 stage bytes of each row: 4 FP32 columns or 16 E8M0 */
-    uint4 v[4];
 #pragma unroll
-    for (j = 0; j < 4; ++j) v[j] = ok[j] ? st[j][q >> 4] : make_uint4(0u, 0u, 0u, 0u);
+  for (c = 0; c < EPF__FINISH_CHUNKS; ++c)
+#pragma unroll
+    for (j = 0; j < 4; ++j)
+      v[c][j] = ok[j] && q0 + c < nq ? *(const uint4*)(stage + (uint64_t)(r0 + lane + 32 * j) * stride + 16u * (uint64_t)(q0 + c))
+                                     : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (c = 0; c < EPF__FINISH_CHUNKS; ++c) {
+    const int q = 16 * (q0 + c); /* the chunk's first stage byte */
+    int i;
+    if (q0 + c >= nq) break;
     if (!mx) {
-      int i;
+      /* column q/4 + i of row r0 + lane + 32 j: float (seg_begin * ncols + col * seg_rows + row - seg_begin) */
+      float* m = (float*)base + (uint64_t)seg_begin * (uint64_t)ncols + (uint64_t)(r0 + lane - seg_begin);
 #pragma unroll
       for (i = 0; i < 4; ++i) {
-        const int c = (q >> 2) + i;
-        if (c < ncols) {
+        const int col = (q >> 2) + i;
+        if (col < ncols) {
+          uint32_t* d = (uint32_t*)(m + (uint64_t)col * (uint64_t)seg_rows);
 #pragma unroll
-          for (j = 0; j < 4; ++j) {
-            if (ok[j]) {
-              const uint32_t x = i == 0 ? v[j].x : i == 1 ? v[j].y : i == 2 ? v[j].z : v[j].w;
-              *(uint32_t*)epf_local_ptr(team, epf_recv_scale_offset(plan, r0 + lane + 32 * j, c, seg_begin, seg_rows)) = x;
-            }
-          }
+          for (j = 0; j < 4; ++j)
+            if (ok[j]) d[32 * j] = i == 0 ? v[c][j].x : i == 1 ? v[c][j].y : i == 2 ? v[c][j].z : v[c][j].w;
         }
       }
     } else {
-      int i;
 #pragma unroll
       for (i = 0; i < 4; ++i) {
-        const int c = q + 4 * i; /* the quad's first column */
-        if (c < ncols) {
+        const int col = q + 4 * i; /* the quad's first column */
+        if (col < ncols) {
           /* bytes of columns >= ncols (the row's next stage bytes) become the atom's zero padding */
-          const uint32_t keep = ncols - c >= 4 ? 0xffffffffu : (1u << (8 * (ncols - c))) - 1u;
+          const uint32_t keep = ncols - col >= 4 ? 0xffffffffu : (1u << (8 * (ncols - col))) - 1u;
           uint32_t w[4];
-          char* d = (char*)epf_local_ptr(team, epf_recv_scale_offset(plan, r0 + lane, c, 0, 0));
+          char* d = base + epf_scale_swizzle_offset(r0 + lane, col, ncols);
 #pragma unroll
-          for (j = 0; j < 4; ++j) w[j] = (i == 0 ? v[j].x : i == 1 ? v[j].y : i == 2 ? v[j].z : v[j].w) & keep;
+          for (j = 0; j < 4; ++j) w[j] = (i == 0 ? v[c][j].x : i == 1 ? v[c][j].y : i == 2 ? v[c][j].z : v[c][j].w) & keep;
           if (ok[0] && ok[1] && ok[2] && ok[3]) {
             epf_st_v4_u32(d, make_uint4(w[0], w[1], w[2], w[3]));
           } else {
@@ -587,24 +597,29 @@ EPF_DEVICE_INLINE void epf__scales_finish_tile_warp(epf_team_t team, const epf_p
   }
 }
 
+/* epf_dispatch_scales_finish_block: the work is (tile, chunk group) items — a tile is 128 receive
+ * rows of one segment, a chunk group EPF__FINISH_CHUNKS 16-byte chunks of their stage runs — dealt
+ * round-robin over the rank's warps, so every warp gets the same number of items to within one. */
 EPF_DEVICE_INLINE void epf_dispatch_scales_finish_block(epf_team_t team, const epf_plan_t* plan,
                                                         const epf_route_segment_t* seg, int block, int nblocks) {
   const int nw = (int)(blockDim.x >> 5);
   const int64_t gw = (int64_t)block * nw + epf_warp_id(), stride = (int64_t)nblocks * nw;
   const bool mx = plan->payload == EPF_PAYLOAD_MXFP8;
-  int64_t first = 0; /* tiles of the segments before this one */
+  const int ngroups = ((int)((plan->scale_bytes_per_row + 15u) >> 4) + EPF__FINISH_CHUNKS - 1) / EPF__FINISH_CHUNKS;
+  int64_t first = 0; /* items of the segments before this one */
   int le;
   if (!epf_plan_scales_staged(plan) || seg == NULL || nblocks < 1) return;
   for (le = 0; le < plan->experts_per_rank; ++le) {
     const int64_t begin = seg[le].begin, rows = seg[le].padded_count;
-    int64_t end = begin + seg[le].count, t0, ntiles, k;
+    int64_t end = begin + seg[le].count, t0, nitems, k;
     if (end > plan->recv_capacity) end = plan->recv_capacity;
     if (begin < 0 || end <= begin || (!mx && !epf_recv_scale_seg_fits(plan, begin, begin, rows))) continue;
     t0 = mx ? begin & ~(int64_t)127 : begin; /* swizzled atoms: 128 rows from a multiple of 128 */
-    ntiles = (end - t0 + 127) / 128;
-    for (k = ((gw - first) % stride + stride) % stride; k < ntiles; k += stride) /* warp-uniform */
-      epf__scales_finish_tile_warp(team, plan, t0 + 128 * k, begin, end, begin, rows);
-    first += ntiles;
+    nitems = (end - t0 + 127) / 128 * ngroups;
+    for (k = ((gw - first) % stride + stride) % stride; k < nitems; k += stride) /* warp-uniform */
+      epf__scales_finish_chunks_warp(team, plan, t0 + 128 * (k / ngroups), begin, end, begin, rows,
+                                     (int)(k % ngroups) * EPF__FINISH_CHUNKS);
+    first += nitems;
   }
 }
 
