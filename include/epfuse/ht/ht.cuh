@@ -234,8 +234,8 @@ EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const ep
  *   (epf_recv_scale_offset), so that a GEMM can read them in place. Does nothing for other plans.
  *   Scope:    [collective:block] [uniform-args] blocks block = 0 .. nblocks - 1 of the rank each
  *             call it once (every thread, converged), AFTER their own epf_dispatch_wait_block
- *             returned EPF_OK or EPF_ERR_PEER_MASKED; the blocks share the work (tiles of 128 rows,
- *             one warp each). The caller orders the result before its readers (a kernel boundary,
+ *             returned EPF_OK or EPF_ERR_PEER_MASKED; the blocks share the work: items of 128 rows
+ *             x 32 stage bytes, dealt round-robin over every warp of the rank. The caller orders the result before its readers (a kernel boundary,
  *             or the rank's blocks meeting, e.g. epf_rank_barrier_block).
  *   Input:    seg: this rank's receive segments [plan.experts_per_rank] (the route's
  *             EPF_ROUTE_RECV_SEGMENT). Rows [begin, begin + count) of each segment, clipped at

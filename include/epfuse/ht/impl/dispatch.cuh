@@ -521,9 +521,8 @@ EPF_DEVICE_INLINE void epf_dispatch_signal_block(epf_team_t team, const epf_plan
   epf_signal_peers_block(team, plan, EPF_REGION_SIG_DISPATCH, epoch);
 }
 
-#ifndef EPF__FINISH_CHUNKS
+/* 16-byte stage chunks of each row that a lane loads before its first store in the rearrangement */
 #define EPF__FINISH_CHUNKS 2
-#endif
 /* epf__scales_finish_chunks_warp — stage bytes [16 q0, 16 (q0 + EPF__FINISH_CHUNKS)) of the rows
  * r0 + l + 32 j (j < 4) of one 128-row tile that lie in [lo, hi): every load first (4 rows x
  * EPF__FINISH_CHUNKS 16-byte chunks in flight per lane), then the stores.
@@ -597,9 +596,6 @@ EPF_DEVICE_INLINE void epf__scales_finish_chunks_warp(epf_team_t team, const epf
   }
 }
 
-/* epf_dispatch_scales_finish_block: the work is (tile, chunk group) items — a tile is 128 receive
- * rows of one segment, a chunk group EPF__FINISH_CHUNKS 16-byte chunks of their stage runs — dealt
- * round-robin over the rank's warps, so every warp gets the same number of items to within one. */
 EPF_DEVICE_INLINE void epf_dispatch_scales_finish_block(epf_team_t team, const epf_plan_t* plan,
                                                         const epf_route_segment_t* seg, int block, int nblocks) {
   const int nw = (int)(blockDim.x >> 5);
