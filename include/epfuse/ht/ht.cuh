@@ -245,8 +245,9 @@ EPF_DEVICE_INLINE epf_status_t epf_dispatch_wait_block(epf_team_t team, const ep
  *             padding columns of a rearranged row's last atom get zeros).
  *   Memory:   loads of the local stage runs, plain stores into the local RECV_SCALES; nothing is
  *             published. Work: 2 x the scale bytes of the received rows, in whole sectors (the
- *             send's scattered stores cost 1.86x the compact dispatch; the rearrangement measured ~130 us
- *             of a 1,090 us DeepSeek-V3 FP8 dispatch, all after the slowest peer: docs/quant.md). */
+ *             send's scattered stores cost 1.86x the compact dispatch; the rearrangement measured ~60 us
+ *             of a 1,021 us DeepSeek-V3 FP8 dispatch on an H100, all after the slowest peer:
+ *             docs/quant.md). */
 EPF_DEVICE_INLINE void epf_dispatch_scales_finish_block(epf_team_t team, const epf_plan_t* plan,
                                                         const epf_route_segment_t* seg, int block, int nblocks);
 
